@@ -1,0 +1,282 @@
+"""Pipeline files: one YAML file per pipeline, checked field by field before anything starts.
+
+Loading happens in two passes. The first checks the pipeline's own shape (``name``, ``errors``,
+``engine``...) and that each plugin section names an installed ``type``; the second validates each
+plugin section against the config model its plugin declares. All problems of a file are gathered
+and reported together, each with the file, line, dotted field path, what was expected and what
+was found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
+
+from connector_core._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
+from connector_core.contract import PluginConfig
+from connector_core.errors import ConfigFieldError, FieldProblem, UnknownPluginTypeError
+
+__all__ = [
+    "EngineConfig",
+    "ErrorsConfig",
+    "PipelineConfig",
+    "PipelineSpec",
+    "PluginLookup",
+    "ResolvedPath",
+    "ResolvedPlugin",
+    "RetryConfig",
+    "load_pipeline",
+    "parse_pipeline",
+    "validate_plugin_config",
+]
+
+
+def _resolve_against_pipeline_folder(value: Path, info: ValidationInfo) -> Path:
+    base = (info.context or {}).get("base_dir")
+    path = value.expanduser()
+    return path if path.is_absolute() or base is None else (Path(base) / path).resolve()
+
+
+ResolvedPath = Annotated[Path, AfterValidator(_resolve_against_pipeline_folder)]
+"""A filesystem path in a config; a relative one resolves against the pipeline file's folder."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RetryConfig(_Strict):
+    """Exponential backoff with jitter for transient failures (a broker or node that is down)."""
+
+    initial_backoff_ms: int = Field(default=200, gt=0)
+    max_backoff_ms: int = Field(default=30_000, gt=0)
+    multiplier: float = Field(default=2.0, ge=1.0)
+    jitter: float = Field(default=0.2, ge=0.0, le=1.0, description="fraction of each delay drawn at random")
+    max_elapsed_s: float | None = Field(
+        default=900.0, gt=0, description="give up after this long without success; null retries forever"
+    )
+
+
+class ErrorsConfig(_Strict):
+    tolerance: Literal["none", "all"] = Field(
+        default="none",
+        description="none: a record that fails a transform or is refused by the sink stops the pipeline; "
+        "all: it goes to the dead-letter destination and the pipeline goes on",
+    )
+    dead_letter: dict[str, Any] | None = Field(
+        default=None, description="a sink config (kafka topic, file...) that receives rejected records"
+    )
+    retry: RetryConfig = RetryConfig()
+
+
+class EngineConfig(_Strict):
+    type: Literal["worker", "spark"] = "worker"
+    workers: int = Field(default=1, ge=1, description="worker processes that split the partitions")
+    batch_size: int = Field(default=2000, ge=1, description="records per sink.write call")
+    max_records_per_read: int = Field(
+        default=50_000, ge=1, description="records one read cycle of a partition may hold; bounds replay"
+    )
+    poll_interval_ms: int = Field(default=200, ge=1, description="idle wait when no partition has news")
+    partition_refresh_ms: int = Field(default=30_000, ge=1, description="how often partitions are listed")
+    metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Prometheus port; null: off")
+    master: str | None = Field(default=None, description="Spark master URL (spark engine)")
+    conf: dict[str, str] = Field(default_factory=dict, description="Spark configuration (spark engine)")
+
+
+class PipelineConfig(_Strict):
+    """The pipeline's own shape; plugin sections are checked against their plugin's model later."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=200)
+    source: dict[str, Any]
+    transforms: list[dict[str, Any]] = Field(default_factory=list)
+    sink: dict[str, Any]
+    checkpoint: dict[str, Any] | None = None
+    errors: ErrorsConfig = ErrorsConfig()
+    engine: EngineConfig = EngineConfig()
+
+
+class PluginLookup(Protocol):
+    """The part of the plugin registry config loading needs."""
+
+    def lookup(self, kind: str, type_name: str) -> type[Any]: ...
+
+
+@dataclass(frozen=True)
+class ResolvedPlugin:
+    kind: str
+    cls: type[Any]
+    config: PluginConfig
+    field_path: str
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A pipeline file, fully validated: everything needed to build and run it."""
+
+    file: Path
+    name: str
+    source: ResolvedPlugin
+    transforms: tuple[ResolvedPlugin, ...]
+    sink: ResolvedPlugin
+    checkpoint: ResolvedPlugin
+    dead_letter: ResolvedPlugin | None
+    errors: ErrorsConfig
+    engine: EngineConfig
+    raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.file.parent
+
+
+def load_pipeline(file: Path | str, registry: PluginLookup, environ: Mapping[str, str] | None = None) -> PipelineSpec:
+    """Read, interpolate and validate a pipeline file. Raises a ConfigError subclass."""
+    path = Path(file).resolve()
+    data, lines = load_yaml_with_lines(path)
+    data = interpolate_environment(data, path, lines, environ)
+    return parse_pipeline(data, path, registry, lines)
+
+
+def parse_pipeline(
+    data: Any, file: Path, registry: PluginLookup, lines: Mapping[FieldPath, int] | None = None
+) -> PipelineSpec:
+    lines = lines or {}
+    if not isinstance(data, dict):
+        raise ConfigFieldError(file, [FieldProblem("", "a mapping of pipeline fields", _describe(data), 1)])
+    try:
+        pipeline = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigFieldError(file, _problems(exc, (), PipelineConfig, lines)) from None
+
+    problems: list[FieldProblem] = []
+    context = {"base_dir": file.parent}
+
+    def resolve(kind: str, section: Mapping[str, Any], path: FieldPath) -> ResolvedPlugin | None:
+        resolved, found = resolve_plugin_config(kind, section, path, registry, context, lines)
+        problems.extend(found)
+        return resolved
+
+    source = resolve("source", pipeline.source, ("source",))
+    transforms = [resolve("transform", t, ("transforms", i)) for i, t in enumerate(pipeline.transforms)]
+    sink = resolve("sink", pipeline.sink, ("sink",))
+    checkpoint_section = pipeline.checkpoint or {"type": "file", "path": f"state/{pipeline.name}"}
+    checkpoint = resolve("checkpoint", checkpoint_section, ("checkpoint",))
+    dead_letter = (
+        resolve("sink", pipeline.errors.dead_letter, ("errors", "dead_letter"))
+        if pipeline.errors.dead_letter is not None
+        else None
+    )
+    if problems:
+        raise ConfigFieldError(file, problems)
+    assert source is not None and sink is not None and checkpoint is not None
+    return PipelineSpec(
+        file=file,
+        name=pipeline.name,
+        source=source,
+        transforms=tuple(t for t in transforms if t is not None),
+        sink=sink,
+        checkpoint=checkpoint,
+        dead_letter=dead_letter,
+        errors=pipeline.errors,
+        engine=pipeline.engine,
+        raw=data,
+    )
+
+
+def resolve_plugin_config(
+    kind: str,
+    section: Mapping[str, Any],
+    path: FieldPath,
+    registry: PluginLookup,
+    context: Mapping[str, Any],
+    lines: Mapping[FieldPath, int],
+) -> tuple[ResolvedPlugin | None, list[FieldProblem]]:
+    """Find the plugin a section names and validate the section against its config model."""
+    type_name = section.get("type")
+    if not isinstance(type_name, str):
+        found = "nothing" if type_name is None else _describe(type_name)
+        line = lines.get((*path, "type"), lines.get(path))
+        return None, [FieldProblem(dotted((*path, "type")), f"the name of a {kind} plugin type", found, line)]
+    try:
+        cls = registry.lookup(kind, type_name)
+    except UnknownPluginTypeError as exc:
+        expected = f"one of the installed {kind} types ({', '.join(sorted(exc.known)) or 'none'})"
+        return None, [FieldProblem(dotted((*path, "type")), expected, repr(type_name), lines.get((*path, "type")))]
+    model: type[PluginConfig] = cls.config_model
+    try:
+        config = model.model_validate(dict(section), context=dict(context))
+    except ValidationError as exc:
+        return None, _problems(exc, path, model, lines)
+    return ResolvedPlugin(kind, cls, config, dotted(path)), []
+
+
+def validate_plugin_config(
+    kind: str, section: Mapping[str, Any], registry: PluginLookup, file: Path | str, field_path: str,
+    base_dir: Path,
+) -> ResolvedPlugin:
+    """Validate one plugin section outside a pipeline file's first pass (a sink's nested converter)."""
+    path: FieldPath = tuple(field_path.split(".")) if field_path else ()
+    resolved, problems = resolve_plugin_config(kind, section, path, registry, {"base_dir": base_dir}, {})
+    if problems or resolved is None:
+        raise ConfigFieldError(file, problems)
+    return resolved
+
+
+def _problems(
+    exc: ValidationError, prefix: FieldPath, model: type[BaseModel], lines: Mapping[FieldPath, int]
+) -> list[FieldProblem]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        location: FieldPath = (*prefix, *(p for p in error["loc"] if isinstance(p, str | int)))
+        line = _nearest_line(location, lines)
+        kind = error["type"]
+        if kind == "missing":
+            problems.append(FieldProblem(dotted(location), "a value (the field is required)", "nothing", line))
+        elif kind == "extra_forbidden":
+            known = _known_fields(model, tuple(error["loc"][:-1]))
+            expected = f"one of the known fields ({', '.join(known)})" if known else "no such field"
+            problems.append(FieldProblem(dotted(location), expected, "an unrecognized field", line))
+        else:
+            problems.append(FieldProblem(dotted(location), _expected_from(error), _describe(error["input"]), line))
+    return problems
+
+
+def _expected_from(error: Mapping[str, Any]) -> str:
+    message = str(error["msg"])
+    for lead in ("Input should be ", "Value error, ", "String should ", "Input "):
+        if message.startswith(lead):
+            message = message[len(lead):]
+            break
+    return message
+
+
+def _nearest_line(location: FieldPath, lines: Mapping[FieldPath, int]) -> int | None:
+    for end in range(len(location), -1, -1):
+        if location[:end] in lines:
+            return lines[location[:end]]
+    return None
+
+
+def _known_fields(model: type[BaseModel], location: Sequence[Any]) -> list[str]:
+    current: Any = model
+    for part in location:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        current = fields[part].annotation
+        current = next((a for a in getattr(current, "__args__", ()) if hasattr(a, "model_fields")), current)
+    fields = getattr(current, "model_fields", None)
+    return sorted(fields) if fields else []
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}" if not isinstance(value, str) else text

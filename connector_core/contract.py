@@ -1,0 +1,276 @@
+"""The plugin contract: what a source, sink, transform, converter and checkpoint store promise.
+
+Both engines (the worker and Spark) drive plugins only through these classes, so a plugin that
+honours the docstrings below runs under either, with at-least-once delivery.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from connector_core.events import ChangeEvent, Record, SchemaChangeEvent
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "CheckpointStoreConfig",
+    "Converter",
+    "Offset",
+    "Partition",
+    "PluginConfig",
+    "PluginContext",
+    "PluginFactory",
+    "Rejected",
+    "Sink",
+    "Source",
+    "Transform",
+    "offset_key",
+]
+
+Offset = dict[str, Any]
+"""A position in a partition: a small JSON-serialisable dict. Compared with :func:`offset_key`."""
+
+
+def offset_key(offset: Offset | None) -> str:
+    """The canonical text of an offset: equal offsets give equal keys, whatever their key order."""
+    return json.dumps(offset, sort_keys=True, separators=(",", ":"))
+
+
+class PluginConfig(BaseModel):
+    """Base of every plugin's config model: unknown fields are errors, ``type`` selects the plugin."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+
+
+ConfigT = TypeVar("ConfigT", bound=PluginConfig)
+
+
+class PluginFactory(Protocol):
+    """What a plugin needs to build the plugins it is made of (a sink's converter, a dead-letter sink)."""
+
+    def create_converter(self, config: Mapping[str, Any] | str, context: PluginContext) -> Converter: ...
+
+    def create_sink(self, config: Mapping[str, Any], context: PluginContext) -> Sink: ...
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What the runtime tells a plugin instance about where it runs.
+
+    Relative paths in a config resolve against ``base_dir``, the pipeline file's folder.
+    ``field_path`` is where the plugin's config sits in the file, for error messages.
+    """
+
+    pipeline: str
+    pipeline_file: Path
+    factory: PluginFactory | None = None
+    worker_id: str = "0"
+    field_path: str = ""
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("cdcflow"))
+
+    @property
+    def base_dir(self) -> Path:
+        return self.pipeline_file.parent
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A unit of parallelism and of checkpointing.
+
+    ``id`` is stable across restarts and processes: checkpoints are stored under it and worker
+    processes split partitions by it. ``info`` is whatever the source needs to read it.
+    """
+
+    id: str
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A partition's committed offset, with the watermark it implies and when it was committed."""
+
+    offset: Offset
+    watermark_us: int | None
+    committed_at_us: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "watermark_us": self.watermark_us, "committed_at_us": self.committed_at_us}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        return cls(
+            offset=dict(data["offset"]),
+            watermark_us=data.get("watermark_us"),
+            committed_at_us=int(data.get("committed_at_us", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record a transform or sink refused for good, on its way to the dead-letter destination."""
+
+    record: Record
+    error: BaseException
+    stage: str  # "transform:<name>", "sink", "convert", ...
+
+
+class _Plugin(ABC, Generic[ConfigT]):
+    type_name: ClassVar[str]
+    config_model: ClassVar[type[PluginConfig]]
+
+    def __init__(self, config: ConfigT, context: PluginContext) -> None:
+        self.config = config
+        self.context = context
+
+    def open(self) -> None:
+        """Connect to external systems. Called once, before any other method but ``close``."""
+
+    def close(self) -> None:
+        """Release connections. Called once, also after a failure; must not raise."""
+
+
+class Source(_Plugin[ConfigT]):
+    """A change source: describes its partitions and reads bounded ranges of them.
+
+    Guarantees a source must give:
+
+    * ``read(p, start, end)`` is deterministic: the same range yields the same records in the same
+      order, so a replay after a crash re-reads exactly what was lost.
+    * ``latest_offset`` only returns offsets up to which the partition is complete: no record at or
+      below it can still appear later (the partition's watermark).
+    * offsets only move forward: ``latest_offset(p, start, n) >= start``.
+
+    ``bounded`` sources (a datagen with a ``count``) end: once every partition a process owns is
+    finished, the pipeline flushes, commits and returns.
+    """
+
+    bounded: bool = False
+
+    @abstractmethod
+    def partitions(self) -> Sequence[Partition]:
+        """The current partitions. May change between calls (a new CDC generation, a region split);
+        a partition that disappears must first have been read to its end."""
+
+    @abstractmethod
+    def initial_offset(self, partition: Partition) -> Offset:
+        """Where a partition with no checkpoint starts; ``read`` never returns records at or below it."""
+
+    @abstractmethod
+    def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        """How far ``partition`` is complete now, at most about ``max_records`` records past ``start``.
+
+        Returning ``start`` means nothing new. ``max_records`` bounds how much one read cycle holds,
+        and so the duplicates a crash can cause; a source may overshoot it by one natural unit.
+        """
+
+    @abstractmethod
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
+        """The records in (start, end], in the partition's order. Deterministic for the same range."""
+
+    def watermark(self, partition: Partition, offset: Offset) -> int | None:
+        """Event time (µs since the epoch) below which ``partition`` is complete at ``offset``."""
+        return None
+
+    def is_finished(self, partition: Partition, offset: Offset) -> bool:
+        """True when a bounded partition has nothing beyond ``offset``, ever."""
+        return False
+
+    def commit(self, offsets: Mapping[str, Offset]) -> None:
+        """Told after these offsets are durable in the checkpoint store and downstream.
+
+        A source that keeps its own bookmark (a Kafka consumer group, a GC safepoint) moves it
+        here, never earlier.
+        """
+
+
+class Sink(_Plugin[ConfigT]):
+    """A destination. ``write`` may buffer; ``flush`` makes everything written so far durable."""
+
+    @abstractmethod
+    def write(self, records: Sequence[Record]) -> list[Rejected]:
+        """Accept records (may buffer, may block for backpressure).
+
+        Returns the records refused for good (they go to the dead-letter destination). Raises a
+        :class:`~connector_core.errors.TransientError` when the destination cannot take them now.
+        """
+
+    @abstractmethod
+    def flush(self) -> list[Rejected]:
+        """Return only when every record written so far is durable downstream.
+
+        Returns records that turned out to be refused for good. Raises
+        :class:`~connector_core.errors.SinkDeliveryError` if anything else could not be made
+        durable: the pipeline then replays from its last checkpoint, so nothing is lost.
+        """
+
+    def on_watermark(self, watermark_us: int) -> None:
+        """Every record with an event time below ``watermark_us`` has been written. Sinks that
+        order writes or close time partitions act on it; others ignore it."""
+
+
+class Transform(_Plugin[ConfigT]):
+    """A per-record function. Raising marks the record for the dead-letter destination."""
+
+    @abstractmethod
+    def apply(self, event: ChangeEvent) -> ChangeEvent | None:
+        """The transformed event, or None to drop it. Must not mutate ``event``."""
+
+    def apply_schema_change(self, event: SchemaChangeEvent) -> SchemaChangeEvent | None:
+        """Schema-change events pass unchanged unless a transform says otherwise."""
+        return event
+
+
+class Converter(_Plugin[ConfigT]):
+    """Turns records into key and value bytes for a named destination, and back."""
+
+    @abstractmethod
+    def serialize_key(self, record: Record, destination: str) -> bytes | None: ...
+
+    @abstractmethod
+    def serialize_value(self, record: Record, destination: str) -> bytes | None:
+        """None is a tombstone."""
+
+    @abstractmethod
+    def deserialize_value(self, destination: str, value: bytes) -> dict[str, Any]:
+        """The value payload as the converter wrote it (the envelope or the bare row)."""
+
+
+class CheckpointStoreConfig(PluginConfig):
+    """Settings every checkpoint store shares."""
+
+    interval_ms: int = Field(default=1000, gt=0, description="how often offsets are flushed and committed")
+
+
+StoreConfigT = TypeVar("StoreConfigT", bound=CheckpointStoreConfig)
+
+
+class CheckpointStore(_Plugin[StoreConfigT]):
+    """Durable offsets per (pipeline, partition). ``commit`` returns only once they are durable."""
+
+    @abstractmethod
+    def load(self) -> dict[str, Checkpoint]:
+        """The committed checkpoints of this pipeline, by partition id."""
+
+    @abstractmethod
+    def commit(self, checkpoints: Mapping[str, Checkpoint]) -> None:
+        """Durably record these partitions' checkpoints; others keep theirs. All or nothing per partition."""
+
+    @abstractmethod
+    def reset(self, partition_ids: Sequence[str] | None = None) -> None:
+        """Forget the checkpoints of these partitions (all when None), so they restart from their
+        initial offset."""
+
+    @property
+    def interval_ms(self) -> int:
+        return self.config.interval_ms
+

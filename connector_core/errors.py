@@ -1,0 +1,225 @@
+"""Every way cdcflow can fail, in one tree.
+
+Callers catch a family (``SinkError``) or a leaf (``SinkUnavailableError``). Errors that a retry
+can cure derive from :class:`TransientError` as well, so the delivery loop decides what to retry
+by type, never by parsing messages.
+
+::
+
+    CdcflowError
+    ├── ConfigError
+    │   ├── ConfigFileError            unreadable file or YAML
+    │   ├── ConfigFieldError           one or more bad fields (file, dotted path, expected, found)
+    │   └── MissingEnvironmentVariableError
+    ├── PluginError
+    │   ├── UnknownPluginTypeError
+    │   ├── PluginConflictError        two packages claim one type name
+    │   └── PluginLoadError
+    ├── SourceError
+    │   ├── SourceUnavailableError     (transient)
+    │   └── SourceDataError            an input the source cannot decode
+    ├── TransformError
+    ├── SinkError
+    │   ├── SinkUnavailableError       (transient)
+    │   ├── SinkDeliveryError          (transient) a flush could not make everything durable
+    │   └── RecordRejectedError        the sink refuses one record for good
+    ├── ConverterError
+    │   └── SchemaRegistryError
+    ├── CheckpointError
+    │   ├── CheckpointUnavailableError (transient)
+    │   └── CheckpointCorruptError
+    ├── ProtocolError                  a peer answered outside its protocol
+    └── RetriesExhaustedError          a transient failure outlived the retry budget
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "CdcflowError",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointUnavailableError",
+    "ConfigError",
+    "ConfigFieldError",
+    "ConfigFileError",
+    "ConverterError",
+    "FieldProblem",
+    "MissingEnvironmentVariableError",
+    "PluginConflictError",
+    "PluginError",
+    "PluginLoadError",
+    "ProtocolError",
+    "RecordRejectedError",
+    "RetriesExhaustedError",
+    "SchemaRegistryError",
+    "SinkDeliveryError",
+    "SinkError",
+    "SinkUnavailableError",
+    "SourceDataError",
+    "SourceError",
+    "SourceUnavailableError",
+    "TransformError",
+    "TransientError",
+    "UnknownPluginTypeError",
+]
+
+
+class CdcflowError(Exception):
+    """Root of every error cdcflow raises on purpose."""
+
+
+class TransientError(CdcflowError):
+    """A failure that may pass: the operation is retried with backoff."""
+
+
+# --- configuration -------------------------------------------------------------------------
+
+
+class ConfigError(CdcflowError):
+    """A pipeline file cannot be turned into a runnable pipeline."""
+
+
+class ConfigFileError(ConfigError):
+    """The file cannot be read or is not valid YAML."""
+
+    def __init__(self, file: Path | str, reason: str, line: int | None = None) -> None:
+        self.file = str(file)
+        self.line = line
+        where = f"{self.file}: line {line}" if line is not None else self.file
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One bad field: where it is, what was expected there and what was found."""
+
+    path: str
+    expected: str
+    found: str
+    line: int | None = None
+
+    def describe(self, file: str) -> str:
+        where = f"{file}: line {self.line}" if self.line is not None else file
+        return f"{where}: field {self.path or '<root>'}: expected {self.expected}, found {self.found}"
+
+
+class ConfigFieldError(ConfigError):
+    """One or more fields of a pipeline file are wrong."""
+
+    def __init__(self, file: Path | str, problems: Sequence[FieldProblem]) -> None:
+        self.file = str(file)
+        self.problems = list(problems)
+        super().__init__("\n".join(p.describe(self.file) for p in self.problems))
+
+
+class MissingEnvironmentVariableError(ConfigError):
+    """``${NAME}`` names a variable that is not set and has no ``:-default``."""
+
+    def __init__(self, file: Path | str, path: str, variable: str, line: int | None = None) -> None:
+        self.file, self.path, self.variable = str(file), path, variable
+        where = f"{file}: line {line}" if line is not None else str(file)
+        super().__init__(
+            f"{where}: field {path}: environment variable {variable} is not set "
+            f"(set it, or write ${{{variable}:-default}})"
+        )
+
+
+# --- plugins -------------------------------------------------------------------------------
+
+
+class PluginError(CdcflowError):
+    """The plugin registry cannot provide what a pipeline asks for."""
+
+
+class UnknownPluginTypeError(PluginError):
+    def __init__(self, kind: str, type_name: str, known: Sequence[str]) -> None:
+        self.kind, self.type_name, self.known = kind, type_name, list(known)
+        super().__init__(
+            f"unknown {kind} type {type_name!r}; installed {kind} types: {', '.join(sorted(known)) or 'none'}"
+        )
+
+
+class PluginConflictError(PluginError):
+    def __init__(self, kind: str, type_name: str, first: str, second: str) -> None:
+        self.kind, self.type_name, self.first, self.second = kind, type_name, first, second
+        super().__init__(
+            f"{kind} type {type_name!r} is registered by two plugins: {first} and {second}; "
+            "uninstall one of them"
+        )
+
+
+class PluginLoadError(PluginError):
+    def __init__(self, plugin: str, cause: BaseException) -> None:
+        self.plugin = plugin
+        super().__init__(f"plugin {plugin} failed to load: {type(cause).__name__}: {cause}")
+
+
+# --- data path -----------------------------------------------------------------------------
+
+
+class SourceError(CdcflowError):
+    """A source failed to describe or read its partitions."""
+
+
+class SourceUnavailableError(SourceError, TransientError):
+    """The source system cannot be reached right now."""
+
+
+class SourceDataError(SourceError):
+    """The source read bytes or rows it cannot decode."""
+
+
+class TransformError(CdcflowError):
+    """A transform failed on one record."""
+
+
+class SinkError(CdcflowError):
+    """A sink failed to accept or persist records."""
+
+
+class SinkUnavailableError(SinkError, TransientError):
+    """The destination cannot be reached right now."""
+
+
+class SinkDeliveryError(SinkError, TransientError):
+    """A flush could not confirm every record; nothing past the last checkpoint is committed."""
+
+
+class RecordRejectedError(SinkError):
+    """The sink refuses one record permanently (too large, not encodable, ...)."""
+
+
+class ConverterError(CdcflowError):
+    """A record cannot be converted to or from bytes."""
+
+
+class SchemaRegistryError(ConverterError):
+    """The schema registry refused a schema or could not be reached."""
+
+
+class CheckpointError(CdcflowError):
+    """Offsets cannot be loaded or committed."""
+
+
+class CheckpointUnavailableError(CheckpointError, TransientError):
+    """The checkpoint store cannot be reached right now."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A stored checkpoint cannot be read back."""
+
+
+class ProtocolError(CdcflowError):
+    """A peer answered in a way its protocol does not allow."""
+
+
+class RetriesExhaustedError(CdcflowError):
+    """A transient failure lasted longer than the retry policy allows."""
+
+    def __init__(self, operation: str, attempts: int, last: BaseException) -> None:
+        self.operation, self.attempts, self.last = operation, attempts, last
+        super().__init__(f"{operation} failed {attempts} times; last error: {type(last).__name__}: {last}")

@@ -1,0 +1,194 @@
+"""The change event: one record type from every source to every sink.
+
+Modelled on Debezium's envelope as seed 001 ("Change Messages") specifies it: ``op``, ``key``,
+``before``, ``after``, ``source`` and ``ts_ms``, plus a reference to the row schema the event was
+read with. Schema changes travel as :class:`SchemaChangeEvent`, their own kind.
+
+Values inside ``key``/``before``/``after`` are plain Python values (``None``, ``bool``, ``int``,
+``float``, ``str``, ``bytes``, ``list``, ``dict``): sources convert their native types, converters
+serialise them using :class:`RowSchema`.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = [
+    "Column",
+    "ChangeEvent",
+    "Op",
+    "Record",
+    "RowSchema",
+    "SchemaChangeEvent",
+    "SourceInfo",
+]
+
+Row = dict[str, Any]
+
+
+class Op(enum.StrEnum):
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"  # a row read by a snapshot/bootstrap, not a change
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A column and its type, named in CQL's vocabulary (``int``, ``text``, ``list<int>``, ``blob``...).
+
+    CQL types are the common vocabulary because two of the three source systems speak it and the
+    third (TiKV) has only ``blob`` keys and values; converters map these names to Avro and JSON.
+    """
+
+    name: str
+    type: str
+    optional: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RowSchema:
+    """The schema of one table's rows, derived from the table's metadata.
+
+    Events of the same table share one instance; ``fingerprint`` lets converters cache what they
+    derive from it (an Avro schema, its registry id) without hashing per event.
+    """
+
+    namespace: str  # "<cluster>.<keyspace>.<table>"
+    key_columns: tuple[Column, ...]
+    value_columns: tuple[Column, ...]
+    version: int = 1
+    fingerprint: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        canonical = json.dumps(
+            [self.namespace, self.version, [(c.name, c.type, c.optional) for c in self.key_columns],
+             [(c.name, c.type, c.optional) for c in self.value_columns]],
+            separators=(",", ":"),
+        )
+        object.__setattr__(self, "fingerprint", hashlib.sha1(canonical.encode()).hexdigest()[:16])
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """Where an event came from and where it stands there.
+
+    ``partition`` is the source partition (a stream group, a node's commit-log directory, a key
+    range) and ``position`` the event's place in it, so a reader can find the exact change again.
+    ``ts_us`` is the change's own timestamp in microseconds (write time, commit ts).
+    """
+
+    system: str  # "scylla", "cassandra", "tikv", "kafka", "datagen", ...
+    cluster: str
+    keyspace: str
+    table: str
+    partition: str
+    position: Mapping[str, Any]
+    ts_us: int
+    snapshot: bool = False
+    version: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_payload(self) -> Row:
+        payload: Row = {
+            "version": self.version,
+            "connector": self.system,
+            "name": self.cluster,
+            "keyspace": self.keyspace,
+            "table": self.table,
+            "partition": self.partition,
+            "position": json.dumps(dict(self.position), sort_keys=True, separators=(",", ":")),
+            "ts_us": self.ts_us,
+            "ts_ms": self.ts_us // 1000,
+            "snapshot": self.snapshot,
+        }
+        return payload
+
+
+@dataclass(slots=True)
+class ChangeEvent:
+    """One row change, in Debezium's envelope.
+
+    ``topic`` is a routing override set by transforms (``route``); sinks fall back to
+    :meth:`default_topic`. ``envelope`` is False once ``unwrap`` reduced the event to its row
+    state; ``headers`` carry context such as dead-letter error details.
+    """
+
+    op: Op
+    key: Row
+    before: Row | None
+    after: Row | None
+    source: SourceInfo
+    ts_ms: int
+    schema: RowSchema | None = None
+    topic: str | None = None
+    envelope: bool = True
+    headers: dict[str, str] | None = None
+
+    def default_topic(self) -> str:
+        s = self.source
+        return f"{s.cluster}.{s.keyspace}.{s.table}"
+
+    def destination(self) -> str:
+        return self.topic if self.topic is not None else self.default_topic()
+
+    def with_changes(self, **changes: Any) -> ChangeEvent:
+        return replace(self, **changes)
+
+    def key_payload(self) -> Row:
+        return self.key
+
+    def value_payload(self) -> Row | None:
+        """The value as a sink writes it: the envelope, or the bare row state once unwrapped."""
+        if not self.envelope:
+            return self.after
+        return {
+            "op": self.op.value,
+            "before": self.before,
+            "after": self.after,
+            "source": self.source.to_payload(),
+            "ts_ms": self.ts_ms,
+        }
+
+
+@dataclass(slots=True)
+class SchemaChangeEvent:
+    """A table's schema changed (seed 001's SchemaChangeKey/Value), sent to the ``<cluster>`` topic."""
+
+    keyspace: str
+    table: str
+    ddl: str
+    source: SourceInfo
+    ts_ms: int
+    schema: RowSchema | None = None
+    topic: str | None = None
+    headers: dict[str, str] | None = None
+
+    def default_topic(self) -> str:
+        return self.source.cluster
+
+    def destination(self) -> str:
+        return self.topic if self.topic is not None else self.default_topic()
+
+    def with_changes(self, **changes: Any) -> SchemaChangeEvent:
+        return replace(self, **changes)
+
+    def key_payload(self) -> Row:
+        return {"keyspace": self.keyspace}
+
+    def value_payload(self) -> Row:
+        return {
+            "keyspace": self.keyspace,
+            "table": self.table,
+            "ddl": self.ddl,
+            "source": self.source.to_payload(),
+            "ts_ms": self.ts_ms,
+        }
+
+
+Record = ChangeEvent | SchemaChangeEvent

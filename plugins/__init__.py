@@ -1,0 +1,14 @@
+"""cdcflow's plugin registry: hook specifications, entry-point loading, built-in registration."""
+
+from plugins._registry import ENTRY_POINT_GROUP, KINDS, PluginRegistry, RegisteredType
+from plugins.hookspecs import CdcflowHookSpecs, hookimpl, hookspec
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "KINDS",
+    "CdcflowHookSpecs",
+    "PluginRegistry",
+    "RegisteredType",
+    "hookimpl",
+    "hookspec",
+]

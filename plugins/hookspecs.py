@@ -1,0 +1,60 @@
+"""Every hook a cdcflow plugin can implement, in one place.
+
+A plugin is a module (or any object) with functions marked ``@hookimpl``, registered through the
+``cdcflow.plugins`` entry-point group::
+
+    [project.entry-points."cdcflow.plugins"]
+    my-plugin = "my_package.cdcflow_plugin"
+
+Each hook returns a list of plugin classes. A class carries its ``type_name`` (what a pipeline
+file writes as ``type:``) and its ``config_model`` (a :class:`~connector_core.contract.PluginConfig`
+subclass). Hooks are called once, when the registry loads; they must not do I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+__all__ = ["PROJECT_NAME", "CdcflowHookSpecs", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "cdcflow"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+class CdcflowHookSpecs:
+    """The hook specifications, grouped by what a plugin contributes."""
+
+    # --- data path ---------------------------------------------------------------------------
+
+    @hookspec
+    def cdcflow_source_types(self) -> list[type[Any]]:
+        """Source classes (subclasses of :class:`connector_core.contract.Source`) this plugin provides."""
+        raise NotImplementedError
+
+    @hookspec
+    def cdcflow_transform_types(self) -> list[type[Any]]:
+        """Transform classes (subclasses of :class:`connector_core.contract.Transform`)."""
+        raise NotImplementedError
+
+    @hookspec
+    def cdcflow_sink_types(self) -> list[type[Any]]:
+        """Sink classes (subclasses of :class:`connector_core.contract.Sink`). A sink type also
+        serves as a dead-letter destination (``errors.dead_letter``)."""
+        raise NotImplementedError
+
+    @hookspec
+    def cdcflow_converter_types(self) -> list[type[Any]]:
+        """Converter classes (subclasses of :class:`connector_core.contract.Converter`) that sinks
+        name in their ``converter`` field."""
+        raise NotImplementedError
+
+    # --- state -------------------------------------------------------------------------------
+
+    @hookspec
+    def cdcflow_checkpoint_store_types(self) -> list[type[Any]]:
+        """Checkpoint store classes (subclasses of :class:`connector_core.contract.CheckpointStore`)."""
+        raise NotImplementedError

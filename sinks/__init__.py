@@ -1,0 +1,1 @@
+"""cdcflow's sink plugins: one package per sink type."""

@@ -1,0 +1,157 @@
+"""The ``kafka`` sink: an idempotent producer; ``flush`` returns only when every delivery report is in."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from pydantic import Field
+
+from connector_core.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
+from connector_core.errors import ConverterError, RecordRejectedError, SinkDeliveryError, SinkUnavailableError
+from connector_core.events import Record
+
+__all__ = ["KafkaSink", "KafkaSinkConfig", "client_settings"]
+
+log = logging.getLogger("cdcflow.sinks.kafka")
+
+# Errors that no retry will cure for this record: it goes to the dead letters instead of being replayed.
+_RECORD_IS_AT_FAULT = {
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_MSG_SIZE,
+}
+
+
+class KafkaSinkConfig(PluginConfig):
+    bootstrap_servers: str = Field(description="host:port[,host:port...]")
+    converter: str | dict[str, Any] = Field(default="json", description="json, avro, or {type: ..., ...}")
+    schema_registry_url: str | None = Field(default=None, description="for the avro converter")
+    topic: str | None = Field(default=None, description="write every record here instead of its own topic")
+    compression: str = Field(default="lz4", pattern="^(none|gzip|snappy|lz4|zstd)$")
+    linger_ms: int = Field(default=5, ge=0)
+    buffer_max_kbytes: int = Field(default=65536, ge=1024, description="producer memory bound; writes block past it")
+    delivery_timeout_ms: int = Field(
+        default=300_000, ge=1000, description="how long the producer retries a record before the flush fails"
+    )
+    producer: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="extra librdkafka producer settings"
+    )
+
+
+def client_settings(bootstrap_servers: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """librdkafka settings shared by every cdcflow Kafka client."""
+    return {"bootstrap.servers": bootstrap_servers, "client.id": "cdcflow", "log_level": 3, **(extra or {})}
+
+
+class KafkaSink(Sink[KafkaSinkConfig]):
+    """``kafka``: topic ``<cluster>.<keyspace>.<table>`` by default (``route`` renames it), key =
+    the primary key, value = the converter's encoding; delivery is idempotent and ``acks=all``."""
+
+    type_name = "kafka"
+    config_model = KafkaSinkConfig
+
+    def __init__(self, config: KafkaSinkConfig, context: PluginContext) -> None:
+        super().__init__(config, context)
+        assert context.factory is not None, "the kafka sink needs the plugin factory for its converter"
+        converter_config: str | dict[str, Any] = config.converter
+        if isinstance(converter_config, str) and config.schema_registry_url is not None:
+            converter_config = {"type": converter_config, "schema_registry_url": config.schema_registry_url}
+        self.converter: Converter[Any] = context.factory.create_converter(
+            converter_config, _child(context, "converter")
+        )
+        self._producer: Producer | None = None
+        self._rejected: list[Rejected] = []
+        self._undelivered: list[KafkaError] = []
+
+    def _settings(self) -> dict[str, Any]:
+        return client_settings(self.config.bootstrap_servers, {
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": self.config.compression,
+            "linger.ms": self.config.linger_ms,
+            "queue.buffering.max.kbytes": self.config.buffer_max_kbytes,
+            "message.timeout.ms": self.config.delivery_timeout_ms,
+            **self.config.producer,
+        })
+
+    def open(self) -> None:
+        try:
+            self._producer = Producer(self._settings())
+        except KafkaException as exc:
+            raise SinkUnavailableError(f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}") from exc
+
+    def write(self, records: Sequence[Record]) -> list[Rejected]:
+        producer = self._producer
+        assert producer is not None, "open() first"
+        rejected: list[Rejected] = []
+        fixed_topic = self.config.topic
+        for record in records:
+            topic = fixed_topic or record.destination()
+            try:
+                key = self.converter.serialize_key(record, topic)
+                value = self.converter.serialize_value(record, topic)
+            except ConverterError as exc:
+                rejected.append(Rejected(record, exc, "convert"))
+                continue
+            headers = list(record.headers.items()) if record.headers else None
+            self._produce(producer, topic, key, value, headers, record, rejected)
+        producer.poll(0)
+        return rejected
+
+    def _produce(self, producer: Producer, topic: str, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, str]] | None, record: Record, rejected: list[Rejected]) -> None:
+        on_delivery = functools.partial(self._on_delivery, record)
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                return
+            except BufferError:
+                # The producer's buffer is full: wait for deliveries. This is the backpressure
+                # that bounds memory while the broker is slow or down.
+                producer.poll(0.05)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() in _RECORD_IS_AT_FAULT:
+                    rejected.append(Rejected(record, RecordRejectedError(error.str()), "sink"))
+                    return
+                raise SinkUnavailableError(f"Kafka refused a record for {topic}: {exc}") from exc
+
+    def _on_delivery(self, record: Record, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            return
+        if error.code() in _RECORD_IS_AT_FAULT:
+            self._rejected.append(Rejected(record, RecordRejectedError(error.str()), "sink"))
+        else:
+            self._undelivered.append(error)
+
+    def flush(self) -> list[Rejected]:
+        producer = self._producer
+        assert producer is not None, "open() first"
+        while producer.flush(1.0) > 0:
+            pass  # librdkafka retries until message.timeout.ms; each report lands in _on_delivery
+        if self._undelivered:
+            count, first = len(self._undelivered), self._undelivered[0]
+            self._undelivered.clear()
+            self._rejected.clear()  # they will be re-read from the checkpoint and rejected again
+            raise SinkDeliveryError(f"{count} records were not delivered to Kafka (first: {first.str()})")
+        rejected, self._rejected = self._rejected, []
+        return rejected
+
+    def close(self) -> None:
+        if self._producer is not None:
+            # Whatever is still queued was never acknowledged to the pipeline, so it will be
+            # replayed; a short flush just avoids needless duplicates.
+            self._producer.flush(5.0)
+            self._producer = None
+
+
+def _child(context: PluginContext, field: str) -> PluginContext:
+    from dataclasses import replace
+
+    return replace(context, field_path=f"{context.field_path}.{field}" if context.field_path else field)

@@ -1,0 +1,1 @@
+"""cdcflow's source plugins: one package per source type."""
