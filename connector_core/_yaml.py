@@ -69,7 +69,10 @@ def _to_python(
 
 
 def interpolate_environment(
-    data: Any, file: Path, lines: Mapping[FieldPath, int], environ: Mapping[str, str] | None = None,
+    data: Any,
+    file: Path,
+    lines: Mapping[FieldPath, int],
+    environ: Mapping[str, str] | None = None,
     path: FieldPath = (),
 ) -> Any:
     """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of ``data``."""

@@ -215,7 +215,11 @@ def resolve_plugin_config(
 
 
 def validate_plugin_config(
-    kind: str, section: Mapping[str, Any], registry: PluginLookup, file: Path | str, field_path: str,
+    kind: str,
+    section: Mapping[str, Any],
+    registry: PluginLookup,
+    file: Path | str,
+    field_path: str,
     base_dir: Path,
 ) -> ResolvedPlugin:
     """Validate one plugin section outside a pipeline file's first pass (a sink's nested converter)."""
@@ -249,7 +253,7 @@ def _expected_from(error: Mapping[str, Any]) -> str:
     message = str(error["msg"])
     for lead in ("Input should be ", "Value error, ", "String should ", "Input "):
         if message.startswith(lead):
-            message = message[len(lead):]
+            message = message[len(lead) :]
             break
     return message
 

@@ -58,9 +58,9 @@ ConfigT = TypeVar("ConfigT", bound=PluginConfig)
 class PluginFactory(Protocol):
     """What a plugin needs to build the plugins it is made of (a sink's converter, a dead-letter sink)."""
 
-    def create_converter(self, config: Mapping[str, Any] | str, context: PluginContext) -> Converter: ...
+    def create_converter(self, config: Mapping[str, Any] | str, context: PluginContext) -> Converter[Any]: ...
 
-    def create_sink(self, config: Mapping[str, Any], context: PluginContext) -> Sink: ...
+    def create_sink(self, config: Mapping[str, Any], context: PluginContext) -> Sink[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -273,4 +273,3 @@ class CheckpointStore(_Plugin[StoreConfigT]):
     @property
     def interval_ms(self) -> int:
         return self.config.interval_ms
-

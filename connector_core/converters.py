@@ -199,7 +199,7 @@ class AvroConverter(Converter[AvroConverterConfig]):
         _, schema_id = _WIRE_HEADER.unpack_from(value)
         parsed = self.registry.parsed_schema(schema_id)
         try:
-            decoded = fastavro.schemaless_reader(io.BytesIO(value[_WIRE_HEADER.size:]), parsed, None)
+            decoded = fastavro.schemaless_reader(io.BytesIO(value[_WIRE_HEADER.size :]), parsed, None)
         except (ValueError, EOFError, IndexError) as exc:
             raise ConverterError(f"value on {destination} does not decode with schema {schema_id}: {exc}") from exc
         if not isinstance(decoded, dict):

@@ -147,8 +147,7 @@ class PluginConflictError(PluginError):
     def __init__(self, kind: str, type_name: str, first: str, second: str) -> None:
         self.kind, self.type_name, self.first, self.second = kind, type_name, first, second
         super().__init__(
-            f"{kind} type {type_name!r} is registered by two plugins: {first} and {second}; "
-            "uninstall one of them"
+            f"{kind} type {type_name!r} is registered by two plugins: {first} and {second}; uninstall one of them"
         )
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
-    "Column",
     "ChangeEvent",
+    "Column",
     "Op",
     "Record",
     "RowSchema",
@@ -67,8 +67,12 @@ class RowSchema:
 
     def __post_init__(self) -> None:
         canonical = json.dumps(
-            [self.namespace, self.version, [(c.name, c.type, c.optional) for c in self.key_columns],
-             [(c.name, c.type, c.optional) for c in self.value_columns]],
+            [
+                self.namespace,
+                self.version,
+                [(c.name, c.type, c.optional) for c in self.key_columns],
+                [(c.name, c.type, c.optional) for c in self.value_columns],
+            ],
             separators=(",", ":"),
         )
         object.__setattr__(self, "fingerprint", hashlib.sha1(canonical.encode()).hexdigest()[:16])

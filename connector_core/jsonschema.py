@@ -34,7 +34,9 @@ def pipeline_json_schema(registry: Any) -> dict[str, Any]:
     properties["transforms"] = {"type": "array", "items": _plugin_choices(registry, "transform", definitions)}
     errors = definitions.get("ErrorsConfig")
     if errors is not None:
-        errors["properties"]["dead_letter"] = {"anyOf": [_plugin_choices(registry, "sink", definitions), {"type": "null"}]}
+        errors["properties"]["dead_letter"] = {
+            "anyOf": [_plugin_choices(registry, "sink", definitions), {"type": "null"}]
+        }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "cdcflow pipeline"
     return schema

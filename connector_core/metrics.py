@@ -31,8 +31,9 @@ _LAG = Gauge(
     ["pipeline"],
     registry=METRICS_REGISTRY,
 )
-_PARTITIONS = Gauge("cdcflow_partitions_owned", "Source partitions this process owns", ["pipeline"],
-                    registry=METRICS_REGISTRY)
+_PARTITIONS = Gauge(
+    "cdcflow_partitions_owned", "Source partitions this process owns", ["pipeline"], registry=METRICS_REGISTRY
+)
 
 
 @dataclass

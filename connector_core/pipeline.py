@@ -74,7 +74,7 @@ class HashAssignment:
         return zlib.crc32(partition_id.encode()) % self.count == self.index
 
 
-class _Stopped(Exception):
+class _StopRequestedError(Exception):
     """Stop was requested while waiting to retry."""
 
 
@@ -151,7 +151,7 @@ class PipelineRunner:
             self._with_retries("open", lambda: [p.open() for p in plugins])
             self._committed = self._with_retries("load checkpoints", self.store.load)
             self._with_retries("deliver", self._deliver_until_done)
-        except _Stopped:
+        except _StopRequestedError:
             log.info("pipeline %s stopped while waiting to retry; the last checkpoint stands", self.spec.name)
         finally:
             for plugin in reversed(plugins):
@@ -175,7 +175,7 @@ class PipelineRunner:
                 log.warning("%s failed (%s: %s); retrying in %.2fs", operation, type(exc).__name__, exc, delay)
                 self._rewind_to_committed()
                 if self.stop.wait(delay):
-                    raise _Stopped from exc
+                    raise _StopRequestedError from exc
                 continue
             self._backoff.succeeded()
             return result
@@ -278,7 +278,10 @@ class PipelineRunner:
             raise RecordFailedError(self.spec.name, rejected[0])
         for item in rejected:
             log.warning(
-                "record rejected at %s: %s: %s", item.stage, type(item.error).__name__, item.error,
+                "record rejected at %s: %s: %s",
+                item.stage,
+                type(item.error).__name__,
+                item.error,
                 extra={"pipeline": self.spec.name, "destination": item.record.destination()},
             )
         if self.dead_letter is None:
@@ -325,8 +328,12 @@ def build_runner(
     worker_id: str = "0",
 ) -> PipelineRunner:
     """Instantiate a pipeline's plugins through the registry (``factory``) and wire the loop."""
-    base = PluginContext(pipeline=spec.name, pipeline_file=spec.file, worker_id=worker_id,
-                         logger=logging.getLogger(f"cdcflow.{spec.name}"))
+    base = PluginContext(
+        pipeline=spec.name,
+        pipeline_file=spec.file,
+        worker_id=worker_id,
+        logger=logging.getLogger(f"cdcflow.{spec.name}"),
+    )
     return PipelineRunner(
         spec=spec,
         source=factory.create(spec.source, base),

@@ -24,20 +24,50 @@ __all__ = [
 ]
 
 _SIMPLE_AVRO: dict[str, Any] = {
-    "ascii": "string", "text": "string", "varchar": "string", "inet": "string", "duration": "string",
-    "bigint": "long", "counter": "long", "varint": "long", "time": "long",
-    "int": "int", "smallint": "int", "tinyint": "int", "date": "int",
-    "blob": "bytes", "boolean": "boolean", "decimal": "double", "double": "double", "float": "float",
+    "ascii": "string",
+    "text": "string",
+    "varchar": "string",
+    "inet": "string",
+    "duration": "string",
+    "bigint": "long",
+    "counter": "long",
+    "varint": "long",
+    "time": "long",
+    "int": "int",
+    "smallint": "int",
+    "tinyint": "int",
+    "date": "int",
+    "blob": "bytes",
+    "boolean": "boolean",
+    "decimal": "double",
+    "double": "double",
+    "float": "float",
     "timestamp": {"type": "long", "logicalType": "timestamp-millis"},
     "uuid": {"type": "string", "logicalType": "uuid"},
     "timeuuid": {"type": "string", "logicalType": "uuid"},
 }
 _SIMPLE_CONNECT: dict[str, str] = {
-    "ascii": "string", "text": "string", "varchar": "string", "inet": "string", "duration": "string",
-    "uuid": "string", "timeuuid": "string",
-    "bigint": "int64", "counter": "int64", "varint": "int64", "time": "int64", "timestamp": "int64",
-    "int": "int32", "date": "int32", "smallint": "int16", "tinyint": "int8",
-    "blob": "bytes", "boolean": "boolean", "decimal": "float64", "double": "float64", "float": "float32",
+    "ascii": "string",
+    "text": "string",
+    "varchar": "string",
+    "inet": "string",
+    "duration": "string",
+    "uuid": "string",
+    "timeuuid": "string",
+    "bigint": "int64",
+    "counter": "int64",
+    "varint": "int64",
+    "time": "int64",
+    "timestamp": "int64",
+    "int": "int32",
+    "date": "int32",
+    "smallint": "int16",
+    "tinyint": "int8",
+    "blob": "bytes",
+    "boolean": "boolean",
+    "decimal": "float64",
+    "double": "float64",
+    "float": "float32",
 }
 
 _TYPE_TOKEN = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|[<>,]|[0-9]+)")
@@ -100,15 +130,26 @@ def _avro_type(parsed: tuple[str, tuple[Any, ...]], record_name: str) -> Any:
         key, value = arguments
         if _SIMPLE_AVRO.get(key[0]) == "string":
             return {"type": "map", "values": _avro_type(value, record_name + "_value")}
-        return {"type": "array", "items": {"type": "record", "name": record_name + "_entry", "fields": [
-            {"name": "key", "type": _avro_type(key, record_name + "_key")},
-            {"name": "value", "type": _avro_type(value, record_name + "_value")},
-        ]}}
+        return {
+            "type": "array",
+            "items": {
+                "type": "record",
+                "name": record_name + "_entry",
+                "fields": [
+                    {"name": "key", "type": _avro_type(key, record_name + "_key")},
+                    {"name": "value", "type": _avro_type(value, record_name + "_value")},
+                ],
+            },
+        }
     if name == "tuple":
-        return {"type": "record", "name": record_name + "_tuple", "fields": [
-            {"name": f"f{i}", "type": ["null", _avro_type(a, f"{record_name}_f{i}")], "default": None}
-            for i, a in enumerate(arguments)
-        ]}
+        return {
+            "type": "record",
+            "name": record_name + "_tuple",
+            "fields": [
+                {"name": f"f{i}", "type": ["null", _avro_type(a, f"{record_name}_f{i}")], "default": None}
+                for i, a in enumerate(arguments)
+            ],
+        }
     # Types cdcflow has no mapping for yet (UDTs by name) travel as their JSON text.
     return "string"
 
@@ -131,19 +172,28 @@ _UNWRAPPED_EXTRAS = [
     {"name": "__ts_us", "type": ["null", "long"], "default": None},
 ]
 
-_AVRO_SOURCE = {
-    "type": "record", "name": "Source", "namespace": "io.cdcflow", "fields": [
-        {"name": "version", "type": "string"}, {"name": "connector", "type": "string"},
-        {"name": "name", "type": "string"}, {"name": "keyspace", "type": "string"},
-        {"name": "table", "type": "string"}, {"name": "partition", "type": "string"},
-        {"name": "position", "type": "string"}, {"name": "ts_us", "type": "long"},
-        {"name": "ts_ms", "type": "long"}, {"name": "snapshot", "type": "boolean"},
+_AVRO_SOURCE: dict[str, Any] = {
+    "type": "record",
+    "name": "Source",
+    "namespace": "io.cdcflow",
+    "fields": [
+        {"name": "version", "type": "string"},
+        {"name": "connector", "type": "string"},
+        {"name": "name", "type": "string"},
+        {"name": "keyspace", "type": "string"},
+        {"name": "table", "type": "string"},
+        {"name": "partition", "type": "string"},
+        {"name": "position", "type": "string"},
+        {"name": "ts_us", "type": "long"},
+        {"name": "ts_ms", "type": "long"},
+        {"name": "snapshot", "type": "boolean"},
     ],
 }
 
 
 def infer_row_schema(event: ChangeEvent) -> RowSchema:
     """A schema read off the values, for sources that know no table metadata."""
+
     def column(name: str, value: Any, optional: bool) -> Column:
         kind = {bool: "boolean", int: "bigint", float: "double", str: "text", bytes: "blob"}.get(type(value), "text")
         return Column(name, kind, optional)
@@ -157,33 +207,57 @@ def infer_row_schema(event: ChangeEvent) -> RowSchema:
 
 def avro_key_schema(record: Record) -> dict[str, Any]:
     if isinstance(record, SchemaChangeEvent):
-        return {"type": "record", "name": "SchemaChangeKey", "namespace": "io.cdcflow",
-                "fields": [{"name": "keyspace", "type": "string"}]}
+        return {
+            "type": "record",
+            "name": "SchemaChangeKey",
+            "namespace": "io.cdcflow",
+            "fields": [{"name": "keyspace", "type": "string"}],
+        }
     schema = record.schema or infer_row_schema(record)
-    return {"type": "record", "name": "Key", "namespace": _avro_namespace(schema.namespace),
-            "fields": _avro_fields(schema.key_columns, "Key")}
+    return {
+        "type": "record",
+        "name": "Key",
+        "namespace": _avro_namespace(schema.namespace),
+        "fields": _avro_fields(schema.key_columns, "Key"),
+    }
 
 
 def avro_value_schema(record: Record) -> dict[str, Any]:
     if isinstance(record, SchemaChangeEvent):
-        return {"type": "record", "name": "SchemaChangeValue", "namespace": "io.cdcflow", "fields": [
-            {"name": "keyspace", "type": "string"}, {"name": "table", "type": "string"},
-            {"name": "ddl", "type": "string"}, {"name": "source", "type": _AVRO_SOURCE},
-            {"name": "ts_ms", "type": "long"},
-        ]}
+        return {
+            "type": "record",
+            "name": "SchemaChangeValue",
+            "namespace": "io.cdcflow",
+            "fields": [
+                {"name": "keyspace", "type": "string"},
+                {"name": "table", "type": "string"},
+                {"name": "ddl", "type": "string"},
+                {"name": "source", "type": _AVRO_SOURCE},
+                {"name": "ts_ms", "type": "long"},
+            ],
+        }
     schema = record.schema or infer_row_schema(record)
     namespace = _avro_namespace(schema.namespace)
-    value = {"type": "record", "name": "Value", "namespace": namespace,
-             "fields": _avro_fields(schema.value_columns, "Value")}
+    value: dict[str, Any] = {
+        "type": "record",
+        "name": "Value",
+        "namespace": namespace,
+        "fields": _avro_fields(schema.value_columns, "Value"),
+    }
     if not record.envelope:
         return {**value, "fields": value["fields"] + _UNWRAPPED_EXTRAS}
-    return {"type": "record", "name": "Envelope", "namespace": namespace, "fields": [
-        {"name": "op", "type": "string"},
-        {"name": "before", "type": ["null", value], "default": None},
-        {"name": "after", "type": ["null", f"{namespace}.Value"], "default": None},
-        {"name": "source", "type": _AVRO_SOURCE},
-        {"name": "ts_ms", "type": "long"},
-    ]}
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": namespace,
+        "fields": [
+            {"name": "op", "type": "string"},
+            {"name": "before", "type": ["null", value], "default": None},
+            {"name": "after", "type": ["null", f"{namespace}.Value"], "default": None},
+            {"name": "source", "type": _AVRO_SOURCE},
+            {"name": "ts_ms", "type": "long"},
+        ],
+    }
 
 
 # --- Kafka Connect JSON schemas (seed 001's "schema" section) -------------------------------------
@@ -197,7 +271,11 @@ def _connect_type(parsed: tuple[str, tuple[Any, ...]], optional: bool, field: st
     elif name in ("list", "set", "vector"):
         result = {"type": "array", "items": _connect_type(arguments[0], True)}
     elif name == "map":
-        result = {"type": "map", "keys": _connect_type(arguments[0], False), "values": _connect_type(arguments[1], True)}
+        result = {
+            "type": "map",
+            "keys": _connect_type(arguments[0], False),
+            "values": _connect_type(arguments[1], True),
+        }
     elif name == "tuple":
         result = {"type": "struct", "fields": [_connect_type(a, True, f"f{i}") for i, a in enumerate(arguments)]}
     else:
@@ -220,43 +298,69 @@ def _connect_struct(columns: tuple[Column, ...], name: str, optional: bool, fiel
     return struct
 
 
-_CONNECT_SOURCE = {"type": "struct", "name": "io.cdcflow.Source", "optional": False, "field": "source", "fields": [
-    {"field": f, "type": "string", "optional": False}
-    for f in ("version", "connector", "name", "keyspace", "table", "partition", "position")
-] + [{"field": "ts_us", "type": "int64", "optional": False}, {"field": "ts_ms", "type": "int64", "optional": False},
-     {"field": "snapshot", "type": "boolean", "optional": False}]}
+_CONNECT_SOURCE: dict[str, Any] = {
+    "type": "struct",
+    "name": "io.cdcflow.Source",
+    "optional": False,
+    "field": "source",
+    "fields": [
+        {"field": f, "type": "string", "optional": False}
+        for f in ("version", "connector", "name", "keyspace", "table", "partition", "position")
+    ]
+    + [
+        {"field": "ts_us", "type": "int64", "optional": False},
+        {"field": "ts_ms", "type": "int64", "optional": False},
+        {"field": "snapshot", "type": "boolean", "optional": False},
+    ],
+}
 
 
 def connect_key_schema(record: Record) -> dict[str, Any]:
     if isinstance(record, SchemaChangeEvent):
-        return {"type": "struct", "name": "io.cdcflow.SchemaChangeKey", "optional": False,
-                "fields": [{"field": "keyspace", "type": "string", "optional": False}]}
+        return {
+            "type": "struct",
+            "name": "io.cdcflow.SchemaChangeKey",
+            "optional": False,
+            "fields": [{"field": "keyspace", "type": "string", "optional": False}],
+        }
     schema = record.schema or infer_row_schema(record)
     return _connect_struct(schema.key_columns, f"{schema.namespace}.Key", False)
 
 
 def connect_value_schema(record: Record) -> dict[str, Any]:
     if isinstance(record, SchemaChangeEvent):
-        return {"type": "struct", "name": "io.cdcflow.SchemaChangeValue", "optional": False, "fields": [
-            {"field": "keyspace", "type": "string", "optional": False},
-            {"field": "table", "type": "string", "optional": False},
-            {"field": "ddl", "type": "string", "optional": False},
-            _CONNECT_SOURCE,
-            {"field": "ts_ms", "type": "int64", "optional": False},
-        ]}
+        return {
+            "type": "struct",
+            "name": "io.cdcflow.SchemaChangeValue",
+            "optional": False,
+            "fields": [
+                {"field": "keyspace", "type": "string", "optional": False},
+                {"field": "table", "type": "string", "optional": False},
+                {"field": "ddl", "type": "string", "optional": False},
+                _CONNECT_SOURCE,
+                {"field": "ts_ms", "type": "int64", "optional": False},
+            ],
+        }
     schema = record.schema or infer_row_schema(record)
     if not record.envelope:
         struct = _connect_struct(schema.value_columns, f"{schema.namespace}.Value", True)
-        struct["fields"] += [{"field": "__deleted", "type": "boolean", "optional": True},
-                             {"field": "__op", "type": "string", "optional": True},
-                             {"field": "__table", "type": "string", "optional": True},
-                             {"field": "__ts_us", "type": "int64", "optional": True}]
+        struct["fields"] += [
+            {"field": "__deleted", "type": "boolean", "optional": True},
+            {"field": "__op", "type": "string", "optional": True},
+            {"field": "__table", "type": "string", "optional": True},
+            {"field": "__ts_us", "type": "int64", "optional": True},
+        ]
         return struct
-    return {"type": "struct", "name": f"{schema.namespace}.Envelope", "optional": False, "version": schema.version,
-            "fields": [
-                {"field": "op", "type": "string", "optional": False},
-                _connect_struct(schema.value_columns, f"{schema.namespace}.Value", True, "before"),
-                _connect_struct(schema.value_columns, f"{schema.namespace}.Value", True, "after"),
-                _CONNECT_SOURCE,
-                {"field": "ts_ms", "type": "int64", "optional": True},
-            ]}
+    return {
+        "type": "struct",
+        "name": f"{schema.namespace}.Envelope",
+        "optional": False,
+        "version": schema.version,
+        "fields": [
+            {"field": "op", "type": "string", "optional": False},
+            _connect_struct(schema.value_columns, f"{schema.namespace}.Value", True, "before"),
+            _connect_struct(schema.value_columns, f"{schema.namespace}.Value", True, "after"),
+            _CONNECT_SOURCE,
+            {"field": "ts_ms", "type": "int64", "optional": True},
+        ],
+    }

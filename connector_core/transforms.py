@@ -30,9 +30,16 @@ __all__ = [
 # --- filter --------------------------------------------------------------------------------
 
 _COMPARISONS: Mapping[type[ast.cmpop], Callable[[Any, Any], bool]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-    ast.Is: operator.is_, ast.IsNot: operator.is_not,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
 }
 _NAMES = ("op", "key", "before", "after", "table", "keyspace", "cluster", "ts_us", "topic")
 
@@ -53,16 +60,22 @@ def compile_condition(expression: str) -> Callable[[ChangeEvent], bool]:
 
     def condition(event: ChangeEvent) -> bool:
         scope = {
-            "op": event.op.value, "key": event.key, "before": event.before, "after": event.after,
-            "table": event.source.table, "keyspace": event.source.keyspace, "cluster": event.source.cluster,
-            "ts_us": event.source.ts_us, "topic": event.destination(),
+            "op": event.op.value,
+            "key": event.key,
+            "before": event.before,
+            "after": event.after,
+            "table": event.source.table,
+            "keyspace": event.source.keyspace,
+            "cluster": event.source.cluster,
+            "ts_us": event.source.ts_us,
+            "topic": event.destination(),
         }
         return bool(evaluate(scope))
 
     return condition
 
 
-def _compile_node(node: ast.AST) -> Callable[[dict[str, Any]], Any]:  # noqa: PLR0911 - one branch per syntax
+def _compile_node(node: ast.AST) -> Callable[[dict[str, Any]], Any]:
     if isinstance(node, ast.Constant):
         value = node.value
         return lambda scope: value
@@ -74,7 +87,7 @@ def _compile_node(node: ast.AST) -> Callable[[dict[str, Any]], Any]:  # noqa: PL
     if isinstance(node, ast.Attribute | ast.Subscript):
         inner = _compile_node(node.value)
         if isinstance(node, ast.Attribute):
-            field = node.attr
+            field: str | int = node.attr
         elif isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str | int):
             field = node.slice.value
         else:
@@ -231,8 +244,11 @@ class MaskTransform(Transform[MaskConfig]):
 
     def apply(self, event: ChangeEvent) -> ChangeEvent | None:
         table = event.source.table
-        targets = {c.split(".", 1)[1] if "." in c else c for c in self.config.columns
-                   if "." not in c or c.split(".", 1)[0] == table}
+        targets = {
+            c.split(".", 1)[1] if "." in c else c
+            for c in self.config.columns
+            if "." not in c or c.split(".", 1)[0] == table
+        }
         if not targets:
             return event
         if self.config.mode == "drop" and targets & set(event.key):

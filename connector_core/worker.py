@@ -77,8 +77,18 @@ def run_worker_processes(files: Sequence[Path], workers: int, extra_args: Sequen
     """Start ``workers`` processes, each owning its hash share of every pipeline's partitions."""
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "connector_core.cli", "run", *map(str, files),
-             "--worker-index", str(i), "--worker-count", str(workers), *extra_args]
+            [
+                sys.executable,
+                "-m",
+                "connector_core.cli",
+                "run",
+                *map(str, files),
+                "--worker-index",
+                str(i),
+                "--worker-count",
+                str(workers),
+                *extra_args,
+            ]
         )
         for i in range(workers)
     ]

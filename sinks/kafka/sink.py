@@ -70,21 +70,26 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._undelivered: list[KafkaError] = []
 
     def _settings(self) -> dict[str, Any]:
-        return client_settings(self.config.bootstrap_servers, {
-            "enable.idempotence": True,
-            "acks": "all",
-            "compression.type": self.config.compression,
-            "linger.ms": self.config.linger_ms,
-            "queue.buffering.max.kbytes": self.config.buffer_max_kbytes,
-            "message.timeout.ms": self.config.delivery_timeout_ms,
-            **self.config.producer,
-        })
+        return client_settings(
+            self.config.bootstrap_servers,
+            {
+                "enable.idempotence": True,
+                "acks": "all",
+                "compression.type": self.config.compression,
+                "linger.ms": self.config.linger_ms,
+                "queue.buffering.max.kbytes": self.config.buffer_max_kbytes,
+                "message.timeout.ms": self.config.delivery_timeout_ms,
+                **self.config.producer,
+            },
+        )
 
     def open(self) -> None:
         try:
             self._producer = Producer(self._settings())
         except KafkaException as exc:
-            raise SinkUnavailableError(f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}") from exc
+            raise SinkUnavailableError(
+                f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}"
+            ) from exc
 
     def write(self, records: Sequence[Record]) -> list[Rejected]:
         producer = self._producer
@@ -99,13 +104,23 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             except ConverterError as exc:
                 rejected.append(Rejected(record, exc, "convert"))
                 continue
-            headers = list(record.headers.items()) if record.headers else None
+            headers: list[tuple[str, str | bytes | None]] | None = (
+                list(record.headers.items()) if record.headers else None
+            )
             self._produce(producer, topic, key, value, headers, record, rejected)
         producer.poll(0)
         return rejected
 
-    def _produce(self, producer: Producer, topic: str, key: bytes | None, value: bytes | None,
-                 headers: list[tuple[str, str]] | None, record: Record, rejected: list[Rejected]) -> None:
+    def _produce(
+        self,
+        producer: Producer,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]] | None,
+        record: Record,
+        rejected: list[Rejected],
+    ) -> None:
         on_delivery = functools.partial(self._on_delivery, record)
         while True:
             try:

@@ -29,7 +29,9 @@ class DatagenConfig(PluginConfig):
     tables: int = Field(default=3, ge=1, le=1000)
     keys: int = Field(default=10_000, ge=1, description="distinct primary keys over all tables")
     partitions: int = Field(default=4, ge=1, le=4096)
-    rate: float | None = Field(default=None, gt=0, description="events per second over all partitions; null: as fast as read")
+    rate: float | None = Field(
+        default=None, gt=0, description="events per second over all partitions; null: as fast as read"
+    )
     op_mix: dict[str, float] = Field(default_factory=lambda: {"c": 0.5, "u": 0.4, "d": 0.1})
     event_size: int = Field(default=256, ge=0, le=1_000_000, description="bytes of the payload column")
     seed: int = 0
@@ -165,12 +167,12 @@ class DatagenSource(Source[DatagenConfig]):
         table_index = key_id % config.tables
         draw = (h >> 24) % 1_000_000
         op = next(code for limit, code in self._op_thresholds if draw < limit or limit == 1_000_000)
-        row = {
+        row: dict[str, Any] = {
             "id": key_id,
             "seq": global_id,
             "name": self._names[(h >> 8) % len(self._names)],
             "amount": ((h >> 16) % 10_000_000) / 100,
-            "payload": self._payload_pool[(h >> 32) % (config.event_size + 1):][: config.event_size],
+            "payload": self._payload_pool[(h >> 32) % (config.event_size + 1) :][: config.event_size],
             "updated_at_us": ts_us,
         }
         before = after = None
