@@ -241,8 +241,8 @@ class Converter(_Plugin[ConfigT]):
         """None is a tombstone."""
 
     @abstractmethod
-    def deserialize_value(self, destination: str, value: bytes) -> dict[str, Any]:
-        """The value payload as the converter wrote it (the envelope or the bare row)."""
+    def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
+        """A key or value payload as the converter wrote it (the key, the envelope or the bare row)."""
 
 
 class CheckpointStoreConfig(PluginConfig):

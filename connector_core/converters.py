@@ -81,14 +81,14 @@ class JsonConverter(Converter[JsonConverterConfig]):
         payload = record.value_payload()
         return None if payload is None else self._encode(record, "value", payload)
 
-    def deserialize_value(self, destination: str, value: bytes) -> dict[str, Any]:
+    def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
         try:
-            document = json.loads(value)
+            document = json.loads(data)
         except ValueError as exc:
-            raise ConverterError(f"value on {destination} is not JSON: {exc}") from exc
+            raise ConverterError(f"payload on {destination} is not JSON: {exc}") from exc
         payload = document.get("payload") if self.config.schemas_enable and isinstance(document, dict) else document
         if not isinstance(payload, dict):
-            raise ConverterError(f"value on {destination} has no object payload")
+            raise ConverterError(f"payload on {destination} has no object payload")
         return payload
 
 
@@ -193,15 +193,15 @@ class AvroConverter(Converter[AvroConverterConfig]):
             return None
         return self._encode(record, "value", destination, payload)
 
-    def deserialize_value(self, destination: str, value: bytes) -> dict[str, Any]:
-        if len(value) < _WIRE_HEADER.size or value[0] != 0:
-            raise ConverterError(f"value on {destination} is not in the Confluent Avro wire format")
-        _, schema_id = _WIRE_HEADER.unpack_from(value)
+    def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
+        if len(data) < _WIRE_HEADER.size or data[0] != 0:
+            raise ConverterError(f"payload on {destination} is not in the Confluent Avro wire format")
+        _, schema_id = _WIRE_HEADER.unpack_from(data)
         parsed = self.registry.parsed_schema(schema_id)
         try:
-            decoded = fastavro.schemaless_reader(io.BytesIO(value[_WIRE_HEADER.size :]), parsed, None)
+            decoded = fastavro.schemaless_reader(io.BytesIO(data[_WIRE_HEADER.size :]), parsed, None)
         except (ValueError, EOFError, IndexError) as exc:
-            raise ConverterError(f"value on {destination} does not decode with schema {schema_id}: {exc}") from exc
+            raise ConverterError(f"payload on {destination} does not decode with schema {schema_id}: {exc}") from exc
         if not isinstance(decoded, dict):
-            raise ConverterError(f"value on {destination} is not an Avro record")
+            raise ConverterError(f"payload on {destination} is not an Avro record")
         return decoded

@@ -1,11 +1,17 @@
-"""Registers the ``kafka`` sink."""
+"""Registers the ``kafka`` sink and the ``kafka`` checkpoint store."""
 
 from typing import Any
 
 from plugins.hookspecs import hookimpl
+from sinks.kafka.checkpoint_store import KafkaCheckpointStore
 from sinks.kafka.sink import KafkaSink
 
 
 @hookimpl
 def cdcflow_sink_types() -> list[type[Any]]:
     return [KafkaSink]
+
+
+@hookimpl
+def cdcflow_checkpoint_store_types() -> list[type[Any]]:
+    return [KafkaCheckpointStore]

@@ -3,8 +3,9 @@
 from typing import Any
 
 from plugins.hookspecs import hookimpl
+from sources.kafka.source import KafkaSource
 
 
 @hookimpl
 def cdcflow_source_types() -> list[type[Any]]:
-    return []
+    return [KafkaSource]
