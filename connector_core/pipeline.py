@@ -276,14 +276,16 @@ class PipelineRunner:
         self.metrics.error("record_rejected")
         if self.spec.errors.tolerance == "none":
             raise RecordFailedError(self.spec.name, rejected[0])
-        for item in rejected:
-            log.warning(
-                "record rejected at %s: %s: %s",
-                item.stage,
-                type(item.error).__name__,
-                item.error,
-                extra={"pipeline": self.spec.name, "destination": item.record.destination()},
-            )
+        first = rejected[0]
+        # One line per batch, not per record: a poison table must not flood the log.
+        log.warning(
+            "%d record(s) rejected; first at %s: %s: %s",
+            len(rejected),
+            first.stage,
+            type(first.error).__name__,
+            first.error,
+            extra={"pipeline": self.spec.name, "destination": first.record.destination()},
+        )
         if self.dead_letter is None:
             return
         refused = self.dead_letter.write([dead_letter_record(r, self.spec.name) for r in rejected])

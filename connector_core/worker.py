@@ -15,6 +15,7 @@ from types import FrameType
 from typing import Any
 
 from connector_core.config import PipelineSpec
+from connector_core.errors import CdcflowError
 from connector_core.metrics import serve_metrics
 from connector_core.pipeline import AllPartitions, HashAssignment, PartitionAssignment, build_runner
 
@@ -60,7 +61,11 @@ def run_worker(specs: Sequence[PipelineSpec], factory: Any, options: WorkerOptio
             runner.run()
             log.info("pipeline %s finished", spec.name)
         except BaseException as exc:
-            log.error("pipeline %s failed: %s: %s", spec.name, type(exc).__name__, exc, exc_info=exc)
+            # Our own errors explain themselves; a traceback is for the unexpected.
+            expected = isinstance(exc, CdcflowError)
+            log.error(
+                "pipeline %s failed: %s: %s", spec.name, type(exc).__name__, exc, exc_info=None if expected else exc
+            )
             failures.append(exc)
             stop.set()  # one failed pipeline stops the process, so a supervisor restarts all cleanly
 

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Install cdcflow, its test tools and the example third-party plugin into the current Python.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+python3 -m pip install --quiet --disable-pip-version-check ./tests/fixtures/example_plugin

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install, start the real Kafka and schema registry
+# (from Maven Central, into ~/.cache/cdcflow), lint, type-check, run pytest, stop what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/services.sh install
+started=()
+for service in kafka registry; do
+  if ! bash scripts/services.sh status "$service" >/dev/null 2>&1; then
+    bash scripts/services.sh start "$service"
+    started+=("$service")
+  fi
+done
+stop_started() { if [ "${#started[@]}" -gt 0 ]; then bash scripts/services.sh stop "${started[@]}" || true; fi; }
+trap stop_started EXIT
+python3 -m ruff check .
+python3 -m mypy
+python3 -m pytest -q -p no:cacheprovider "$@"

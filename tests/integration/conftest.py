@@ -1,0 +1,48 @@
+"""Real services for integration tests: the Kafka broker and schema registry from scripts/.
+
+A running service is reused; otherwise the fixture starts it with the repo's own script.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KAFKA_BOOTSTRAP = os.environ.get("CDCFLOW_KAFKA", "127.0.0.1:9092")
+REGISTRY_URL = os.environ.get("CDCFLOW_REGISTRY", "http://127.0.0.1:8081/apis/ccompat/v7")
+
+
+def _service(script: str, action: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(REPO / "scripts" / script), action], capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def ensure_service(script: str) -> None:
+    if _service(script, "status").returncode == 0:
+        return
+    started = _service(script, "start")
+    if started.returncode != 0:
+        pytest.fail(f"{script} start failed:\n{started.stdout}\n{started.stderr}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    ensure_service("kafka.sh")
+    return KAFKA_BOOTSTRAP
+
+
+@pytest.fixture(scope="session")
+def registry_url(kafka_bootstrap: str) -> str:
+    ensure_service("schema_registry.sh")
+    return REGISTRY_URL
+
+
+@pytest.fixture
+def topic_prefix() -> Iterator[str]:
+    yield f"t{uuid.uuid4().hex[:10]}"
