@@ -161,7 +161,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
             raise SourceDataError(f"{partition.id} offset {message.offset()}: {exc}") from exc
         position = {"offset": message.offset()}
         if value is not None and "op" in value and "source" in value:
-            return _event_from_envelope(key, value, partition, position)
+            return _event_from_envelope(key, value, partition, position, topic)
         # A bare row (unwrapped) or a tombstone: the row state itself.
         return ChangeEvent(
             op=Op.DELETE if value is None else Op.CREATE,
@@ -193,8 +193,10 @@ class KafkaSource(Source[KafkaSourceConfig]):
 
 
 def _event_from_envelope(
-    key: dict[str, Any], value: dict[str, Any], partition: Partition, position: dict[str, Any]
+    key: dict[str, Any], value: dict[str, Any], partition: Partition, position: dict[str, Any], topic: str
 ) -> ChangeEvent:
+    # The event keeps the topic it was read from as its destination (as a Kafka Connect record
+    # does), so `route` renames relative to it; its `source` still names the original table.
     source = value["source"]
     original_position = source.get("position")
     return ChangeEvent(
@@ -215,4 +217,5 @@ def _event_from_envelope(
             extra={"kafka": {"partition": partition.id, **position}},
         ),
         ts_ms=int(value.get("ts_ms") or time.time() * 1000),
+        topic=topic,
     )

@@ -47,7 +47,7 @@ def delivered_counts(bootstrap: str, prefix: str) -> Counter[int]:
 
 
 def test_sigkill_twenty_times_loses_nothing(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
-    count, rate = 60_000, 2500
+    count, rate = 60_000, 1500  # 40 s of source time: the 20 kills land mid-stream
     file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, count, rate)
     rng = random.Random(20261122)
     kills = 0

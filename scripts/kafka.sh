@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Apache Kafka 4 (KRaft, one combined broker+controller) on 127.0.0.1, from Maven Central artifacts.
+#   bash scripts/kafka.sh install|start|stop|status
+# Data survives stop/start (the broker-outage test relies on it); `reset` wipes it.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=scripts/_service_lib.sh
+source "$here/_service_lib.sh"
+
+KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/maven/kafka/pom.xml")"
+KAFKA_PORT="${KAFKA_PORT:-9092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
+KAFKA_NUM_PARTITIONS="${KAFKA_NUM_PARTITIONS:-3}"
+libs="$CDCFLOW_CACHE/kafka-$KAFKA_VERSION/libs"
+data="$CDCFLOW_DATA/kafka"
+pidfile="$data/kafka.pid"
+log="$data/kafka.out"
+
+install() {
+  if [ -f "$libs/.complete" ]; then return 0; fi
+  echo "kafka: resolving Kafka $KAFKA_VERSION from Maven Central into $libs"
+  rm -rf "$libs" && mkdir -p "$libs"
+  mvn -q -B -f "$here/maven/kafka/pom.xml" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$libs"
+  touch "$libs/.complete"
+}
+
+write_config() {
+  mkdir -p "$data/logs"
+  cat >"$data/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$data/logs
+num.partitions=$KAFKA_NUM_PARTITIONS
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.segment.bytes=67108864
+log.cleaner.dedupe.buffer.size=8388608
+EOF
+  cat >"$data/log4j2.yaml" <<EOF
+Configuration:
+  Appenders:
+    File: {name: file, fileName: "$data/server.log", PatternLayout: {pattern: "[%d] %p %m (%c)%n"}}
+  Loggers:
+    Root: {level: WARN, AppenderRef: [{ref: file}]}
+    Logger: [{name: kafka.server.KafkaServer, level: INFO}, {name: kafka.server.KafkaRaftServer, level: INFO}]
+EOF
+}
+
+# Small heap: tests need a broker that answers, not a fast one; two cores are shared with Spark.
+java_cmd=(java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true
+  "-Dlog4j2.configurationFile=$data/log4j2.yaml" -cp "$libs/*")
+
+format_storage() {
+  if [ -f "$data/logs/meta.properties" ]; then return 0; fi
+  local cluster_id
+  cluster_id="$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+  "${java_cmd[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$data/server.properties" >"$data/format.out" 2>&1 \
+    || { cat "$data/format.out"; die "kafka: storage format failed"; }
+}
+
+answers() {
+  python3 - "$KAFKA_PORT" <<'EOF'
+import sys
+from confluent_kafka.admin import AdminClient
+try:
+    AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0}).list_topics(timeout=3)
+except Exception:
+    sys.exit(1)
+EOF
+}
+
+start() {
+  install
+  if is_running "$pidfile" && answers; then echo "kafka: already running on 127.0.0.1:$KAFKA_PORT"; return 0; fi
+  write_config
+  format_storage
+  nohup "${java_cmd[@]}" kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
+  echo $! >"$pidfile"
+  wait_until "kafka" 120 answers || { tail -n 40 "$log" "$data/server.log" 2>/dev/null; die "kafka: did not answer on 127.0.0.1:$KAFKA_PORT"; }
+  echo "kafka: running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$pidfile"))"
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop_pid "kafka" "$pidfile" 60 ;;
+  status) is_running "$pidfile" && answers ;;
+  reset) stop_pid "kafka" "$pidfile" 60; rm -rf "$data" ;;
+  *) die "usage: $0 install|start|stop|status|reset" ;;
+esac
