@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-python3 -m pip install --quiet --disable-pip-version-check ./tests/fixtures/example_plugin
+if [ -d tests/fixtures/example_plugin ]; then
+  python3 -m pip install --quiet --disable-pip-version-check ./tests/fixtures/example_plugin
+fi

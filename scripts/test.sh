@@ -4,9 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/services.sh install
 started=()
-for service in kafka registry; do
+services=(kafka)
+[ -f scripts/schema_registry.sh ] && services+=(registry)
+bash scripts/services.sh install "${services[@]}"
+for service in "${services[@]}"; do
   if ! bash scripts/services.sh status "$service" >/dev/null 2>&1; then
     bash scripts/services.sh start "$service"
     started+=("$service")

@@ -39,6 +39,8 @@ def kafka_bootstrap() -> str:
 
 @pytest.fixture(scope="session")
 def registry_url(kafka_bootstrap: str) -> str:
+    if not (REPO / "scripts" / "schema_registry.sh").exists():
+        pytest.skip("no schema registry service script in this version (scripts/schema_registry.sh)")
     ensure_service("schema_registry.sh")
     return REGISTRY_URL
 
