@@ -80,8 +80,9 @@ def main() -> None:
         f"source: {{type: datagen, count: {count}, rate: {rate}, partitions: 4, tables: 3, "
         f"event_size: {args.event_size}}}\n"
         f'transforms: [{{type: route, regex: "(.*)", replacement: "{prefix}.$1"}}]\n'
-        f"sink: {{type: kafka, bootstrap_servers: '{args.bootstrap}', converter: {args.converter}, "
-        f"schema_registry_url: '{args.registry}'}}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{args.bootstrap}', converter: {args.converter}"
+        + (f", schema_registry_url: '{args.registry}'" if args.converter == "avro" else "")
+        + "}\n"
         "checkpoint: {type: file, path: ckpt, interval_ms: 1000}\n"
     )
     acks = _AckTimes()

@@ -211,10 +211,17 @@ class RouteTransform(Transform[RouteConfig]):
         self._pattern = re.compile(config.regex)
         # Kafka Connect writes groups as $1; Python's re wants \1.
         self._template = re.sub(r"\$(\d+)", r"\\g<\1>", config.replacement)
+        # A pipeline has few distinct topics; expanding a template per record is costly.
+        self._routes: dict[str, str] = {}
 
     def _route(self, topic: str) -> str:
-        match = self._pattern.fullmatch(topic)
-        return match.expand(self._template) if match else topic
+        routed = self._routes.get(topic)
+        if routed is None:
+            match = self._pattern.fullmatch(topic)
+            routed = match.expand(self._template) if match else topic
+            if len(self._routes) < 100_000:
+                self._routes[topic] = routed
+        return routed
 
     def apply(self, event: ChangeEvent) -> ChangeEvent | None:
         return event.with_changes(topic=self._route(event.destination()))
