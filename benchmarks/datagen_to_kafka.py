@@ -123,7 +123,10 @@ def main() -> None:
     for key, value in result.items():
         print(f"{key:>20}: {value}")
     if rss_samples:
-        print("  rss over time (s, MB): " + ", ".join(f"({t:.0f}, {m:.0f})" for t, m in rss_samples[:: max(1, len(rss_samples) // 12)]))
+        print(
+            "  rss over time (s, MB): "
+            + ", ".join(f"({t:.0f}, {m:.0f})" for t, m in rss_samples[:: max(1, len(rss_samples) // 12)])
+        )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ REGISTRY_URL = os.environ.get("CDCFLOW_REGISTRY", "http://127.0.0.1:8081/apis/cc
 
 
 def _service(script: str, action: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(REPO / "scripts" / script), action], capture_output=True, text=True,
-                          timeout=600, check=False)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / script), action], capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 def ensure_service(script: str) -> None:

@@ -28,8 +28,14 @@ class Received:
 
 def read_topics(bootstrap: str, topics: list[str], timeout_s: float = 60.0) -> list[Received]:
     """Every record currently in ``topics``, in offset order per partition."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdcflow-tests-reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "cdcflow-tests-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     try:
         metadata = consumer.list_topics(timeout=30)
         assignment, ends = [], {}
@@ -53,8 +59,16 @@ def read_topics(bootstrap: str, topics: list[str], timeout_s: float = 60.0) -> l
                 if message.offset() >= ends.get(where, 0):
                     remaining.discard(where)
                 continue
-            received.append(Received(message.topic(), message.partition(), message.offset(), message.key(),
-                                     message.value(), dict(message.headers() or [])))
+            received.append(
+                Received(
+                    message.topic(),
+                    message.partition(),
+                    message.offset(),
+                    message.key(),
+                    message.value(),
+                    dict(message.headers() or []),
+                )
+            )
             if message.offset() + 1 >= ends[where]:
                 remaining.discard(where)
         return received
@@ -71,8 +85,9 @@ def topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
 
 
 def datagen(config: dict[str, Any]) -> DatagenSource:
-    return DatagenSource(DatagenConfig.model_validate({"type": "datagen", **config}),
-                         PluginContext("expected", Path("expected.yaml")))
+    return DatagenSource(
+        DatagenConfig.model_validate({"type": "datagen", **config}), PluginContext("expected", Path("expected.yaml"))
+    )
 
 
 def event_id(payload: dict[str, Any]) -> int:
@@ -91,8 +106,9 @@ def check_against_datagen(source: DatagenSource, payloads: list[dict[str, Any]])
             got, want = payload[image], expected[image]
             assert (got is None) == (want is None), (image, payload)
             if got is not None:
-                assert {k: v for k, v in got.items() if k != "updated_at_us"} == \
-                    {k: v for k, v in want.items() if k != "updated_at_us"}
+                assert {k: v for k, v in got.items() if k != "updated_at_us"} == {
+                    k: v for k, v in want.items() if k != "updated_at_us"
+                }
         assert payload["op"] == expected["op"]
 
 
@@ -107,5 +123,10 @@ def assert_per_key_order(records: list[tuple[Received, dict[str, Any]]]) -> None
 
 
 def run_cdcflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "connector_core.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "connector_core.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

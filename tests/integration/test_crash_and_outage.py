@@ -37,8 +37,12 @@ def pipeline(folder: Path, prefix: str, bootstrap: str, count: int, rate: int) -
 
 
 def start(file: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "connector_core.cli", "run", str(file)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def delivered_counts(bootstrap: str, prefix: str) -> Counter[int]:
@@ -66,8 +70,10 @@ def test_sigkill_twenty_times_loses_nothing(tmp_path: Path, kafka_bootstrap: str
     counts = delivered_counts(kafka_bootstrap, topic_prefix)
     missing = set(range(count)) - set(counts)
     duplicates = sum(counts.values()) - len(counts)
-    print(f"\ncrash test: {kills} SIGKILLs, {count} events, 0 expected lost, {len(missing)} lost, "
-          f"{duplicates} duplicates ({duplicates / max(kills, 1):.0f} per kill)")
+    print(
+        f"\ncrash test: {kills} SIGKILLs, {count} events, 0 expected lost, {len(missing)} lost, "
+        f"{duplicates} duplicates ({duplicates / max(kills, 1):.0f} per kill)"
+    )
     assert kills >= 20
     assert not missing
     # Each kill can replay at most what was read since the last commit: one read cycle of every
@@ -101,13 +107,23 @@ def test_broker_down_for_20_seconds_mid_stream_loses_nothing(
     process = start(file)
     try:
         time.sleep(4)
-        stopped = subprocess.run(["bash", str(REPO / "scripts" / "kafka.sh"), "stop"], capture_output=True,
-                                 text=True, timeout=120, check=False)
+        stopped = subprocess.run(
+            ["bash", str(REPO / "scripts" / "kafka.sh"), "stop"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert stopped.returncode == 0, stopped.stderr
         time.sleep(20)
         assert process.poll() is None, "the pipeline must wait for the broker, not exit"
-        started = subprocess.run(["bash", str(REPO / "scripts" / "kafka.sh"), "start"], capture_output=True,
-                                 text=True, timeout=300, check=False)
+        started = subprocess.run(
+            ["bash", str(REPO / "scripts" / "kafka.sh"), "start"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert started.returncode == 0, started.stdout + started.stderr
         _, stderr = process.communicate(timeout=300)
     finally:

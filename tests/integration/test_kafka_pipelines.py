@@ -42,11 +42,16 @@ def datagen_yaml(prefix: str) -> str:
 def test_datagen_to_kafka_json_delivers_every_event_once_in_key_order(
     tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
-    file = write_pipeline(tmp_path, "json", (
-        f"name: json-{topic_prefix}\n" + datagen_yaml(topic_prefix)
-        + f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', converter: json}}\n"
-        + "checkpoint: {type: file, path: ckpt}\n"
-    ))
+    file = write_pipeline(
+        tmp_path,
+        "json",
+        (
+            f"name: json-{topic_prefix}\n"
+            + datagen_yaml(topic_prefix)
+            + f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', converter: json}}\n"
+            + "checkpoint: {type: file, path: ckpt}\n"
+        ),
+    )
     result = run_cdcflow("run", str(file))
     assert result.returncode == 0, result.stderr
 
@@ -68,22 +73,35 @@ def test_datagen_to_kafka_json_delivers_every_event_once_in_key_order(
 def test_datagen_to_kafka_avro_in_confluent_wire_format(
     tmp_path: Path, kafka_bootstrap: str, registry_url: str, topic_prefix: str
 ) -> None:
-    file = write_pipeline(tmp_path, "avro", (
-        f"name: avro-{topic_prefix}\n" + datagen_yaml(topic_prefix)
-        + f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', converter: avro, "
-        + "schema_registry_url: '${REGISTRY_URL}'}\n"
-        + "checkpoint: {type: file, path: ckpt}\n"
-    ))
+    file = write_pipeline(
+        tmp_path,
+        "avro",
+        (
+            f"name: avro-{topic_prefix}\n"
+            + datagen_yaml(topic_prefix)
+            + f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', converter: avro, "
+            + "schema_registry_url: '${REGISTRY_URL}'}\n"
+            + "checkpoint: {type: file, path: ckpt}\n"
+        ),
+    )
     import os
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "connector_core.cli", "run", str(file)], capture_output=True,
-                            text=True, timeout=300, env={**os.environ, "REGISTRY_URL": registry_url}, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "REGISTRY_URL": registry_url},
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
 
-    decoder = AvroConverter(AvroConverterConfig(type="avro", schema_registry_url=registry_url),
-                            PluginContext("reader", tmp_path / "reader.yaml"))
+    decoder = AvroConverter(
+        AvroConverterConfig(type="avro", schema_registry_url=registry_url),
+        PluginContext("reader", tmp_path / "reader.yaml"),
+    )
     topics = topics_with_prefix(kafka_bootstrap, topic_prefix)
     received = read_topics(kafka_bootstrap, topics)
     assert all(r.value is not None and r.value[0] == 0 for r in received)  # magic byte
@@ -98,26 +116,41 @@ def test_datagen_to_kafka_avro_in_confluent_wire_format(
 def test_kafka_to_kafka_copies_every_event_and_commits_the_group(
     tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
-    upstream = write_pipeline(tmp_path, "up", (
-        f"name: up-{topic_prefix}\n" + datagen_yaml(topic_prefix)
-        + f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}'}}\ncheckpoint: {{type: file, path: ck-up}}\n"
-    ))
+    upstream = write_pipeline(
+        tmp_path,
+        "up",
+        (
+            f"name: up-{topic_prefix}\n"
+            + datagen_yaml(topic_prefix)
+            + f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}'}}\n"
+            + "checkpoint: {type: file, path: ck-up}\n"
+        ),
+    )
     assert run_cdcflow("run", str(upstream)).returncode == 0
     source_topics = topics_with_prefix(kafka_bootstrap, topic_prefix)
-    copy = write_pipeline(tmp_path, "copy", (
-        f"name: copy-{topic_prefix}\n"
-        f"source: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topics: {json.dumps(source_topics)}}}\n"
-        f'transforms: [{{type: route, regex: "{topic_prefix}\\\\.(.*)", replacement: "copy-{topic_prefix}.$1"}}]\n'
-        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}'}}\ncheckpoint: {{type: file, path: ck-copy}}\n"
-    ))
+    copy = write_pipeline(
+        tmp_path,
+        "copy",
+        (
+            f"name: copy-{topic_prefix}\n"
+            f"source: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topics: {json.dumps(source_topics)}}}\n"
+            f'transforms: [{{type: route, regex: "{topic_prefix}\\\\.(.*)", replacement: "copy-{topic_prefix}.$1"}}]\n'
+            f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}'}}\n"
+            "checkpoint: {type: file, path: ck-copy}\n"
+        ),
+    )
     import signal
     import subprocess
     import sys
     import time
 
     # The kafka source never ends by itself: stop it once the group has committed everything.
-    process = subprocess.Popen([sys.executable, "-m", "connector_core.cli", "run", str(copy)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "connector_core.cli", "run", str(copy)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     from confluent_kafka import Consumer, TopicPartition
 
     group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"cdcflow-copy-{topic_prefix}"})

@@ -1,0 +1,161 @@
+"""Every kind of bad pipeline file gives an error naming the file, line, field, expectation and finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from connector_core.cli import main
+from connector_core.config import load_pipeline
+from connector_core.errors import ConfigFieldError, ConfigFileError, MissingEnvironmentVariableError
+from plugins import PluginRegistry
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def registry() -> PluginRegistry:
+    return PluginRegistry.from_entry_points()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    file = tmp_path / "pipeline.yaml"
+    file.write_text(text)
+    return file
+
+
+GOOD_SOURCE = "source: {type: datagen, count: 10}\n"
+GOOD_SINK = "sink: {type: file, path: out.jsonl}\n"
+
+
+def problem_lines(error: ConfigFieldError) -> list[str]:
+    return str(error).splitlines()
+
+
+def test_unknown_sink_type_names_field_line_and_installed_types(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + "sink: {type: kafak}\n")
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    [line] = problem_lines(caught.value)
+    assert line.startswith(f"{file}: line 3: field sink.type:")
+    assert "kafka" in line and "file" in line  # the installed choices
+    assert line.endswith("found 'kafak'")
+
+
+def test_unknown_field_inside_a_plugin_section(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\nsource:\n  type: datagen\n  cuont: 5\n" + GOOD_SINK)
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    [line] = problem_lines(caught.value)
+    assert line.startswith(f"{file}: line 4: field source.cuont: expected one of the known fields (")
+    assert "count" in line and line.endswith("found an unrecognized field")
+
+
+def test_unknown_top_level_field(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + GOOD_SINK + "sinks: {}\n")
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    assert "line 4: field sinks: expected one of the known fields" in str(caught.value)
+
+
+def test_missing_required_field_of_a_plugin(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + "sink: {type: kafka, converter: json}\n")
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    assert str(caught.value) == (
+        f"{file}: line 3: field sink.bootstrap_servers: expected a value (the field is required), found nothing"
+    )
+
+
+def test_wrong_type_says_what_was_found(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + GOOD_SINK + "engine:\n  workers: two\n")
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    message = str(caught.value)
+    assert message.startswith(f"{file}: line 5: field engine.workers: expected a valid integer")
+    assert message.endswith("found 'two'")
+
+
+def test_unreadable_yaml_gives_the_line(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\nsource: {type: datagen\n" + GOOD_SINK)
+    with pytest.raises(ConfigFileError) as caught:
+        load_pipeline(file, registry)
+    assert str(caught.value).startswith(f"{file}: line 3: not valid YAML")
+
+
+def test_missing_file(tmp_path: Path, registry: PluginRegistry) -> None:
+    with pytest.raises(ConfigFileError, match="cannot read the file"):
+        load_pipeline(tmp_path / "absent.yaml", registry)
+
+
+def test_duplicate_key(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + GOOD_SINK + "name: q\n")
+    with pytest.raises(ConfigFileError, match="line 4: field name appears twice"):
+        load_pipeline(file, registry)
+
+
+def test_missing_environment_variable(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + "sink: {type: kafka, bootstrap_servers: '${NO_SUCH_VAR}'}\n")
+    with pytest.raises(MissingEnvironmentVariableError) as caught:
+        load_pipeline(file, registry, environ={})
+    assert "line 3: field sink.bootstrap_servers: environment variable NO_SUCH_VAR is not set" in str(caught.value)
+
+
+def test_environment_defaults_and_numbers(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(
+        tmp_path,
+        (
+            "name: p\nsource: {type: datagen, count: '${COUNT}'}\n"
+            "sink: {type: kafka, bootstrap_servers: '${BROKER:-localhost:1}', converter: json}\n"
+        ),
+    )
+    spec = load_pipeline(file, registry, environ={"COUNT": "42"})
+    assert spec.source.config.count == 42  # type: ignore[attr-defined]
+    assert spec.sink.config.bootstrap_servers == "localhost:1"  # type: ignore[attr-defined]
+
+
+def test_relative_paths_resolve_against_the_pipeline_folder(tmp_path: Path, registry: PluginRegistry) -> None:
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    file = folder / "p.yaml"
+    file.write_text("name: p\n" + GOOD_SOURCE + GOOD_SINK + "checkpoint: {type: file, path: ../state}\n")
+    spec = load_pipeline(file, registry)
+    assert spec.sink.config.path == folder / "out.jsonl"  # type: ignore[attr-defined]
+    assert spec.checkpoint.config.path == tmp_path / "state"  # type: ignore[attr-defined]
+
+
+def test_default_checkpoint_is_a_file_store_under_state(tmp_path: Path, registry: PluginRegistry) -> None:
+    spec = load_pipeline(write(tmp_path, "name: orders\n" + GOOD_SOURCE + GOOD_SINK), registry)
+    assert spec.checkpoint.config.type == "file"
+    assert spec.checkpoint.config.path == tmp_path / "state" / "orders"  # type: ignore[attr-defined]
+
+
+def test_several_problems_are_reported_together(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\nsource: {type: datagen, cuont: 1}\nsink: {type: nope}\n")
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    assert [p.path for p in caught.value.problems] == ["source.cuont", "sink.type"]
+
+
+def test_validate_command_exits_2_and_prints_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + "sink: {type: kafak}\n")
+    assert main(["validate", str(file)]) == 2
+    assert f"{file}: line 3: field sink.type" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()  # nothing started
+
+
+def test_validate_checks_nested_converter_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = write(
+        tmp_path,
+        "name: p\n"
+        + GOOD_SOURCE
+        + "sink: {type: kafka, bootstrap_servers: 'x:1', converter: {type: json, schema: 1}}\n",
+    )
+    assert main(["validate", str(file)]) == 2
+    assert "field sink.converter.schema: expected one of the known fields" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("file", sorted((REPO / "config").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_pipelines_validate(file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(file)]) == 0, capsys.readouterr().err

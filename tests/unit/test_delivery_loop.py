@@ -1,0 +1,190 @@
+"""The delivery loop's promises, checked with a recording sink (cdcflow's own Sink interface)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import pytest
+
+from connector_core.config import parse_pipeline
+from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink
+from connector_core.errors import SinkDeliveryError
+from connector_core.events import Record
+from connector_core.pipeline import HashAssignment, PipelineRunner, RecordFailedError, build_runner
+from plugins import PluginRegistry
+
+
+class RecordingSinkConfig(PluginConfig):
+    fail_flushes: int = 0
+
+
+class RecordingSink(Sink[RecordingSinkConfig]):
+    """Keeps what was flushed (durable) apart from what was only written."""
+
+    type_name = "recording"
+    config_model = RecordingSinkConfig
+    durable: ClassVar[list[Record]] = []
+    calls: ClassVar[list[str]] = []
+
+    def __init__(self, config: RecordingSinkConfig, context: PluginContext) -> None:
+        super().__init__(config, context)
+        self.pending: list[Record] = []
+        self.failures_left = config.fail_flushes
+
+    def write(self, records: Sequence[Record]) -> list[Rejected]:
+        self.pending.extend(records)
+        return []
+
+    def flush(self) -> list[Rejected]:
+        self.calls.append("flush")
+        if self.failures_left:
+            self.failures_left -= 1
+            self.pending.clear()  # what was buffered is lost, as with a failed delivery
+            raise SinkDeliveryError("simulated lost delivery")
+        type(self).durable.extend(self.pending)
+        self.pending.clear()
+        return []
+
+
+@pytest.fixture
+def registry() -> PluginRegistry:
+    registry = PluginRegistry.from_entry_points()
+    registry.register(SimpleNamespace(cdcflow_sink_types=lambda: [RecordingSink]), "tests")
+    RecordingSink.durable = []
+    RecordingSink.calls = []
+    return registry
+
+
+def pipeline(tmp_path: Path, registry: PluginRegistry, **sections: Any) -> PipelineRunner:
+    data = {
+        "name": "loop",
+        "source": {"type": "datagen", "count": 2000, "partitions": 3, "event_size": 8},
+        "sink": {"type": "recording"},
+        "checkpoint": {"type": "file", "path": str(tmp_path / "ckpt"), "interval_ms": 1},
+        "engine": {"max_records_per_read": 100, "batch_size": 50, "poll_interval_ms": 1},
+        "errors": {"retry": {"initial_backoff_ms": 1, "max_backoff_ms": 2}},
+        **sections,
+    }
+    spec = parse_pipeline(data, tmp_path / "loop.yaml", registry)
+    return build_runner(spec, registry)
+
+
+def seqs(records: list[Record]) -> Counter[int]:
+    return Counter(
+        int((r.value_payload() or {})["after" if r.after else "before"]["seq"])  # type: ignore[union-attr]
+        for r in records
+    )
+
+
+def committed_offsets(tmp_path: Path) -> dict[str, int]:
+    return {
+        f.name.split(".")[0]: json.loads(f.read_text())["offset"]["seq"]
+        for f in (tmp_path / "ckpt").glob("*.checkpoint.json")
+    }
+
+
+def test_a_failed_flush_replays_from_the_checkpoint_and_loses_nothing(tmp_path: Path, registry: PluginRegistry) -> None:
+    runner = pipeline(tmp_path, registry, sink={"type": "recording", "fail_flushes": 3})
+    runner.run()
+    delivered = seqs(RecordingSink.durable)
+    assert set(delivered) == set(range(2000))
+    assert committed_offsets(tmp_path) == {"datagen-0": 667, "datagen-1": 667, "datagen-2": 666}
+
+
+def test_offsets_are_committed_only_after_a_successful_flush(tmp_path: Path, registry: PluginRegistry) -> None:
+    runner = pipeline(tmp_path, registry)
+    original_commit = runner.store.commit
+
+    def recording_commit(checkpoints: Any) -> None:
+        RecordingSink.calls.append("commit")
+        durable = seqs(RecordingSink.durable)
+        for pid, checkpoint in checkpoints.items():
+            index = int(pid.rsplit("-", 1)[1])
+            # every event of the partition up to the committed offset is already durable
+            assert all((seq - 1) * 3 + index in durable for seq in range(1, checkpoint.offset["seq"] + 1))
+        original_commit(checkpoints)
+
+    runner.store.commit = recording_commit  # type: ignore[method-assign]
+    runner.run()
+    assert RecordingSink.calls.count("commit") >= 1
+    assert all(RecordingSink.calls[i - 1] == "flush" for i, c in enumerate(RecordingSink.calls) if c == "commit")
+
+
+def test_tolerance_none_stops_before_committing_the_failed_range(tmp_path: Path, registry: PluginRegistry) -> None:
+    runner = pipeline(tmp_path, registry, transforms=[{"type": "mask", "columns": ["table_2.id"], "mode": "drop"}])
+    with pytest.raises(RecordFailedError, match="transform:mask"):
+        runner.run()
+    durable = seqs(RecordingSink.durable)
+    committed = committed_offsets(tmp_path)
+    for pid, seq in committed.items():
+        index = int(pid.rsplit("-", 1)[1])
+        assert all((s - 1) * 3 + index in durable for s in range(1, seq + 1))
+    assert sum(committed.values()) < 2000
+
+
+def test_tolerance_all_routes_rejected_records_to_the_dead_letter_file(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    runner = pipeline(
+        tmp_path,
+        registry,
+        transforms=[{"type": "mask", "columns": ["table_2.id"], "mode": "drop"}],
+        errors={"tolerance": "all", "dead_letter": {"type": "file", "path": str(tmp_path / "dlq.jsonl")}},
+    )
+    runner.run()
+    dead = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
+    delivered = seqs(RecordingSink.durable)
+    dead_seqs = {(d["value"]["after"] or d["value"]["before"])["seq"] for d in dead}
+    assert dead and all(d["destination"].endswith("table_2") for d in dead)
+    assert all(d["headers"]["cdcflow.error.stage"] == "transform:mask" for d in dead)
+    assert all(d["headers"]["cdcflow.error.class"] == "TransformError" for d in dead)
+    assert dead_seqs.isdisjoint(delivered) and dead_seqs | set(delivered) == set(range(2000))
+
+
+def test_graceful_stop_then_restart_delivers_each_event_exactly_once(tmp_path: Path, registry: PluginRegistry) -> None:
+    first = pipeline(tmp_path, registry)
+    original_write = first.sink.write
+
+    def write_then_stop(records: Sequence[Record]) -> list[Rejected]:
+        if len(RecordingSink.durable) + len(records) > 600:
+            first.stop.set()  # as SIGTERM would, in the middle of a read cycle
+        return original_write(records)
+
+    first.sink.write = write_then_stop  # type: ignore[method-assign]
+    first.run()
+    stopped_with = len(RecordingSink.durable)
+    assert 0 < stopped_with < 2000
+    pipeline(tmp_path, registry).run()
+    delivered = seqs(RecordingSink.durable)
+    assert set(delivered) == set(range(2000)) and max(delivered.values()) == 1
+
+
+@pytest.mark.parametrize("workers", [2, 3, 5])
+def test_hash_assignment_gives_every_partition_exactly_one_owner(workers: int) -> None:
+    ids = [f"datagen-{i}" for i in range(64)] + [f"topic:{i}" for i in range(16)]
+    owners = {pid: [w for w in range(workers) if HashAssignment(w, workers).owns(pid)] for pid in ids}
+    assert all(len(found) == 1 for found in owners.values())
+    assert len({found[0] for found in owners.values()}) == workers  # nobody idles on 80 partitions
+
+
+def test_stop_during_backoff_returns_without_committing(tmp_path: Path, registry: PluginRegistry) -> None:
+    runner = pipeline(
+        tmp_path,
+        registry,
+        sink={"type": "recording", "fail_flushes": 1000},
+        errors={"retry": {"initial_backoff_ms": 50, "max_backoff_ms": 50}},
+    )
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    while "flush" not in RecordingSink.calls:
+        thread.join(0.01)
+    runner.stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert committed_offsets(tmp_path) == {}
