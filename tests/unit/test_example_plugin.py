@@ -1,0 +1,57 @@
+"""A third-party plugin package, pip-installed, is listed and runs in a pipeline like a built-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+
+import pytest
+
+try:
+    distribution("cdcflow-example-plugin")
+except PackageNotFoundError:  # pragma: no cover - scripts/setup.sh installs it
+    pytest.skip("pip install ./tests/fixtures/example_plugin first", allow_module_level=True)
+
+
+def cdcflow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "connector_core.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def test_listed_with_its_package() -> None:
+    listing = cdcflow("plugins", "list").stdout.splitlines()
+    assert any(line.split()[:2] == ["source", "countdown"] and "cdcflow-example-plugin" in line for line in listing)
+    assert any(line.split()[:2] == ["transform", "uppercase"] for line in listing)
+
+
+def test_autoload_switch_keeps_only_builtins() -> None:
+    listing = cdcflow("plugins", "list", env={**os.environ, "CDCFLOW_DISABLE_PLUGIN_AUTOLOAD": "1"}).stdout
+    assert "countdown" not in listing and "datagen" in listing
+
+
+def test_runs_in_a_pipeline(tmp_path: Path) -> None:
+    file = tmp_path / "countdown.yaml"
+    file.write_text(
+        "name: countdown\n"
+        "source: {type: countdown, partitions: 3, per_partition: 7}\n"
+        "transforms: [{type: uppercase, column: word}]\n"
+        "sink: {type: file, path: out.jsonl}\n"
+    )
+    result = cdcflow("run", str(file))
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted(r["key"]["id"] for r in rows) == sorted(f"{p}-{n}" for p in range(3) for n in range(1, 8))
+    assert all(r["value"]["after"]["word"] == r["value"]["after"]["word"].upper() for r in rows)
+    assert {r["value"]["after"]["word"] for r in rows} == {f"COUNT {k}" for k in range(1, 8)}
+    offsets = json.loads(cdcflow("offsets", "show", str(file)).stdout)["partitions"]
+    assert {pid: o["offset"]["n"] for pid, o in offsets.items()} == {f"countdown-{p}": 7 for p in range(3)}

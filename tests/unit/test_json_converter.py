@@ -1,0 +1,51 @@
+"""The json converter writes Kafka Connect's schema+payload documents that read back to the same payload."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from connector_core.contract import PluginContext
+from connector_core.converters import JsonConverter, JsonConverterConfig
+from connector_core.events import ChangeEvent, Column, Op, RowSchema, SchemaChangeEvent, SourceInfo
+
+CONTEXT = PluginContext("t", Path("t.yaml"))
+SCHEMA = RowSchema(
+    "c1.ks.t",
+    (Column("id", "int", optional=False),),
+    (Column("id", "int", optional=False), Column("blob", "blob"), Column("tags", "set<text>")),
+)
+SOURCE = SourceInfo(
+    "cassandra", "c1", "ks", "t", "node1", {"file": "CommitLog-7-1.log", "pos": 12}, 1_700_000_000_123_456
+)
+
+
+def test_envelope_schema_and_payload() -> None:
+    converter = JsonConverter(JsonConverterConfig(type="json"), CONTEXT)
+    event = ChangeEvent(Op.CREATE, {"id": 7}, None, {"id": 7, "blob": b"\x00\xff", "tags": ["a"]}, SOURCE, 99, SCHEMA)
+    document = json.loads(converter.serialize_value(event, "c1.ks.t") or b"")
+    schema, payload = document["schema"], document["payload"]
+    assert schema["name"] == "c1.ks.t.Envelope"
+    after = next(f for f in schema["fields"] if f["field"] == "after")
+    assert [(f["field"], f["type"]) for f in after["fields"]] == [("id", "int32"), ("blob", "bytes"), ("tags", "array")]
+    assert payload["op"] == "c" and payload["before"] is None and payload["ts_ms"] == 99
+    assert base64.b64decode(payload["after"]["blob"]) == b"\x00\xff"
+    assert payload["source"]["ts_ms"] == 1_700_000_000_123 and json.loads(payload["source"]["position"])["pos"] == 12
+    assert converter.deserialize("c1.ks.t", converter.serialize_value(event, "x") or b"") == payload
+    key = json.loads(converter.serialize_key(event, "c1.ks.t") or b"")
+    assert key["payload"] == {"id": 7} and key["schema"]["fields"][0] == {
+        "type": "int32",
+        "optional": False,
+        "field": "id",
+    }
+
+
+def test_unwrapped_delete_is_a_tombstone_and_schema_changes_have_their_own_shape() -> None:
+    converter = JsonConverter(JsonConverterConfig(type="json", schemas_enable=False), CONTEXT)
+    tombstone = ChangeEvent(Op.DELETE, {"id": 7}, None, None, SOURCE, 0, SCHEMA, envelope=False)
+    assert converter.serialize_value(tombstone, "t") is None
+    change = SchemaChangeEvent("ks", "t", "ALTER TABLE ks.t ADD c int", SOURCE, 5)
+    assert change.destination() == "c1"
+    assert json.loads(converter.serialize_key(change, "c1") or b"") == {"keyspace": "ks"}
+    assert json.loads(converter.serialize_value(change, "c1") or b"")["ddl"] == "ALTER TABLE ks.t ADD c int"
