@@ -21,7 +21,7 @@ install() {
   if [ -f "$libs/.complete" ]; then return 0; fi
   echo "kafka: resolving Kafka $KAFKA_VERSION from Maven Central into $libs"
   rm -rf "$libs" && mkdir -p "$libs"
-  mvn -q -B -f "$here/maven/kafka/pom.xml" dependency:copy-dependencies \
+  mvn -q -B -Dstyle.color=never -f "$here/maven/kafka/pom.xml" dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$libs"
   touch "$libs/.complete"
 }

@@ -175,3 +175,27 @@ def test_kafka_to_kafka_copies_every_event_and_commits_the_group(
     counts = Counter(event_id(p) for p in payloads)
     assert set(counts) == set(range(DATAGEN["count"])) and max(counts.values()) == 1
     check_against_datagen(datagen(DATAGEN), payloads)
+
+
+def test_two_worker_processes_split_the_partitions(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
+    file = write_pipeline(
+        tmp_path,
+        "workers",
+        (
+            f"name: workers-{topic_prefix}\n"
+            + datagen_yaml(topic_prefix).replace("partitions: 3", "partitions: 8")
+            + f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}'}}\n"
+            + "checkpoint: {type: file, path: ckpt}\n"
+            + "engine: {workers: 2}\n"
+        ),
+    )
+    result = run_cdcflow("run", str(file))
+    assert result.returncode == 0, result.stderr
+    payloads = [
+        json.loads(r.value)["payload"]
+        for r in read_topics(kafka_bootstrap, topics_with_prefix(kafka_bootstrap, topic_prefix))
+    ]
+    counts = Counter(event_id(p) for p in payloads)
+    assert set(counts) == set(range(DATAGEN["count"])) and max(counts.values()) == 1
+    checkpoints = sorted(p.name for p in (tmp_path / "ckpt").glob("*.checkpoint.json"))
+    assert checkpoints == sorted(f"datagen-{i}.checkpoint.json" for i in range(8))

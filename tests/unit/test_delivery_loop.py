@@ -188,3 +188,24 @@ def test_stop_during_backoff_returns_without_committing(tmp_path: Path, registry
     thread.join(10)
     assert not thread.is_alive()
     assert committed_offsets(tmp_path) == {}
+
+
+def test_metrics_count_events_and_expose_the_committed_watermark(tmp_path: Path, registry: PluginRegistry) -> None:
+    from connector_core.metrics import METRICS_REGISTRY
+
+    runner = pipeline(tmp_path, registry, name="metrics-check")
+    runner.run()
+
+    def sample(metric: str) -> float | None:
+        value: float | None = METRICS_REGISTRY.get_sample_value(metric, {"pipeline": "metrics-check"})
+        return value
+
+    assert sample("cdcflow_events_in_total") == 2000
+    assert sample("cdcflow_events_out_total") == 2000
+    assert sample("cdcflow_partitions_owned") == 3
+    assert (sample("cdcflow_checkpoints_total") or 0) >= 1
+    committed = max(json.loads(f.read_text())["watermark_us"] for f in (tmp_path / "ckpt").glob("*.json"))
+    watermark = sample("cdcflow_watermark_seconds")
+    assert watermark is not None and watermark <= committed / 1e6
+    lag = sample("cdcflow_checkpoint_lag_seconds")
+    assert lag is not None and lag >= 0
