@@ -1,0 +1,72 @@
+"""The compacted-topic checkpoint store and the Kafka dead-letter topic, against the real broker."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from connector_core.contract import Checkpoint, PluginContext
+from sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
+from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, topics_with_prefix
+
+pytestmark = pytest.mark.kafka
+
+
+def store(bootstrap: str, topic: str, pipeline: str) -> KafkaCheckpointStore:
+    s = KafkaCheckpointStore(
+        KafkaCheckpointConfig(type="kafka", bootstrap_servers=bootstrap, topic=topic),
+        PluginContext(pipeline, Path("p.yaml")),
+    )
+    s.open()
+    return s
+
+
+def test_checkpoints_round_trip_keep_the_newest_and_reset(kafka_bootstrap: str, topic_prefix: str) -> None:
+    topic = f"{topic_prefix}-offsets"
+    first, other = store(kafka_bootstrap, topic, "orders"), store(kafka_bootstrap, topic, "payments")
+    try:
+        first.commit({"p/0": Checkpoint({"seq": 1}, 10, 100), "p/1": Checkpoint({"seq": 5}, 50, 100)})
+        first.commit({"p/0": Checkpoint({"seq": 2}, 20, 200)})
+        other.commit({"p/0": Checkpoint({"seq": 99}, 990, 300)})
+        reloaded = store(kafka_bootstrap, topic, "orders")
+        assert reloaded.load() == {"p/0": Checkpoint({"seq": 2}, 20, 200), "p/1": Checkpoint({"seq": 5}, 50, 100)}
+        reloaded.reset(["p/1"])
+        assert store(kafka_bootstrap, topic, "orders").load() == {"p/0": Checkpoint({"seq": 2}, 20, 200)}
+        assert store(kafka_bootstrap, topic, "payments").load() == {"p/0": Checkpoint({"seq": 99}, 990, 300)}
+    finally:
+        first.close()
+        other.close()
+
+
+def test_pipeline_resumes_from_kafka_checkpoints_and_dead_letters_go_to_a_topic(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    file = tmp_path / "p.yaml"
+    file.write_text(
+        f"name: dl-{topic_prefix}\n"
+        "source: {type: datagen, count: 3000, partitions: 2, tables: 3, event_size: 16}\n"
+        "transforms:\n"
+        "  - {type: mask, columns: [table_2.id], mode: drop}\n"
+        f'  - {{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}'}}\n"
+        f"checkpoint: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topic: {topic_prefix}-offsets}}\n"
+        f"errors: {{tolerance: all, dead_letter: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', "
+        f"topic: {topic_prefix}-dlq}}}}\n"
+    )
+    assert run_cdcflow("run", str(file)).returncode == 0
+    shown = json.loads(run_cdcflow("offsets", "show", str(file)).stdout)["partitions"]
+    assert {pid: c["offset"]["seq"] for pid, c in shown.items()} == {"datagen-0": 1500, "datagen-1": 1500}
+    # A second run starts from the committed offsets: nothing is written again.
+    assert run_cdcflow("run", str(file)).returncode == 0
+
+    delivered = read_topics(kafka_bootstrap, [t for t in topics_with_prefix(kafka_bootstrap, f"{topic_prefix}.")])
+    dead = read_topics(kafka_bootstrap, [f"{topic_prefix}-dlq"])
+    delivered_ids = Counter(event_id(json.loads(r.value)["payload"]) for r in delivered if r.value)
+    dead_ids = Counter(event_id(json.loads(r.value)["payload"]) for r in dead if r.value)
+    assert max(delivered_ids.values()) == 1 and max(dead_ids.values()) == 1
+    assert set(delivered_ids) | set(dead_ids) == set(range(3000)) and not set(delivered_ids) & set(dead_ids)
+    assert all(r.headers["cdcflow.error.stage"] == b"transform:mask" for r in dead)
+    assert {r.headers["cdcflow.error.original_topic"] for r in dead} == {b"datagen.shop.table_2"}
