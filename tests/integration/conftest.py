@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_BOOTSTRAP = os.environ.get("CDCFLOW_KAFKA", "127.0.0.1:9092")
-REGISTRY_URL = os.environ.get("CDCFLOW_REGISTRY", "http://127.0.0.1:8081/apis/ccompat/v7")
+REGISTRY_URL = os.environ.get("CDCFLOW_REGISTRY", "http://127.0.0.1:8081")
 
 
 def _service(script: str, action: str) -> subprocess.CompletedProcess[str]:

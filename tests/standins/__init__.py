@@ -1,0 +1,1 @@
+"""Stand-ins for services that cannot run on the build machines (see README, Limits)."""
