@@ -7,6 +7,7 @@ import io
 import json
 import struct
 import threading
+from dataclasses import replace
 from typing import Any
 
 import fastavro
@@ -24,6 +25,7 @@ __all__ = [
     "JsonConverter",
     "JsonConverterConfig",
     "SchemaRegistryClient",
+    "converter_from_fields",
 ]
 
 
@@ -205,3 +207,20 @@ class AvroConverter(Converter[AvroConverterConfig]):
         if not isinstance(decoded, dict):
             raise ConverterError(f"payload on {destination} is not an Avro record")
         return decoded
+
+
+def converter_from_fields(
+    converter: str | dict[str, Any], schema_registry_url: str | None, context: PluginContext
+) -> Converter[Any]:
+    """The converter a plugin's ``converter`` (+ ``schema_registry_url``) fields name.
+
+    ``converter: avro`` with ``schema_registry_url`` beside it is the short form of
+    ``converter: {type: avro, schema_registry_url: ...}``; any registered converter type works.
+    """
+    if context.factory is None:
+        raise ConverterError("building a converter needs the plugin registry in the plugin context")
+    section: str | dict[str, Any] = converter
+    if isinstance(section, str) and schema_registry_url is not None:
+        section = {"type": section, "schema_registry_url": schema_registry_url}
+    path = f"{context.field_path}.converter" if context.field_path else "converter"
+    return context.factory.create_converter(section, replace(context, field_path=path))

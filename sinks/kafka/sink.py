@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import Field
 
 from connector_core.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
+from connector_core.converters import converter_from_fields
 from connector_core.errors import ConverterError, RecordRejectedError, SinkDeliveryError, SinkUnavailableError
 from connector_core.events import Record
 
@@ -58,13 +59,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def __init__(self, config: KafkaSinkConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        assert context.factory is not None, "the kafka sink needs the plugin factory for its converter"
-        converter_config: str | dict[str, Any] = config.converter
-        if isinstance(converter_config, str) and config.schema_registry_url is not None:
-            converter_config = {"type": converter_config, "schema_registry_url": config.schema_registry_url}
-        self.converter: Converter[Any] = context.factory.create_converter(
-            converter_config, _child(context, "converter")
-        )
+        self.converter: Converter[Any] = converter_from_fields(config.converter, config.schema_registry_url, context)
         self._producer: Producer | None = None
         self._rejected: list[Rejected] = []
         self._undelivered: list[KafkaError] = []
@@ -164,9 +159,3 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             # replayed; a short flush just avoids needless duplicates.
             self._producer.flush(5.0)
             self._producer = None
-
-
-def _child(context: PluginContext, field: str) -> PluginContext:
-    from dataclasses import replace
-
-    return replace(context, field_path=f"{context.field_path}.{field}" if context.field_path else field)

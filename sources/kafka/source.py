@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from pydantic import Field
 
 from connector_core.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Source
+from connector_core.converters import converter_from_fields
 from connector_core.errors import ConverterError, SourceDataError, SourceUnavailableError
 from connector_core.events import ChangeEvent, Op, Record, SourceInfo
 from sinks.kafka.sink import client_settings
@@ -46,11 +47,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
 
     def __init__(self, config: KafkaSourceConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        assert context.factory is not None, "the kafka source needs the plugin factory for its converter"
-        converter_config: str | dict[str, Any] = config.converter
-        if isinstance(converter_config, str) and config.schema_registry_url is not None:
-            converter_config = {"type": converter_config, "schema_registry_url": config.schema_registry_url}
-        self.converter: Converter[Any] = context.factory.create_converter(converter_config, context)
+        self.converter: Converter[Any] = converter_from_fields(config.converter, config.schema_registry_url, context)
         self.group_id = config.group_id or f"cdcflow-{context.pipeline}"
         self._consumer: Consumer | None = None
         self._timestamps: dict[tuple[str, int], int] = {}
