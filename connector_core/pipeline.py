@@ -297,9 +297,17 @@ class PipelineRunner:
 
     # --- checkpoints ---------------------------------------------------------------------------
 
+    def _pipeline_watermark(self) -> int | None:
+        """The minimum over partitions still running; a finished partition no longer holds it back,
+        and once all are finished the pipeline is complete up to the last of them."""
+        running = [s.watermark_us for s in self._states.values() if not s.finished and s.watermark_us is not None]
+        if running:
+            return min(running)
+        finished = [s.watermark_us for s in self._states.values() if s.watermark_us is not None]
+        return max(finished) if finished else None
+
     def _checkpoint(self) -> None:
-        watermarks = [s.watermark_us for s in self._states.values() if not s.finished and s.watermark_us is not None]
-        pipeline_watermark = min(watermarks) if watermarks else None
+        pipeline_watermark = self._pipeline_watermark()
         if pipeline_watermark is not None:
             self.sink.on_watermark(pipeline_watermark)
         self._handle_rejected(self.sink.flush())

@@ -159,3 +159,18 @@ def test_validate_checks_nested_converter_config(tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize("file", sorted((REPO / "config").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_pipelines_validate(file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(file)]) == 0, capsys.readouterr().err
+
+
+def test_shipped_json_schema_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["schema"]) == 0
+    generated = json.loads(capsys.readouterr().out)
+    shipped = json.loads((REPO / "config" / "pipeline.schema.json").read_text())
+    # Third-party plugins installed in the test run add choices; the shipped file has the built-ins.
+    for section in ("source", "sink", "checkpoint"):
+        generated_types = {c["properties"]["type"]["const"] for c in generated["properties"][section]["oneOf"]}
+        shipped_types = {c["properties"]["type"]["const"] for c in shipped["properties"][section]["oneOf"]}
+        assert shipped_types <= generated_types
+    assert shipped["properties"]["engine"] == generated["properties"]["engine"]
+    assert shipped["$defs"]["EngineConfig"] == generated["$defs"]["EngineConfig"]
