@@ -130,6 +130,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 if isinstance(error, KafkaError) and error.code() in _RECORD_IS_AT_FAULT:
                     rejected.append(Rejected(record, RecordRejectedError(error.str()), "sink"))
                     return
+                if isinstance(error, KafkaError) and error.fatal():
+                    self._replace_producer()
                 raise SinkUnavailableError(f"Kafka refused a record for {topic}: {exc}") from exc
 
     def _on_delivery(self, record: Record, error: KafkaError | None, message: Message) -> None:
@@ -147,11 +149,19 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             pass  # librdkafka retries until message.timeout.ms; each report lands in _on_delivery
         if self._undelivered:
             count, first = len(self._undelivered), self._undelivered[0]
+            if any(e.fatal() for e in self._undelivered):
+                self._replace_producer()
             self._undelivered.clear()
             self._rejected.clear()  # they will be re-read from the checkpoint and rejected again
             raise SinkDeliveryError(f"{count} records were not delivered to Kafka (first: {first.str()})")
         rejected, self._rejected = self._rejected, []
         return rejected
+
+    def _replace_producer(self) -> None:
+        # An idempotent producer that hit a fatal error (a broken sequence) accepts nothing more;
+        # a new one starts a new producer id, and the pipeline replays from its checkpoint.
+        log.warning("Kafka producer hit a fatal error; creating a new one")
+        self._producer = Producer(self._settings())
 
     def close(self) -> None:
         if self._producer is not None:

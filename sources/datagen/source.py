@@ -66,8 +66,9 @@ class DatagenSource(Source[DatagenConfig]):
 
     Offsets are ``{"seq": n, "ts_us": t, "epoch_us": e}``: the partition's first ``n`` events are
     complete, the last of them happened at ``t``. With a ``rate`` event times follow the rate from
-    ``epoch_us`` (the start); without one, the events of a read range are spread between the
-    range's start and end times.
+    ``epoch_us`` (the start), so an event's time is its own whatever range reads it; without one,
+    the events of a read range are spread between the range's start and end times, so a replay
+    over differently cut ranges gives the same events with other times (content is unchanged).
     """
 
     type_name = "datagen"
