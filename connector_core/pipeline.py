@@ -148,7 +148,8 @@ class PipelineRunner:
         """Deliver until the bounded source is drained (then return) or ``stop`` is set."""
         plugins = self._plugins()
         try:
-            self._with_retries("open", lambda: [p.open() for p in plugins])
+            for plugin in plugins:  # one at a time, so a retry does not reopen what is already open
+                self._with_retries(f"open {type(plugin).__name__}", plugin.open)
             self._committed = self._with_retries("load checkpoints", self.store.load)
             self._with_retries("deliver", self._deliver_until_done)
         except _StopRequestedError:
@@ -327,6 +328,9 @@ class PipelineRunner:
             self.source.commit({pid: c.offset for pid, c in changed.items()})
             self.metrics.committed(pipeline_watermark)
             log.debug("committed %d partitions, watermark %s", len(changed), pipeline_watermark)
+        # A checkpoint made it through: whatever failed before has passed, so the next failure
+        # starts a fresh retry budget instead of inheriting an old one.
+        self._backoff.succeeded()
         self._last_checkpoint_at = self.clock()
 
 

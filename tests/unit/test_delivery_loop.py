@@ -22,6 +22,7 @@ from plugins import PluginRegistry
 
 class RecordingSinkConfig(PluginConfig):
     fail_flushes: int = 0
+    fail_flush_numbers: tuple[int, ...] = ()
 
 
 class RecordingSink(Sink[RecordingSinkConfig]):
@@ -43,8 +44,8 @@ class RecordingSink(Sink[RecordingSinkConfig]):
 
     def flush(self) -> list[Rejected]:
         self.calls.append("flush")
-        if self.failures_left:
-            self.failures_left -= 1
+        if self.failures_left or self.calls.count("flush") in self.config.fail_flush_numbers:
+            self.failures_left = max(0, self.failures_left - 1)
             self.pending.clear()  # what was buffered is lost, as with a failed delivery
             raise SinkDeliveryError("simulated lost delivery")
         type(self).durable.extend(self.pending)
@@ -209,3 +210,23 @@ def test_metrics_count_events_and_expose_the_committed_watermark(tmp_path: Path,
     assert watermark is not None and watermark <= committed / 1e6
     lag = sample("cdcflow_checkpoint_lag_seconds")
     assert lag is not None and lag >= 0
+
+
+def test_a_successful_checkpoint_renews_the_retry_budget(tmp_path: Path, registry: PluginRegistry) -> None:
+    from connector_core.retry import Backoff
+
+    runner = pipeline(
+        tmp_path,
+        registry,
+        sink={"type": "recording", "fail_flush_numbers": [2, 6]},
+        errors={"retry": {"initial_backoff_ms": 1, "max_backoff_ms": 1, "max_elapsed_s": 10}},
+    )
+    hours = [0.0]
+
+    def slow_clock() -> float:
+        hours[0] += 3600  # failures an hour apart, each followed by successful checkpoints
+        return hours[0]
+
+    runner._backoff = Backoff(runner.spec.errors.retry, clock=slow_clock)
+    runner.run()
+    assert set(seqs(RecordingSink.durable)) == set(range(2000))
