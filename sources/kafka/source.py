@@ -50,7 +50,8 @@ class KafkaSource(Source[KafkaSourceConfig]):
         self.converter: Converter[Any] = converter_from_fields(config.converter, config.schema_registry_url, context)
         self.group_id = config.group_id or f"cdcflow-{context.pipeline}"
         self._consumer: Consumer | None = None
-        self._timestamps: dict[tuple[str, int], int] = {}
+        # partition id -> (offset read up to, timestamp of the last record before it), for watermarks
+        self._read_up_to: dict[str, tuple[int, int]] = {}
 
     def open(self) -> None:
         settings = client_settings(
@@ -141,8 +142,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
                 if offset >= end["next"]:
                     break
                 position = offset + 1
-                _, timestamp_ms = message.timestamp()
-                self._timestamps[(partition.id, position)] = timestamp_ms * 1000
+                self._read_up_to[partition.id] = (position, message.timestamp()[1] * 1000)
                 yield self._decode(partition, message)
         finally:
             consumer.unassign()
@@ -172,16 +172,14 @@ class KafkaSource(Source[KafkaSourceConfig]):
         )
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
-        return self._timestamps.get((partition.id, offset["next"]))
+        read_up_to = self._read_up_to.get(partition.id)
+        return read_up_to[1] if read_up_to is not None and read_up_to[0] == offset["next"] else None
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         topic_partitions = []
         for partition_id, offset in offsets.items():
             topic, _, number = partition_id.rpartition(":")
             topic_partitions.append(TopicPartition(topic, int(number), int(offset["next"])))
-            self._timestamps = {
-                k: v for k, v in self._timestamps.items() if k[0] != partition_id or k[1] >= offset["next"]
-            }
         try:
             self.consumer.commit(offsets=topic_partitions, asynchronous=False)
         except KafkaException as exc:
