@@ -172,22 +172,22 @@ _UNWRAPPED_EXTRAS = [
     {"name": "__ts_us", "type": ["null", "long"], "default": None},
 ]
 
+# The fields of SourceInfo.to_payload(), with their Avro and Kafka Connect types.
+_SOURCE_FIELDS: tuple[tuple[str, str, str], ...] = (
+    *(
+        (name, "string", "string")
+        for name in ("version", "connector", "name", "keyspace", "table", "partition", "position")
+    ),
+    ("ts_us", "long", "int64"),
+    ("ts_ms", "long", "int64"),
+    ("snapshot", "boolean", "boolean"),
+)
+
 _AVRO_SOURCE: dict[str, Any] = {
     "type": "record",
     "name": "Source",
     "namespace": "io.cdcflow",
-    "fields": [
-        {"name": "version", "type": "string"},
-        {"name": "connector", "type": "string"},
-        {"name": "name", "type": "string"},
-        {"name": "keyspace", "type": "string"},
-        {"name": "table", "type": "string"},
-        {"name": "partition", "type": "string"},
-        {"name": "position", "type": "string"},
-        {"name": "ts_us", "type": "long"},
-        {"name": "ts_ms", "type": "long"},
-        {"name": "snapshot", "type": "boolean"},
-    ],
+    "fields": [{"name": name, "type": avro} for name, avro, _ in _SOURCE_FIELDS],
 }
 
 
@@ -303,15 +303,7 @@ _CONNECT_SOURCE: dict[str, Any] = {
     "name": "io.cdcflow.Source",
     "optional": False,
     "field": "source",
-    "fields": [
-        {"field": f, "type": "string", "optional": False}
-        for f in ("version", "connector", "name", "keyspace", "table", "partition", "position")
-    ]
-    + [
-        {"field": "ts_us", "type": "int64", "optional": False},
-        {"field": "ts_ms", "type": "int64", "optional": False},
-        {"field": "snapshot", "type": "boolean", "optional": False},
-    ],
+    "fields": [{"field": name, "type": connect, "optional": False} for name, _, connect in _SOURCE_FIELDS],
 }
 
 

@@ -49,3 +49,18 @@ def test_unwrapped_delete_is_a_tombstone_and_schema_changes_have_their_own_shape
     assert change.destination() == "c1"
     assert json.loads(converter.serialize_key(change, "c1") or b"") == {"keyspace": "ks"}
     assert json.loads(converter.serialize_value(change, "c1") or b"")["ddl"] == "ALTER TABLE ks.t ADD c int"
+
+
+def test_source_schemas_list_exactly_the_payload_fields() -> None:
+    import fastavro
+
+    from connector_core.schemas import avro_value_schema, connect_value_schema
+
+    event = ChangeEvent(Op.CREATE, {"id": 7}, None, {"id": 7, "blob": None, "tags": None}, SOURCE, 99, SCHEMA)
+    payload_fields = list(SOURCE.to_payload())
+    connect_source = next(f for f in connect_value_schema(event)["fields"] if f["field"] == "source")
+    assert [f["field"] for f in connect_source["fields"]] == payload_fields
+    avro_schema = avro_value_schema(event)
+    avro_source = next(f for f in avro_schema["fields"] if f["name"] == "source")["type"]
+    assert [f["name"] for f in avro_source["fields"]] == payload_fields
+    assert fastavro.validate(event.value_payload(), fastavro.parse_schema(avro_schema))
