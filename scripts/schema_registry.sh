@@ -20,8 +20,10 @@ answers() {
 start() {
   if is_running "$pidfile" && answers; then echo "registry: already running on 127.0.0.1:$REGISTRY_PORT"; return 0; fi
   mkdir -p "$data"
-  (cd "$here/.." && nohup python3 -m tests.standins.schema_registry --port "$REGISTRY_PORT" >"$data/registry.out" 2>&1 &
-   echo $! >"$pidfile")
+  # `cd` on its own line: `cd && cmd &` would background a subshell, and its pid is not the server's.
+  cd "$here/.."
+  nohup python3 -m tests.standins.schema_registry --port "$REGISTRY_PORT" >"$data/registry.out" 2>&1 &
+  echo $! >"$pidfile"
   wait_until "registry" 30 answers || { cat "$data/registry.out"; die "registry: did not answer"; }
   echo "registry: http://127.0.0.1:$REGISTRY_PORT (pid $(cat "$pidfile"))"
 }
