@@ -70,3 +70,27 @@ def test_pipeline_resumes_from_kafka_checkpoints_and_dead_letters_go_to_a_topic(
     assert set(delivered_ids) | set(dead_ids) == set(range(3000)) and not set(delivered_ids) & set(dead_ids)
     assert all(r.headers["cdcflow.error.stage"] == b"transform:mask" for r in dead)
     assert {r.headers["cdcflow.error.original_topic"] for r in dead} == {b"datagen.shop.table_2"}
+
+
+def test_records_too_large_for_kafka_go_to_dead_letters_and_do_not_block(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    file = tmp_path / "big.yaml"
+    file.write_text(
+        f"name: big-{topic_prefix}\n"
+        "source: {type: datagen, count: 300, partitions: 2, event_size: 60000, op_mix: {c: 0.5, u: 0.5}}\n"
+        f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
+        # An update carries two 60 kB images: over this producer's 100 kB message limit.
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', producer: {{message.max.bytes: 100000}}}}\n"
+        "errors: {tolerance: all, dead_letter: {type: file, path: dlq.jsonl}}\n"
+    )
+    result = run_cdcflow("run", str(file))
+    assert result.returncode == 0, result.stderr
+    delivered = read_topics(kafka_bootstrap, topics_with_prefix(kafka_bootstrap, f"{topic_prefix}."))
+    delivered_payloads = [json.loads(r.value)["payload"] for r in delivered if r.value]
+    dead = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
+    assert {p["op"] for p in delivered_payloads} == {"c"}
+    assert dead and {d["value"]["op"] for d in dead} == {"u"}
+    assert all(d["headers"]["cdcflow.error.stage"] == "sink" for d in dead)
+    ids = [event_id(p) for p in delivered_payloads] + [event_id(d["value"]) for d in dead]
+    assert sorted(ids) == list(range(300))
