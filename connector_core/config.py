@@ -147,13 +147,16 @@ def parse_pipeline(
     lines = lines or {}
     if not isinstance(data, dict):
         raise ConfigFieldError(file, [FieldProblem("", "a mapping of pipeline fields", _describe(data), 1)])
+    context = {"base_dir": file.parent}
     try:
         pipeline = PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigFieldError(file, _problems(exc, (), PipelineConfig, lines)) from None
+        # Report the plugin sections' problems too, so one `validate` shows everything to fix.
+        problems = _problems(exc, (), PipelineConfig, lines) + _plugin_section_problems(data, registry, context, lines)
+        problems.sort(key=lambda p: (p.line is None, p.line or 0))
+        raise ConfigFieldError(file, problems) from None
 
     problems: list[FieldProblem] = []
-    context = {"base_dir": file.parent}
 
     def resolve(kind: str, section: Mapping[str, Any], path: FieldPath) -> ResolvedPlugin | None:
         resolved, found = resolve_plugin_config(kind, section, path, registry, context, lines)
@@ -185,6 +188,28 @@ def parse_pipeline(
         engine=pipeline.engine,
         raw=data,
     )
+
+
+def _plugin_section_problems(
+    data: Mapping[str, Any], registry: PluginLookup, context: Mapping[str, Any], lines: Mapping[FieldPath, int]
+) -> list[FieldProblem]:
+    """Problems inside the plugin sections that are at least mappings (the first pass flags the rest)."""
+    sections: list[tuple[str, Any, FieldPath]] = [
+        ("source", data.get("source"), ("source",)),
+        ("sink", data.get("sink"), ("sink",)),
+        ("checkpoint", data.get("checkpoint"), ("checkpoint",)),
+    ]
+    transforms = data.get("transforms")
+    if isinstance(transforms, list):
+        sections += [("transform", t, ("transforms", i)) for i, t in enumerate(transforms)]
+    errors = data.get("errors")
+    if isinstance(errors, dict):
+        sections.append(("sink", errors.get("dead_letter"), ("errors", "dead_letter")))
+    problems: list[FieldProblem] = []
+    for kind, section, path in sections:
+        if isinstance(section, dict):
+            problems += resolve_plugin_config(kind, section, path, registry, context, lines)[1]
+    return problems
 
 
 def resolve_plugin_config(

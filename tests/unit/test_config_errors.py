@@ -174,3 +174,14 @@ def test_shipped_json_schema_is_current(capsys: pytest.CaptureFixture[str]) -> N
         assert shipped_types <= generated_types
     assert shipped["properties"]["engine"] == generated["properties"]["engine"]
     assert shipped["$defs"]["EngineConfig"] == generated["$defs"]["EngineConfig"]
+
+
+def test_pipeline_and_plugin_problems_are_reported_in_one_pass(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\nsource: {type: datagen, cuont: 5}\nsink: {type: kafak}\nengine: {workers: two}\n")
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    assert [(p.line, p.path) for p in caught.value.problems] == [
+        (2, "source.cuont"),
+        (3, "sink.type"),
+        (4, "engine.workers"),
+    ]
