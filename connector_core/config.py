@@ -152,9 +152,9 @@ def parse_pipeline(
         pipeline = PipelineConfig.model_validate(data)
     except ValidationError as exc:
         # Report the plugin sections' problems too, so one `validate` shows everything to fix.
-        problems = _problems(exc, (), PipelineConfig, lines) + _plugin_section_problems(data, registry, context, lines)
-        problems.sort(key=lambda p: (p.line is None, p.line or 0))
-        raise ConfigFieldError(file, problems) from None
+        found = _problems(exc, (), PipelineConfig, lines) + _plugin_section_problems(data, registry, context, lines)
+        found.sort(key=lambda p: (p.line is None, p.line or 0))
+        raise ConfigFieldError(file, found) from None
 
     problems: list[FieldProblem] = []
 
