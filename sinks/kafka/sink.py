@@ -70,6 +70,10 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             {
                 "enable.idempotence": True,
                 "acks": "all",
+                # With several requests in flight, a first batch to a new partition that fails with
+                # NOT_LEADER can be "implicitly acked" by the next batch's success and silently lost
+                # (librdkafka; confluent-kafka-go#921). One request in flight closes that window.
+                "max.in.flight.requests.per.connection": 1,
                 "compression.type": self.config.compression,
                 "linger.ms": self.config.linger_ms,
                 "queue.buffering.max.kbytes": self.config.buffer_max_kbytes,
