@@ -53,7 +53,7 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
                 raise CheckpointUnavailableError(f"cannot create offsets topic {self.config.topic}: {exc}") from exc
         except Exception as exc:  # a timeout from the future: the broker is not there
             raise CheckpointUnavailableError(f"cannot create offsets topic {self.config.topic}: {exc}") from exc
-        self._producer = Producer({**settings, "enable.idempotence": True, "acks": "all", "linger.ms": 0})
+        self._producer = Producer({**settings, "enable.idempotence": True, "acks": "all", "linger.ms": 0, "max.in.flight.requests.per.connection": 1})
 
     def close(self) -> None:
         if self._producer is not None:
