@@ -53,7 +53,16 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
                 raise CheckpointUnavailableError(f"cannot create offsets topic {self.config.topic}: {exc}") from exc
         except Exception as exc:  # a timeout from the future: the broker is not there
             raise CheckpointUnavailableError(f"cannot create offsets topic {self.config.topic}: {exc}") from exc
-        self._producer = Producer({**settings, "enable.idempotence": True, "acks": "all", "linger.ms": 0, "max.in.flight.requests.per.connection": 1})
+        # One request in flight, like the sink: see KafkaSink._settings for the loss it prevents.
+        self._producer = Producer(
+            {
+                **settings,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 0,
+                "max.in.flight.requests.per.connection": 1,
+            }
+        )
 
     def close(self) -> None:
         if self._producer is not None:
