@@ -16,6 +16,7 @@ from connector_core.contract import (
     Rejected,
     Sink,
     Source,
+    SparkBatchWriter,
     Transform,
 )
 from connector_core.events import ChangeEvent, Column, Op, Record, RowSchema, SchemaChangeEvent, SourceInfo
@@ -39,5 +40,6 @@ __all__ = [
     "Sink",
     "Source",
     "SourceInfo",
+    "SparkBatchWriter",
     "Transform",
 ]

@@ -42,6 +42,7 @@ def _configure_logging(fmt: str, level: str) -> None:
         _JsonLogFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("py4j").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _registry() -> Any:
@@ -82,14 +83,18 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from connector_core.worker import WorkerOptions, run_worker, run_worker_processes
+    from connector_core.worker import WorkerOptions, run_spark, run_worker, run_worker_processes
 
     registry = _registry()
     specs = _load_all(args.files, registry)
-    engine = args.engine or specs[0].engine.type
-    if engine == "spark":
-        print("error: the spark engine is not available in this version; use engine: worker", file=sys.stderr)
+    engines = {args.engine} if args.engine else {s.engine.type for s in specs}
+    if len(engines) > 1:
+        print(
+            "error: these files mix engine types; run worker and spark pipelines in separate commands", file=sys.stderr
+        )
         return 2
+    if engines == {"spark"}:
+        return run_spark(specs, registry)
     workers = args.workers or max(s.engine.workers for s in specs)
     metrics_port = args.metrics_port if args.metrics_port is not None else specs[0].engine.metrics_port
     if args.worker_count is None and workers > 1:

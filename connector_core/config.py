@@ -9,6 +9,7 @@ was found.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "PipelineConfig",
     "PipelineSpec",
     "PluginLookup",
+    "ResolvedLocation",
     "ResolvedPath",
     "ResolvedPlugin",
     "RetryConfig",
@@ -43,6 +45,18 @@ def _resolve_against_pipeline_folder(value: Path, info: ValidationInfo) -> Path:
 
 ResolvedPath = Annotated[Path, AfterValidator(_resolve_against_pipeline_folder)]
 """A filesystem path in a config; a relative one resolves against the pipeline file's folder."""
+
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _resolve_location(value: str, info: ValidationInfo) -> str:
+    if _URI_SCHEME.match(value):
+        return value  # hdfs://, s3a://, file://...: Spark's Hadoop filesystems take it as it is
+    return str(_resolve_against_pipeline_folder(Path(value), info))
+
+
+ResolvedLocation = Annotated[str, AfterValidator(_resolve_location)]
+"""A path or a Hadoop filesystem URI; a relative path resolves against the pipeline file's folder."""
 
 
 class _Strict(BaseModel):
@@ -83,7 +97,10 @@ class EngineConfig(_Strict):
     poll_interval_ms: int = Field(default=200, ge=1, description="idle wait when no partition has news")
     partition_refresh_ms: int = Field(default=30_000, ge=1, description="how often partitions are listed")
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Prometheus port; null: off")
-    master: str | None = Field(default=None, description="Spark master URL (spark engine)")
+    master: str | None = Field(default=None, description="Spark master URL (spark engine); default local[*]")
+    trigger_interval_ms: int = Field(
+        default=1000, ge=0, description="how often Spark plans a micro-batch (spark engine)"
+    )
     conf: dict[str, str] = Field(default_factory=dict, description="Spark configuration (spark engine)")
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "Rejected",
     "Sink",
     "Source",
+    "SparkBatchWriter",
     "Transform",
     "offset_key",
 ]
@@ -194,7 +195,14 @@ class Source(_Plugin[ConfigT]):
 
 
 class Sink(_Plugin[ConfigT]):
-    """A destination. ``write`` may buffer; ``flush`` makes everything written so far durable."""
+    """A destination. ``write`` may buffer; ``flush`` makes everything written so far durable.
+
+    ``engines`` names the engines the sink runs on. A sink that writes whole Spark micro-batches
+    itself (``parquet``) also implements :class:`SparkBatchWriter`; any other sink runs under the
+    spark engine through ``write``/``flush`` in Spark's tasks.
+    """
+
+    engines: ClassVar[frozenset[str]] = frozenset({"worker", "spark"})
 
     @abstractmethod
     def write(self, records: Sequence[Record]) -> list[Rejected]:
@@ -216,6 +224,19 @@ class Sink(_Plugin[ConfigT]):
     def on_watermark(self, watermark_us: int) -> None:
         """Every record with an event time below ``watermark_us`` has been written. Sinks that
         order writes or close time partitions act on it; others ignore it."""
+
+
+class SparkBatchWriter(ABC):
+    """A sink that writes a Spark micro-batch as a whole, with Spark's own writers."""
+
+    @abstractmethod
+    def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
+        """Write the micro-batch DataFrame ``batch`` (rows in the spark engine's stream shape).
+
+        Must be idempotent per ``batch_id``: Spark re-runs a batch whose commit a crash prevented,
+        with the same rows, and the output must then be as if it ran once. ``watermark_us`` is the
+        pipeline's watermark at the batch's end (the minimum over partitions), if the source has one.
+        """
 
 
 class Transform(_Plugin[ConfigT]):

@@ -26,6 +26,7 @@ __all__ = [
     "JsonConverterConfig",
     "SchemaRegistryClient",
     "converter_from_fields",
+    "json_default",
 ]
 
 
@@ -45,7 +46,8 @@ class JsonConverterConfig(PluginConfig):
     schemas_enable: bool = Field(default=True, description="wrap as {schema, payload} (seed 001); false: payload only")
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """How cdcflow writes values JSON has no type for: bytes as base64, sets and tuples as lists."""
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode()
     if isinstance(value, set | frozenset | tuple):
@@ -64,7 +66,7 @@ class JsonConverter(Converter[JsonConverterConfig]):
         self._schema_text: dict[tuple[Any, ...], str] = {}
 
     def _encode(self, record: Record, part: str, payload: Any) -> bytes:
-        body = json.dumps(payload, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+        body = json.dumps(payload, default=json_default, separators=(",", ":"), ensure_ascii=False)
         if not self.config.schemas_enable:
             return body.encode()
         cache_key = _schema_cache_key(record, part)

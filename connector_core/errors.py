@@ -29,6 +29,9 @@ by type, never by parsing messages.
     │   ├── CheckpointUnavailableError (transient)
     │   └── CheckpointCorruptError
     ├── ProtocolError                  a peer answered outside its protocol
+    ├── EngineError
+    │   ├── EngineUnavailableError     the engine cannot start here (no pyspark, no or old Java)
+    │   └── EngineUnsupportedError     this pipeline cannot run on this engine
     └── RetriesExhaustedError          a transient failure outlived the retry budget
 """
 
@@ -47,6 +50,9 @@ __all__ = [
     "ConfigFieldError",
     "ConfigFileError",
     "ConverterError",
+    "EngineError",
+    "EngineUnavailableError",
+    "EngineUnsupportedError",
     "FieldProblem",
     "MissingEnvironmentVariableError",
     "PluginConflictError",
@@ -214,6 +220,18 @@ class CheckpointCorruptError(CheckpointError):
 
 class ProtocolError(CdcflowError):
     """A peer answered in a way its protocol does not allow."""
+
+
+class EngineError(CdcflowError):
+    """An execution engine (worker, spark) failed to run a pipeline."""
+
+
+class EngineUnavailableError(EngineError):
+    """The engine cannot start on this machine: a missing package, Java missing or too old."""
+
+
+class EngineUnsupportedError(EngineError):
+    """A pipeline asks for something its engine cannot do (a Spark-only sink on the worker engine...)."""
 
 
 class RetriesExhaustedError(CdcflowError):

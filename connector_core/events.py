@@ -77,6 +77,27 @@ class RowSchema:
         )
         object.__setattr__(self, "fingerprint", hashlib.sha1(canonical.encode()).hexdigest()[:16])
 
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "namespace": self.namespace,
+                "version": self.version,
+                "key": [[c.name, c.type, c.optional] for c in self.key_columns],
+                "value": [[c.name, c.type, c.optional] for c in self.value_columns],
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> RowSchema:
+        data = json.loads(text)
+        return cls(
+            data["namespace"],
+            tuple(Column(*c) for c in data["key"]),
+            tuple(Column(*c) for c in data["value"]),
+            data["version"],
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SourceInfo:

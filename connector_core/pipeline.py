@@ -30,7 +30,13 @@ from connector_core.contract import (
     Transform,
     offset_key,
 )
-from connector_core.errors import CdcflowError, RecordRejectedError, SinkError, TransientError
+from connector_core.errors import (
+    CdcflowError,
+    EngineUnsupportedError,
+    RecordRejectedError,
+    SinkError,
+    TransientError,
+)
 from connector_core.events import ChangeEvent, Record
 from connector_core.metrics import PipelineMetrics
 from connector_core.retry import Backoff
@@ -41,6 +47,7 @@ __all__ = [
     "PartitionAssignment",
     "PipelineRunner",
     "RecordFailedError",
+    "apply_transforms",
     "dead_letter_record",
 ]
 
@@ -88,6 +95,31 @@ class RecordFailedError(CdcflowError):
             f"{rejected.error}) and errors.tolerance is none; set errors.tolerance: all and "
             f"errors.dead_letter to route such records aside"
         )
+
+
+def apply_transforms(
+    transforms: Sequence[Transform[Any]], batch: Iterable[Record]
+) -> tuple[list[Record], list[Rejected]]:
+    """Run each record through the chain: what comes out, and what a transform failed on."""
+    output: list[Record] = []
+    rejected: list[Rejected] = []
+    for record in batch:
+        current: Record | None = record
+        for transform in transforms:
+            try:
+                if isinstance(current, ChangeEvent):
+                    current = transform.apply(current)
+                elif current is not None:
+                    current = transform.apply_schema_change(current)
+            except Exception as exc:
+                rejected.append(Rejected(record, exc, f"transform:{transform.type_name}"))
+                current = None
+                break
+            if current is None:
+                break
+        if current is not None:
+            output.append(current)
+    return output, rejected
 
 
 def dead_letter_record(rejected: Rejected, pipeline: str) -> Record:
@@ -249,24 +281,7 @@ class PipelineRunner:
     def _transform(self, batch: list[Record]) -> list[Record]:
         if not self.transforms:
             return batch
-        output: list[Record] = []
-        rejected: list[Rejected] = []
-        for record in batch:
-            current: Record | None = record
-            for transform in self.transforms:
-                try:
-                    if isinstance(current, ChangeEvent):
-                        current = transform.apply(current)
-                    elif current is not None:
-                        current = transform.apply_schema_change(current)
-                except Exception as exc:
-                    rejected.append(Rejected(record, exc, f"transform:{transform.type_name}"))
-                    current = None
-                    break
-                if current is None:
-                    break
-            if current is not None:
-                output.append(current)
+        output, rejected = apply_transforms(self.transforms, batch)
         self._handle_rejected(rejected)
         return output
 
@@ -342,6 +357,11 @@ def build_runner(
     worker_id: str = "0",
 ) -> PipelineRunner:
     """Instantiate a pipeline's plugins through the registry (``factory``) and wire the loop."""
+    if "worker" not in spec.sink.cls.engines:
+        raise EngineUnsupportedError(
+            f"{spec.file}: sink type {spec.sink.config.type!r} runs on the spark engine only; "
+            "set engine: {type: spark}"
+        )
     base = PluginContext(
         pipeline=spec.name,
         pipeline_file=spec.file,

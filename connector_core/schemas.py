@@ -356,3 +356,53 @@ def connect_value_schema(record: Record) -> dict[str, Any]:
             {"field": "ts_ms", "type": "int64", "optional": True},
         ],
     }
+
+
+# --- Spark SQL types (the spark engine's typed Parquet columns) ------------------------------------
+
+_SIMPLE_SPARK: dict[str, str] = {
+    "ascii": "string",
+    "text": "string",
+    "varchar": "string",
+    "inet": "string",
+    "duration": "string",
+    "uuid": "string",
+    "timeuuid": "string",
+    "bigint": "bigint",
+    "counter": "bigint",
+    "varint": "bigint",
+    "time": "bigint",
+    "int": "int",
+    "smallint": "smallint",
+    "tinyint": "tinyint",
+    "boolean": "boolean",
+    "decimal": "double",
+    "double": "double",
+    "float": "float",
+    # Carried in JSON as base64 / epoch millis / epoch days; the spark engine converts them after parsing.
+    "blob": "string",
+    "timestamp": "bigint",
+    "date": "int",
+}
+
+SPARK_CONVERTED_AFTER_PARSING = {"blob": "binary", "timestamp": "timestamp", "date": "date"}
+"""Top-level CQL types whose JSON form the spark engine turns into a native Spark type."""
+
+
+def spark_ddl_type(cql_type: str) -> str:
+    """The Spark SQL type (DDL text) a CQL-typed value parses into from cdcflow's row JSON."""
+    return _spark_type(parse_cql_type(cql_type))
+
+
+def _spark_type(parsed: tuple[str, tuple[Any, ...]]) -> str:
+    name, arguments = parsed
+    if name in _SIMPLE_SPARK:
+        return _SIMPLE_SPARK[name]
+    if name in ("list", "set", "vector"):
+        return f"array<{_spark_type(arguments[0])}>"
+    if name == "map":
+        # JSON object keys are text, so a map<int, ...> arrives with its keys as their decimal text.
+        return f"map<string,{_spark_type(arguments[1])}>"
+    if name == "tuple":
+        return "struct<" + ",".join(f"f{i}:{_spark_type(a)}" for i, a in enumerate(arguments)) + ">"
+    return "string"  # UDTs by name and anything newer: their JSON text

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -19,7 +19,7 @@ from connector_core.errors import CdcflowError
 from connector_core.metrics import serve_metrics
 from connector_core.pipeline import AllPartitions, HashAssignment, PartitionAssignment, build_runner
 
-__all__ = ["WorkerOptions", "run_worker", "run_worker_processes"]
+__all__ = ["WorkerOptions", "run_spark", "run_worker", "run_worker_processes"]
 
 log = logging.getLogger("cdcflow.worker")
 
@@ -48,17 +48,31 @@ def _install_stop_handlers(stop: threading.Event) -> None:
 
 def run_worker(specs: Sequence[PipelineSpec], factory: Any, options: WorkerOptions) -> int:
     """Run pipelines in this process until drained or signalled. Returns the process exit code."""
+    if options.metrics_port is not None:
+        serve_metrics(options.metrics_port + options.worker_index)
+
+    def run_one(spec: PipelineSpec, stop: threading.Event) -> None:
+        build_runner(spec, factory, options.assignment(), stop, worker_id=str(options.worker_index)).run()
+
+    return _run_in_threads(specs, run_one)
+
+
+def run_spark(specs: Sequence[PipelineSpec], factory: Any) -> int:
+    """Run pipelines as Spark queries (one shared session) until drained or signalled."""
+    from connector_core.spark_engine import run_spark_pipeline
+
+    return _run_in_threads(specs, lambda spec, stop: run_spark_pipeline(spec, factory, stop))
+
+
+def _run_in_threads(specs: Sequence[PipelineSpec], body: Callable[[PipelineSpec, threading.Event], None]) -> int:
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         _install_stop_handlers(stop)
-    if options.metrics_port is not None:
-        serve_metrics(options.metrics_port + options.worker_index)
     failures: list[BaseException] = []
 
     def run_one(spec: PipelineSpec) -> None:
         try:
-            runner = build_runner(spec, factory, options.assignment(), stop, worker_id=str(options.worker_index))
-            runner.run()
+            body(spec, stop)
             log.info("pipeline %s finished", spec.name)
         except BaseException as exc:
             # Our own errors explain themselves; a traceback is for the unexpected.

@@ -1,0 +1,211 @@
+"""Any cdcflow source as a PySpark streaming data source.
+
+The contract maps one to one: ``initialOffset``/``latestOffset`` are the source's
+``initial_offset``/``latest_offset`` per partition (a Spark offset is ``{partition id: offset}``),
+``partitions(start, end)`` gives one Spark task per cdcflow partition with news, ``read`` is the
+source's deterministic ``read(start, end]`` followed by the pipeline's transforms, and ``commit``
+is the source's ``commit`` once Spark has made the batch durable. Spark keeps the offsets in its
+checkpoint directory, so a batch re-planned after a crash reads exactly the same events.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.types import StructType
+
+from connector_core.config import ErrorsConfig, ResolvedPlugin
+from connector_core.contract import Offset, Partition, PluginContext, Sink, Source, Transform, offset_key
+from connector_core.errors import SinkError
+from connector_core.events import Record
+from connector_core.pipeline import RecordFailedError, apply_transforms, dead_letter_record
+from connector_core.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row
+
+__all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin"]
+
+DATA_SOURCE_NAME = "cdcflow"
+log = logging.getLogger("cdcflow.spark")
+
+
+@dataclass(frozen=True)
+class SourceJob:
+    """What Spark's Python processes need to rebuild a pipeline's source side."""
+
+    pipeline: str
+    pipeline_file: Path
+    source: ResolvedPlugin
+    transforms: tuple[ResolvedPlugin, ...]
+    errors: ErrorsConfig
+    dead_letter: ResolvedPlugin | None
+    max_records_per_read: int
+    partition_refresh_ms: int
+    with_record: bool  # fill the ``record`` column: a generic sink runs downstream
+
+    def encode(self) -> str:
+        return base64.b64encode(pickle.dumps(self)).decode()
+
+    @staticmethod
+    def decode(text: str) -> SourceJob:
+        job: SourceJob = pickle.loads(base64.b64decode(text))
+        return job
+
+
+_registry: Any = None
+
+
+def build_plugin(job_pipeline: str, pipeline_file: Path, resolved: ResolvedPlugin) -> Any:
+    """A plugin instance in whichever Spark process asks, built through the process's registry."""
+    global _registry  # noqa: PLW0603 - one registry per Python worker process, built on first use
+    if _registry is None:
+        from plugins import PluginRegistry
+
+        _registry = PluginRegistry.from_entry_points()
+    context = PluginContext(job_pipeline, pipeline_file, logger=logging.getLogger(f"cdcflow.{job_pipeline}"))
+    return _registry.create(resolved, context)
+
+
+class SourceSlice(InputPartition):
+    """One cdcflow partition's ``(start, end]`` in one micro-batch."""
+
+    def __init__(self, partition_id: str, info: Mapping[str, Any], start: Offset, end: Offset) -> None:
+        super().__init__(partition_id)
+        self.partition_id, self.info, self.start, self.end = partition_id, info, start, end
+
+
+class CdcflowStreamReader(DataSourceStreamReader):
+    def __init__(self, job: SourceJob) -> None:
+        self.job = job
+        self._source: Source[Any] | None = None
+        self._partitions: dict[str, Partition] = {}
+        self._listed_at = float("-inf")
+
+    def _opened_source(self) -> Source[Any]:
+        if self._source is None:
+            source: Source[Any] = build_plugin(self.job.pipeline, self.job.pipeline_file, self.job.source)
+            source.open()
+            self._source = source
+        return self._source
+
+    def _current_partitions(self) -> dict[str, Partition]:
+        now = time.monotonic()
+        if now - self._listed_at >= self.job.partition_refresh_ms / 1000:
+            self._partitions = {p.id: p for p in self._opened_source().partitions()}
+            self._listed_at = now
+        return self._partitions
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        source = self._opened_source()
+        return {pid: source.initial_offset(p) for pid, p in self._current_partitions().items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        source = self._opened_source()
+        end: dict[str, Any] = {}
+        for pid, partition in self._current_partitions().items():
+            if pid not in start:
+                # A partition that appeared since the last batch starts with an empty batch, so
+                # its start offset is in Spark's log before anything is read from it: a re-planned
+                # batch then never depends on when initial_offset happened to be called.
+                end[pid] = source.initial_offset(partition)
+                continue
+            end[pid] = source.latest_offset(partition, start[pid], self.job.max_records_per_read)
+        for pid, offset in start.items():
+            end.setdefault(pid, offset)  # a partition that vanished keeps its last position
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        known = self._current_partitions()
+        slices = []
+        for pid, end_offset in sorted(end.items()):
+            start_offset = start.get(pid)
+            if start_offset is None or offset_key(start_offset) == offset_key(end_offset):
+                continue
+            info = known[pid].info if pid in known else {}
+            slices.append(SourceSlice(pid, dict(info), start_offset, end_offset))
+        return slices
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, SourceSlice)
+        return _read_slice(self.job, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._opened_source().commit(end)
+
+    def stop(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+
+
+_open_sources: dict[str, tuple[Source[Any], list[Transform[Any]]]] = {}
+
+
+def _source_side(job: SourceJob) -> tuple[Source[Any], list[Transform[Any]]]:
+    """The source and transforms for ``job``, kept open across the tasks a reused worker runs."""
+    key = offset_key({"pipeline": job.pipeline, "source": job.source.config.model_dump(mode="json")})
+    if key not in _open_sources:
+        source: Source[Any] = build_plugin(job.pipeline, job.pipeline_file, job.source)
+        source.open()
+        transforms = [build_plugin(job.pipeline, job.pipeline_file, t) for t in job.transforms]
+        for transform in transforms:
+            transform.open()
+        _open_sources[key] = (source, transforms)
+    return _open_sources[key]
+
+
+def _read_slice(job: SourceJob, piece: SourceSlice) -> Iterator[tuple[Any, ...]]:
+    source, transforms = _source_side(job)
+    records = source.read(Partition(piece.partition_id, piece.info), piece.start, piece.end)
+    dead_letter: Sink[Any] | None = None
+    try:
+        while batch := _take(records, 2000):
+            output, rejected = apply_transforms(transforms, batch)
+            if rejected:
+                if job.errors.tolerance == "none" or job.dead_letter is None:
+                    if job.errors.tolerance == "none":
+                        raise RecordFailedError(job.pipeline, rejected[0])
+                else:
+                    if dead_letter is None:
+                        dead_letter = build_plugin(job.pipeline, job.pipeline_file, job.dead_letter)
+                        dead_letter.open()
+                    refused = dead_letter.write([dead_letter_record(r, job.pipeline) for r in rejected])
+                    if refused:
+                        raise SinkError(f"the dead-letter destination refused {len(refused)} records")
+            for record in output:
+                yield record_to_row(record, job.with_record)
+        if dead_letter is not None and dead_letter.flush():
+            raise SinkError("the dead-letter destination refused records at flush")
+    finally:
+        if dead_letter is not None:
+            dead_letter.close()
+
+
+def _take(records: Iterator[Record], count: int) -> list[Record]:
+    batch = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == count:
+            break
+    return batch
+
+
+class CdcflowDataSource(DataSource):
+    """``spark.readStream.format("cdcflow").option("job", SourceJob.encode()).load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return DATA_SOURCE_NAME
+
+    def schema(self) -> StructType | str:
+        return STREAM_SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        return CdcflowStreamReader(SourceJob.decode(self.options["job"]))

@@ -1,0 +1,106 @@
+"""The one Spark row shape every cdcflow stream has, whatever its source and tables.
+
+A stream mixes tables whose columns differ, and Spark fixes a stream's schema when the query
+starts, so rows carry the envelope as columns and the row images as JSON text together with the
+table's schema (``row_schema``). Sinks that want typed columns (``parquet``) parse the images per
+table with that schema; sinks that want the cdcflow record back (every other sink) unpickle
+``record``, which is only filled when such a sink runs.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+from connector_core.converters import json_default
+from connector_core.events import ChangeEvent, Record, SchemaChangeEvent
+
+__all__ = ["STREAM_COLUMNS", "STREAM_SCHEMA_DDL", "record_from_row", "record_to_row"]
+
+STREAM_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("kind", "string"),  # change | schema_change
+    ("op", "string"),
+    ("destination", "string"),
+    ("system", "string"),
+    ("cluster", "string"),
+    ("keyspace", "string"),
+    ("table", "string"),
+    ("source_partition", "string"),
+    ("source_position", "string"),
+    ("source_ts_us", "bigint"),
+    ("snapshot", "boolean"),
+    ("ts_ms", "bigint"),
+    ("key", "string"),
+    ("before", "string"),
+    ("after", "string"),
+    ("row_schema", "string"),
+    ("ddl", "string"),
+    ("headers", "map<string,string>"),
+    ("record", "binary"),
+)
+STREAM_SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in STREAM_COLUMNS)
+
+
+def _json(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
+
+
+def record_to_row(record: Record, with_record: bool) -> tuple[Any, ...]:
+    """``record`` as a tuple in :data:`STREAM_COLUMNS` order."""
+    s = record.source
+    position = json.dumps(dict(s.position), sort_keys=True, separators=(",", ":"))
+    schema = record.schema.to_json() if record.schema is not None else None
+    blob = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) if with_record else None
+    if isinstance(record, ChangeEvent):
+        return (
+            "change",
+            record.op.value,
+            record.destination(),
+            s.system,
+            s.cluster,
+            s.keyspace,
+            s.table,
+            s.partition,
+            position,
+            s.ts_us,
+            s.snapshot,
+            record.ts_ms,
+            _json(record.key),
+            _json(record.before),
+            _json(record.after),
+            schema,
+            None,
+            record.headers,
+            blob,
+        )
+    assert isinstance(record, SchemaChangeEvent)
+    return (
+        "schema_change",
+        None,
+        record.destination(),
+        s.system,
+        s.cluster,
+        record.keyspace,
+        record.table,
+        s.partition,
+        position,
+        s.ts_us,
+        s.snapshot,
+        record.ts_ms,
+        None,
+        None,
+        None,
+        schema,
+        record.ddl,
+        record.headers,
+        blob,
+    )
+
+
+def record_from_row(blob: bytes | bytearray) -> Record:
+    """The record a row's ``record`` column holds (written by this engine, never by outsiders)."""
+    record: Record = pickle.loads(blob)
+    return record

@@ -1,0 +1,231 @@
+"""Running a pipeline as a Spark Structured Streaming query.
+
+The source side is :mod:`connector_core.spark_engine.datasource`; this module is the driver: it
+starts the query with the pipeline's file checkpoint folder as Spark's checkpoint location, hands
+each micro-batch to the sink, and stops the query once a bounded source is drained or a stop is
+asked for. Delivery stays at-least-once (exactly-once for sinks that are idempotent per batch):
+a sink finishes (flushes) a batch inside ``foreachBatch``, before Spark writes the batch's commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from connector_core.config import PipelineSpec, ResolvedPlugin
+from connector_core.contract import Offset, Partition, PluginContext, Sink, Source, SparkBatchWriter
+from connector_core.errors import EngineError, EngineUnsupportedError, SinkError, TransientError
+from connector_core.pipeline import RecordFailedError, dead_letter_record
+from connector_core.retry import Backoff
+from connector_core.spark_engine.datasource import DATA_SOURCE_NAME, CdcflowDataSource, SourceJob, build_plugin
+from connector_core.spark_engine.rows import record_from_row
+from connector_core.spark_engine.session import spark_session
+
+__all__ = ["checkpoint_location", "run_spark_pipeline"]
+
+log = logging.getLogger("cdcflow.spark")
+
+COMPLETE_WATERMARK_US = 2**63 - 1
+
+
+def checkpoint_location(spec: PipelineSpec) -> Path:
+    """Spark's checkpoint folder: the pipeline's ``checkpoint: {type: file, path: ...}``."""
+    config = spec.checkpoint.config
+    if spec.checkpoint.config.type != "file" or not hasattr(config, "path"):
+        raise EngineUnsupportedError(
+            f"{spec.file}: checkpoint.type {config.type!r} cannot hold a Spark query's offsets; "
+            "the spark engine keeps them in Spark's checkpoint folder: use checkpoint: {type: file, path: ...}"
+        )
+    return Path(config.path)
+
+
+def committed_end_offsets(location: Path) -> tuple[int, dict[str, Offset]] | None:
+    """The last batch Spark committed in ``location`` and its end offsets, if any."""
+    commits = [int(p.name) for p in (location / "commits").glob("*") if p.name.isdigit()]
+    if not commits:
+        return None
+    batch_id = max(commits)
+    return batch_id, batch_end_offsets(location, batch_id)
+
+
+def batch_end_offsets(location: Path, batch_id: int) -> dict[str, Offset]:
+    """The end offsets Spark logged for ``batch_id`` before running it (``offsets/<id>``:
+    a version line, the batch metadata, then one line per source)."""
+    lines = (location / "offsets" / str(batch_id)).read_text().splitlines()
+    offsets: dict[str, Offset] = json.loads(lines[2])
+    return offsets
+
+
+@dataclass
+class _DriverView:
+    """The driver's own source instance: for watermarks and for noticing the end of a bounded source."""
+
+    source: Source[Any]
+
+    def partitions(self) -> dict[str, Partition]:
+        return {p.id: p for p in self.source.partitions()}
+
+    def watermark(self, end: dict[str, Offset]) -> int | None:
+        known = self.partitions()
+        marks = [self.source.watermark(known[pid], offset) for pid, offset in end.items() if pid in known]
+        running = [
+            m
+            for (pid, offset), m in zip(end.items(), marks, strict=False)
+            if m is not None and pid in known and not self.source.is_finished(known[pid], offset)
+        ]
+        if running:
+            return min(running)
+        finished = [m for m in marks if m is not None]
+        return max(finished) if finished else None
+
+    def drained(self, end: dict[str, Offset]) -> bool:
+        if not self.source.bounded:
+            return False
+        known = self.partitions()
+        return all(pid in end and self.source.is_finished(p, end[pid]) for pid, p in known.items())
+
+
+def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event) -> None:
+    """Run ``spec`` on Spark until its bounded source is drained or ``stop`` is set."""
+    location = checkpoint_location(spec)
+    context = PluginContext(spec.name, spec.file, factory=registry, logger=logging.getLogger(f"cdcflow.{spec.name}"))
+    sink: Sink[Any] = registry.create(spec.sink, context)
+    if "spark" not in sink.engines:
+        raise EngineUnsupportedError(f"{spec.file}: sink type {spec.sink.config.type!r} cannot run on the spark engine")
+    view = _DriverView(registry.create(spec.source, context))
+    view.source.open()
+    try:
+        done = committed_end_offsets(location)
+        if done is not None and view.drained(done[1]):
+            log.info("pipeline %s: the bounded source was already drained (batch %d)", spec.name, done[0])
+            return
+        session = spark_session(f"cdcflow-{spec.name}", spec.engine.master, spec.engine.conf)
+        _run_query(session, spec, sink, view, location, stop)
+    finally:
+        view.source.close()
+
+
+def _run_query(
+    session: Any, spec: PipelineSpec, sink: Sink[Any], view: _DriverView, location: Path, stop: threading.Event
+) -> None:
+    batch_writer = sink if isinstance(sink, SparkBatchWriter) else None
+    job = SourceJob(
+        pipeline=spec.name,
+        pipeline_file=spec.file,
+        source=spec.source,
+        transforms=spec.transforms,
+        errors=spec.errors,
+        dead_letter=spec.dead_letter,
+        max_records_per_read=spec.engine.max_records_per_read,
+        partition_refresh_ms=spec.engine.partition_refresh_ms,
+        with_record=batch_writer is None,
+    )
+    session.dataSource.register(CdcflowDataSource)
+    stream = session.readStream.format(DATA_SOURCE_NAME).option("job", job.encode()).load()
+    drained_at: list[int] = []
+    if batch_writer is not None:
+        sink.open()
+
+    def write_batch(batch: Any, batch_id: int) -> None:
+        end = batch_end_offsets(location, batch_id)
+        drained = view.drained(end)
+        # A drained bounded source will never add anything: every time partition is complete.
+        watermark = COMPLETE_WATERMARK_US if drained else view.watermark(end)
+        if batch_writer is not None:
+            batch_writer.write_batch(batch, batch_id, watermark)
+        else:
+            _write_through_sink(batch, spec)
+        if drained:
+            drained_at.append(batch_id)
+
+    location.mkdir(parents=True, exist_ok=True)
+    query = (
+        stream.writeStream.queryName(spec.name)
+        .foreachBatch(write_batch)
+        .option("checkpointLocation", str(location))
+        .trigger(processingTime=f"{spec.engine.trigger_interval_ms} milliseconds")
+        .start()
+    )
+    try:
+        while not query.awaitTermination(0.2):
+            progress = query.lastProgress
+            if drained_at and progress is not None and progress["batchId"] >= drained_at[-1]:
+                log.info("pipeline %s: the bounded source is drained; stopping", spec.name)
+                break
+            if stop.is_set():
+                log.info("pipeline %s: stopping; Spark re-runs any unfinished batch on restart", spec.name)
+                break
+    finally:
+        query.stop()
+        if batch_writer is not None:
+            sink.close()
+    failure = query.exception()
+    if failure is not None:
+        raise EngineError(f"pipeline {spec.name}: the Spark query failed: {failure}")
+
+
+def _write_through_sink(batch: Any, spec: PipelineSpec) -> None:
+    """A generic cdcflow sink inside Spark's tasks: each task writes its rows and flushes before
+    it succeeds, so the batch commits only after everything in it is durable downstream."""
+    sink_plugin, dead_plugin = spec.sink, spec.dead_letter
+    name, file, tolerance = spec.name, spec.file, spec.errors.tolerance
+    retry, batch_size = spec.errors.retry, spec.engine.batch_size
+
+    def write_partition(rows: Iterable[Any]) -> None:
+        records = [record_from_row(row[0]) for row in rows if row[0] is not None]
+        if not records:
+            return
+        backoff = Backoff(retry)
+        while True:
+            try:
+                _deliver(records, name, file, sink_plugin, dead_plugin, tolerance, batch_size)
+                return
+            except TransientError as exc:
+                # Re-delivering the whole task's rows is at-least-once: duplicates, never loss.
+                time.sleep(backoff.next_delay(f"pipeline {name}: spark task delivery", exc))
+
+    batch.select("record").foreachPartition(write_partition)
+
+
+def _deliver(
+    records: list[Any],
+    pipeline: str,
+    file: Path,
+    sink_plugin: ResolvedPlugin,
+    dead_plugin: ResolvedPlugin | None,
+    tolerance: str,
+    batch_size: int,
+) -> None:
+    sink: Sink[Any] = build_plugin(pipeline, file, sink_plugin)
+    dead: Sink[Any] | None = build_plugin(pipeline, file, dead_plugin) if dead_plugin is not None else None
+    opened = [p for p in (sink, dead) if p is not None]
+    try:
+        for plugin in opened:
+            plugin.open()
+        rejected = []
+        for chunk in _chunks(records, batch_size):
+            rejected += sink.write(chunk)
+        rejected += sink.flush()
+        if rejected:
+            if tolerance == "none":
+                raise RecordFailedError(pipeline, rejected[0])
+            if dead is not None:
+                refused = dead.write([dead_letter_record(r, pipeline) for r in rejected]) + dead.flush()
+                if refused:
+                    raise SinkError(f"the dead-letter destination refused {len(refused)} records")
+    finally:
+        for plugin in opened:
+            plugin.close()
+
+
+def _chunks(records: list[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(records)
+    while chunk := list(islice(iterator, size)):
+        yield chunk

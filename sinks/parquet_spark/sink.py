@@ -1,0 +1,296 @@
+"""The ``parquet`` sink: a change log in Parquet, written by Spark, exactly once per micro-batch.
+
+Layout: ``<path>/table=<destination>/event_date=<YYYY-MM-DD>/part-b<batch>-<n>.parquet`` (the
+partition columns are configurable). Each row is one change: the envelope columns (``op``,
+``ts_ms``, ``source_ts_us``, ``source_partition``, ``source_position``, ``snapshot``) and the
+table's columns with their types: the row after the change, or before it for a delete (``op = d``).
+
+Exactly once per batch, with any Hadoop filesystem and any Parquet reader:
+
+1. a re-run of batch ``b`` (Spark re-runs a batch whose commit a crash prevented) first deletes
+   what an earlier attempt of ``b`` left: its staging folder and the files its manifest lists;
+2. Spark writes the batch into ``_cdcflow/staging/<b>`` with its own commit protocol (files
+   appear only if the write job commits);
+3. the manifest ``_cdcflow/manifests/<b>.json`` records the final names, then each staged file
+   is renamed into its partition. Readers skip ``_``-prefixed folders, so staging is invisible.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field
+
+from connector_core.config import ResolvedLocation
+from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
+from connector_core.errors import EngineUnsupportedError
+from connector_core.events import Record, RowSchema
+from connector_core.schemas import SPARK_CONVERTED_AFTER_PARSING, parse_cql_type, spark_ddl_type
+
+__all__ = ["ENVELOPE_COLUMNS", "ParquetSink", "ParquetSinkConfig"]
+
+log = logging.getLogger("cdcflow.sinks.parquet")
+
+ENVELOPE_COLUMNS = ("op", "ts_ms", "source_ts_us", "source_partition", "source_position", "snapshot")
+_KEEP_MANIFESTS = 200  # a re-run only ever concerns the last batch; older manifests are history
+_DAY_US = 86_400_000_000
+
+
+class ParquetSinkConfig(PluginConfig):
+    path: ResolvedLocation = Field(description="output folder or Hadoop URI (hdfs://, s3a://, file://...)")
+    partition_by: list[Literal["table", "event_date"]] = Field(
+        default=["table", "event_date"],
+        description="partition columns: the destination table and the UTC date of the change",
+    )
+    compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] = "snappy"
+    mark_complete: bool = Field(
+        default=True, description="write _SUCCESS into an event_date partition once the watermark passes its end"
+    )
+    compact_min_files: int | None = Field(
+        default=None, ge=2, description="rewrite a partition's small files into one once it has this many"
+    )
+
+
+class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
+    """``parquet``: Spark's Parquet writer; the spark engine only."""
+
+    type_name = "parquet"
+    config_model = ParquetSinkConfig
+    engines = frozenset({"spark"})
+
+    def __init__(self, config: ParquetSinkConfig, context: PluginContext) -> None:
+        super().__init__(config, context)
+        self._pending_dates: set[tuple[str, str]] = set()  # (table folder, date) not yet marked complete
+
+    # --- the record-at-a-time contract does not apply: Spark writes whole batches ------------------
+
+    def write(self, records: Sequence[Record]) -> list[Rejected]:
+        raise EngineUnsupportedError("the parquet sink writes Spark micro-batches; run it with engine: {type: spark}")
+
+    def flush(self) -> list[Rejected]:
+        return []
+
+    # --- Spark --------------------------------------------------------------------------------
+
+    def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
+        from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
+
+        files = _HadoopFiles(batch.sparkSession, self.config.path)
+        staging = f"_cdcflow/staging/{batch_id}"
+        manifest = f"_cdcflow/manifests/{batch_id}.json"
+        self._undo_earlier_attempt(files, staging, manifest)
+        self._finish_compactions(files)
+
+        changes = batch.filter(F.col("kind") == "change").persist()
+        try:
+            groups = changes.select("destination", "row_schema").distinct().collect()
+            for group in groups:
+                typed = self._typed_rows(changes, group["destination"], group["row_schema"])
+                writer = typed.write.mode("append").option("compression", self.config.compression)
+                partition_columns = [c for c in self.config.partition_by if c == "event_date"]
+                if partition_columns:
+                    writer = writer.partitionBy(*partition_columns)
+                writer.parquet(files.uri(f"{staging}/{_table_folder(group['destination'], self.config)}"))
+        finally:
+            changes.unpersist()
+
+        staged = sorted(f for f in files.list_files(staging) if f.endswith(".parquet"))
+        moves = {f: _final_name(f, staging, batch_id, n) for n, f in enumerate(staged)}
+        files.write_text(manifest, json.dumps(sorted(moves.values())))
+        for source, target in moves.items():
+            files.rename(source, target)
+        files.delete(staging)
+        files.prune("_cdcflow/manifests", keep=_KEEP_MANIFESTS)
+        if self.config.mark_complete and "event_date" in self.config.partition_by:
+            self._pending_dates |= {_date_folder(t) for t in moves.values()}
+            self._mark_complete(files, watermark_us)
+        if self.config.compact_min_files is not None:
+            self._compact(batch.sparkSession, files, {_date_folder(t) for t in moves.values()}, batch_id)
+        log.debug("batch %d: %d files in %d tables", batch_id, len(moves), len(groups))
+
+    def _undo_earlier_attempt(self, files: _HadoopFiles, staging: str, manifest: str) -> None:
+        files.delete(staging)
+        if files.exists(manifest):
+            for target in json.loads(files.read_text(manifest)):
+                files.delete(target)
+            files.delete(manifest)
+
+    def _finish_compactions(self, files: _HadoopFiles) -> None:
+        """Complete or undo a compaction a crash interrupted (see :meth:`_compact`)."""
+        for plan_file in files.list_files("_cdcflow/compacting", recursive=False):
+            if not plan_file.endswith(".json"):
+                continue
+            plan = json.loads(files.read_text(plan_file))
+            if files.exists(plan["target"]):
+                for replaced in plan["replaces"]:
+                    files.delete(replaced)
+            files.delete(plan_file)
+        files.delete("_cdcflow/compacting")
+
+    def _typed_rows(self, changes: Any, destination: str, row_schema_json: str | None) -> Any:
+        from pyspark.sql import functions as F  # noqa: N812
+
+        rows = changes.filter(F.col("destination") == destination)
+        if row_schema_json is not None:
+            rows = rows.filter(F.col("row_schema") == row_schema_json)
+            schema = RowSchema.from_json(row_schema_json)
+            columns = list(schema.value_columns) or list(schema.key_columns)
+        else:
+            rows = rows.filter(F.col("row_schema").isNull())
+            columns = []
+        image = F.coalesce(F.col("after"), F.col("before"), F.col("key"))
+        envelope = [F.col(c) for c in ENVELOPE_COLUMNS]
+        names = {c.name for c in columns}
+        if columns:
+            ddl = ", ".join(f"`{c.name}` {spark_ddl_type(c.type)}" for c in columns)
+            parsed = rows.select(*envelope, F.from_json(image, ddl).alias("_row"))
+            table_columns = [_native(F.col("_row").getField(c.name), c.type).alias(c.name) for c in columns]
+        else:  # a source without schemas: the row stays JSON text
+            parsed = rows.select(*envelope, image.alias("_row"))
+            table_columns = [F.col("_row").alias("row")]
+        # A table column named like an envelope column wins; the envelope's moves aside.
+        envelope_out = [F.col(c).alias(f"cdc_{c}" if c in names else c) for c in ENVELOPE_COLUMNS]
+        date = F.to_date(F.timestamp_micros(F.col("source_ts_us"))).alias("event_date")
+        return parsed.select(*envelope_out, *table_columns, date)
+
+    def _mark_complete(self, files: _HadoopFiles, watermark_us: int | None) -> None:
+        if watermark_us is None:
+            return
+        done = {
+            (table, day) for table, day in self._pending_dates if _date_end_us(day.split("=", 1)[1]) <= watermark_us
+        }
+        for table, day in sorted(done):
+            files.write_text(f"{table}/{day}/_SUCCESS", "")
+        self._pending_dates -= done
+
+    def _compact(self, session: Any, files: _HadoopFiles, folders: set[tuple[str, str]], batch_id: int) -> None:
+        """Rewrite a partition's files into one when it has many. The plan (target, files it
+        replaces) is written before the merged file is renamed into place, so after a crash
+        :meth:`_finish_compactions` either deletes the replaced files (the target exists) or drops
+        the half-done merge (it does not): no row is lost or left twice once the next batch runs."""
+        assert self.config.compact_min_files is not None
+        for table, day in sorted(folders):
+            folder = f"{table}/{day}"
+            small = sorted(f for f in files.list_files(folder, recursive=False) if f.endswith(".parquet"))
+            if len(small) < self.config.compact_min_files:
+                continue
+            staging = f"_cdcflow/compacting/{batch_id}"
+            files.delete(staging)
+            session.read.option("mergeSchema", "true").parquet(*[files.uri(f) for f in small]).coalesce(1).write.option(
+                "compression", self.config.compression
+            ).parquet(files.uri(staging))
+            merged = [f for f in files.list_files(staging) if f.endswith(".parquet")]
+            target = f"{folder}/part-c{batch_id:010d}-00000.parquet"
+            files.write_text(f"_cdcflow/compacting/{batch_id}.json", json.dumps({"target": target, "replaces": small}))
+            files.rename(merged[0], target)
+            for f in small:
+                files.delete(f)
+            files.delete(staging)
+            files.delete(f"_cdcflow/compacting/{batch_id}.json")
+
+
+def _table_folder(destination: str, config: ParquetSinkConfig) -> str:
+    return f"table={destination}" if "table" in config.partition_by else "."
+
+
+def _final_name(staged: str, staging: str, batch_id: int, n: int) -> str:
+    relative = staged[len(staging) + 1 :]
+    folder = relative.rsplit("/", 1)[0] if "/" in relative else ""
+    name = f"part-b{batch_id:010d}-{n:05d}.parquet"
+    return f"{folder}/{name}".lstrip("./") if folder not in ("", ".") else name
+
+
+def _date_folder(path: str) -> tuple[str, str]:
+    parts = path.split("/")
+    day = next(p for p in parts if p.startswith("event_date="))
+    return "/".join(parts[: parts.index(day)]) or ".", day
+
+
+def _date_end_us(day: str) -> int:
+    start = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
+    return int(start.timestamp() * 1_000_000) + _DAY_US
+
+
+def _native(column: Any, cql_type: str) -> Any:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    target = SPARK_CONVERTED_AFTER_PARSING.get(parse_cql_type(cql_type)[0])
+    if target == "binary":
+        return F.unbase64(column)
+    if target == "timestamp":
+        return F.timestamp_millis(column)
+    if target == "date":
+        return F.date_from_unix_date(column)
+    return column
+
+
+class _HadoopFiles:
+    """File operations under the sink's root through Spark's Hadoop filesystem, so that every
+    URI Spark can write (local, hdfs://, s3a://...) works the same. Paths are relative to the root."""
+
+    def __init__(self, session: Any, root: str) -> None:
+        jvm = session.sparkContext._jvm
+        self._jvm = jvm
+        self._root = root.rstrip("/")
+        self._root_path = jvm.org.apache.hadoop.fs.Path(self._root)
+        self._fs = self._root_path.getFileSystem(session.sparkContext._jsc.hadoopConfiguration())
+        self._prefix = str(self._fs.makeQualified(self._root_path).toString()).rstrip("/")
+
+    def uri(self, relative: str) -> str:
+        return f"{self._root}/{relative}"
+
+    def _path(self, relative: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(self.uri(relative))
+
+    def exists(self, relative: str) -> bool:
+        return bool(self._fs.exists(self._path(relative)))
+
+    def delete(self, relative: str) -> None:
+        self._fs.delete(self._path(relative), True)
+
+    def rename(self, source: str, target: str) -> None:
+        target_path = self._path(target)
+        self._fs.mkdirs(target_path.getParent())
+        if not self._fs.rename(self._path(source), target_path):
+            raise OSError(f"cannot rename {self.uri(source)} to {self.uri(target)}")
+
+    def list_files(self, relative: str, recursive: bool = True) -> list[str]:
+        path = self._path(relative)
+        if not self._fs.exists(path):
+            return []
+        found = []
+        iterator = self._fs.listFiles(path, recursive)
+        while iterator.hasNext():
+            qualified = str(iterator.next().getPath().toString())
+            found.append(qualified[len(self._prefix) + 1 :])
+        return found
+
+    def write_text(self, relative: str, text: str) -> None:
+        """Write through a temporary name and rename, so a reader never sees half a file."""
+        temporary = f"{relative}.tmp"
+        stream = self._fs.create(self._path(temporary), True)
+        try:
+            stream.write(bytearray(text.encode()))
+        finally:
+            stream.close()
+        self._fs.delete(self._path(relative), False)
+        self.rename(temporary, relative)
+
+    def read_text(self, relative: str) -> str:
+        stream = self._fs.open(self._path(relative))
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def prune(self, relative: str, keep: int) -> None:
+        names = sorted(
+            (f for f in self.list_files(relative, recursive=False) if f.endswith(".json")),
+            key=lambda f: int(f.rsplit("/", 1)[1].split(".")[0]),
+        )
+        for name in names[:-keep] if len(names) > keep else []:
+            self.delete(name)
