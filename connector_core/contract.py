@@ -186,6 +186,20 @@ class Source(_Plugin[ConfigT]):
         """True when a bounded partition has nothing beyond ``offset``, ever."""
         return False
 
+    def spark_native_stream(self, session: Any, max_records_per_trigger: int) -> Any | None:
+        """A streaming DataFrame read by a native Spark connector instead of this contract, or None.
+
+        The spark engine calls it on the driver; each row it yields is passed to
+        :meth:`decode_spark_row` in Spark's tasks. Spark's connector then owns the offsets (in the
+        query's checkpoint) and ``partitions``/``read`` are not used. The ``kafka`` source does this
+        to read with ``spark-sql-kafka``.
+        """
+        return None
+
+    def decode_spark_row(self, row: Mapping[str, Any]) -> Record:
+        """One row of :meth:`spark_native_stream` as a cdcflow record."""
+        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         """Told after these offsets are durable in the checkpoint store and downstream.
 

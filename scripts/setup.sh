@@ -6,3 +6,5 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 if [ -d tests/fixtures/example_plugin ]; then
   python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore ./tests/fixtures/example_plugin
 fi
+# Spark's Kafka connector for the installed pyspark, from Maven Central (once per Spark version).
+bash scripts/spark_jars.sh install > /dev/null

@@ -26,11 +26,12 @@ from pyspark.sql.types import StructType
 from connector_core.config import ErrorsConfig, ResolvedPlugin
 from connector_core.contract import Offset, Partition, PluginContext, Sink, Source, Transform, offset_key
 from connector_core.errors import SinkError
-from connector_core.events import Record
+from connector_core.events import ChangeEvent, Record
 from connector_core.pipeline import RecordFailedError, apply_transforms, dead_letter_record
-from connector_core.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row
+from connector_core.schemas import infer_row_schema
+from connector_core.spark_engine.rows import STREAM_COLUMNS, STREAM_SCHEMA_DDL, record_to_row, stream_arrow_schema
 
-__all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin"]
+__all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin", "decode_native_batches"]
 
 DATA_SOURCE_NAME = "cdcflow"
 log = logging.getLogger("cdcflow.spark")
@@ -148,12 +149,13 @@ class CdcflowStreamReader(DataSourceStreamReader):
 _open_sources: dict[str, tuple[Source[Any], list[Transform[Any]]]] = {}
 
 
-def _source_side(job: SourceJob) -> tuple[Source[Any], list[Transform[Any]]]:
+def _source_side(job: SourceJob, open_source: bool = True) -> tuple[Source[Any], list[Transform[Any]]]:
     """The source and transforms for ``job``, kept open across the tasks a reused worker runs."""
     key = offset_key({"pipeline": job.pipeline, "source": job.source.config.model_dump(mode="json")})
     if key not in _open_sources:
         source: Source[Any] = build_plugin(job.pipeline, job.pipeline_file, job.source)
-        source.open()
+        if open_source:
+            source.open()
         transforms = [build_plugin(job.pipeline, job.pipeline_file, t) for t in job.transforms]
         for transform in transforms:
             transform.open()
@@ -164,15 +166,33 @@ def _source_side(job: SourceJob) -> tuple[Source[Any], list[Transform[Any]]]:
 def _read_slice(job: SourceJob, piece: SourceSlice) -> Iterator[tuple[Any, ...]]:
     source, transforms = _source_side(job)
     records = source.read(Partition(piece.partition_id, piece.info), piece.start, piece.end)
+    return _transformed_rows(job, transforms, records, infer_schemas=False)
+
+
+def decode_native_batches(job: SourceJob, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body for a source's native Spark stream: its rows, decoded by the source,
+    transformed, in the stream shape."""
+    import pyarrow as pa
+
+    source, transforms = _source_side(job, open_source=False)
+    names = [name for name, _ in STREAM_COLUMNS]
+    for batch in batches:
+        records = (source.decode_spark_row(row) for row in batch.to_pylist())
+        rows = [dict(zip(names, row, strict=True)) for row in _transformed_rows(job, transforms, records, True)]
+        yield pa.RecordBatch.from_pylist(rows, schema=stream_arrow_schema())
+
+
+def _transformed_rows(
+    job: SourceJob, transforms: list[Transform[Any]], records: Iterator[Record], infer_schemas: bool
+) -> Iterator[tuple[Any, ...]]:
     dead_letter: Sink[Any] | None = None
     try:
         while batch := _take(records, 2000):
             output, rejected = apply_transforms(transforms, batch)
             if rejected:
-                if job.errors.tolerance == "none" or job.dead_letter is None:
-                    if job.errors.tolerance == "none":
-                        raise RecordFailedError(job.pipeline, rejected[0])
-                else:
+                if job.errors.tolerance == "none":
+                    raise RecordFailedError(job.pipeline, rejected[0])
+                if job.dead_letter is not None:
                     if dead_letter is None:
                         dead_letter = build_plugin(job.pipeline, job.pipeline_file, job.dead_letter)
                         dead_letter.open()
@@ -180,7 +200,12 @@ def _read_slice(job: SourceJob, piece: SourceSlice) -> Iterator[tuple[Any, ...]]
                     if refused:
                         raise SinkError(f"the dead-letter destination refused {len(refused)} records")
             for record in output:
-                yield record_to_row(record, job.with_record)
+                if infer_schemas and isinstance(record, ChangeEvent) and record.schema is None:
+                    # Records read back from Kafka carry values, not table metadata; typed
+                    # Parquet columns need a schema, so read one off the values.
+                    yield record_to_row(record.with_changes(schema=infer_row_schema(record)), job.with_record)
+                else:
+                    yield record_to_row(record, job.with_record)
         if dead_letter is not None and dead_letter.flush():
             raise SinkError("the dead-letter destination refused records at flush")
     finally:

@@ -42,6 +42,20 @@ STREAM_COLUMNS: tuple[tuple[str, str], ...] = (
 STREAM_SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in STREAM_COLUMNS)
 
 
+def stream_arrow_schema() -> Any:
+    """:data:`STREAM_COLUMNS` as an Arrow schema (for sources that build Arrow batches)."""
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "bigint": pa.int64(),
+        "boolean": pa.bool_(),
+        "binary": pa.binary(),
+        "map<string,string>": pa.map_(pa.string(), pa.string()),
+    }
+    return pa.schema([(name, types[kind]) for name, kind in STREAM_COLUMNS])
+
+
 def _json(value: Any) -> str | None:
     if value is None:
         return None

@@ -9,6 +9,7 @@ a sink finishes (flushes) a batch inside ``foreachBatch``, before Spark writes t
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -21,11 +22,23 @@ from typing import Any
 
 from connector_core.config import PipelineSpec, ResolvedPlugin
 from connector_core.contract import Offset, Partition, PluginContext, Sink, Source, SparkBatchWriter
-from connector_core.errors import EngineError, EngineUnsupportedError, SinkError, TransientError
+from connector_core.errors import (
+    EngineError,
+    EngineUnavailableError,
+    EngineUnsupportedError,
+    SinkError,
+    TransientError,
+)
 from connector_core.pipeline import RecordFailedError, dead_letter_record
 from connector_core.retry import Backoff
-from connector_core.spark_engine.datasource import DATA_SOURCE_NAME, CdcflowDataSource, SourceJob, build_plugin
-from connector_core.spark_engine.rows import record_from_row
+from connector_core.spark_engine.datasource import (
+    DATA_SOURCE_NAME,
+    CdcflowDataSource,
+    SourceJob,
+    build_plugin,
+    decode_native_batches,
+)
+from connector_core.spark_engine.rows import STREAM_SCHEMA_DDL, record_from_row
 from connector_core.spark_engine.session import spark_session
 
 __all__ = ["checkpoint_location", "run_spark_pipeline"]
@@ -127,17 +140,24 @@ def _run_query(
         partition_refresh_ms=spec.engine.partition_refresh_ms,
         with_record=batch_writer is None,
     )
-    session.dataSource.register(CdcflowDataSource)
-    stream = session.readStream.format(DATA_SOURCE_NAME).option("job", job.encode()).load()
+    native = _native_stream(session, view.source, spec)
+    if native is not None:
+        stream = native.mapInArrow(functools.partial(decode_native_batches, job), STREAM_SCHEMA_DDL)
+    else:
+        session.dataSource.register(CdcflowDataSource)
+        stream = session.readStream.format(DATA_SOURCE_NAME).option("job", job.encode()).load()
     drained_at: list[int] = []
     if batch_writer is not None:
         sink.open()
 
     def write_batch(batch: Any, batch_id: int) -> None:
-        end = batch_end_offsets(location, batch_id)
-        drained = view.drained(end)
-        # A drained bounded source will never add anything: every time partition is complete.
-        watermark = COMPLETE_WATERMARK_US if drained else view.watermark(end)
+        if native is None:
+            end = batch_end_offsets(location, batch_id)
+            drained = view.drained(end)
+            # A drained bounded source will never add anything: every time partition is complete.
+            watermark = COMPLETE_WATERMARK_US if drained else view.watermark(end)
+        else:  # Spark's connector owns these offsets; it has no cdcflow watermark and no end
+            drained, watermark = False, None
         if batch_writer is not None:
             batch_writer.write_batch(batch, batch_id, watermark)
         else:
@@ -169,6 +189,18 @@ def _run_query(
     failure = query.exception()
     if failure is not None:
         raise EngineError(f"pipeline {spec.name}: the Spark query failed: {failure}")
+
+
+def _native_stream(session: Any, source: Source[Any], spec: PipelineSpec) -> Any | None:
+    try:
+        return source.spark_native_stream(session, spec.engine.max_records_per_read)
+    except Exception as exc:
+        if "Failed to find data source" in str(exc):
+            raise EngineUnavailableError(
+                f"pipeline {spec.name}: Spark's connector for source type {spec.source.config.type!r} is not "
+                f"installed: run scripts/spark_jars.sh install (it resolves it from Maven Central): {exc}"
+            ) from exc
+        raise
 
 
 def _write_through_sink(batch: Any, spec: PipelineSpec) -> None:

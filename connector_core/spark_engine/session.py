@@ -16,7 +16,7 @@ from connector_core.errors import EngineUnavailableError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["MIN_JAVA_MAJOR", "java_major_version", "spark_session", "spark_version"]
+__all__ = ["MIN_JAVA_MAJOR", "connector_jars", "java_major_version", "spark_session", "spark_version"]
 
 MIN_JAVA_MAJOR = 17  # Spark 4's floor
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -66,12 +66,23 @@ def _check_java() -> None:
         )
 
 
+def connector_jars() -> list[Path]:
+    """Spark connectors (``spark-sql-kafka``) that ``scripts/spark_jars.sh`` put in the cache for
+    this Spark version; local jars, so a query needs no network to start."""
+    cache = Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache" / "cdcflow"))
+    folder = cache / "spark-jars" / spark_version()
+    if not (folder / ".complete").exists():
+        return []
+    return sorted(folder.glob("*.jar"))
+
+
 def spark_session(
-    app_name: str, master: str | None, conf: Mapping[str, str], jars: Sequence[Path] = ()
+    app_name: str, master: str | None, conf: Mapping[str, str], jars: Sequence[Path] | None = None
 ) -> SparkSession:
     """A session on ``master`` (``local[*]`` by default) with cdcflow's defaults under ``conf``."""
     spark_version()
     _check_java()
+    jars = connector_jars() if jars is None else jars
     # Executors must run this interpreter: it is the one with cdcflow and its plugins installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

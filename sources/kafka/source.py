@@ -148,28 +148,58 @@ class KafkaSource(Source[KafkaSourceConfig]):
             consumer.unassign()
 
     def _decode(self, partition: Partition, message: Message) -> Record:
-        topic: str = partition.info["topic"]
-        raw_value = message.value()
-        raw_key = message.key()
+        return self.decode(
+            partition.info["topic"],
+            partition.id,
+            message.key(),
+            message.value(),
+            message.offset() or 0,
+            message.timestamp()[1],
+        )
+
+    def decode(
+        self, topic: str, partition_id: str, raw_key: bytes | None, raw_value: bytes | None, offset: int, ts_ms: int
+    ) -> Record:
+        """One Kafka record as a cdcflow record: a cdcflow envelope becomes the change it describes;
+        a bare row or a tombstone becomes the row state itself. Also used by the spark engine,
+        which reads Kafka with Spark's own connector."""
         try:
             key = self.converter.deserialize(topic, raw_key) if raw_key is not None else {}
             value = self.converter.deserialize(topic, raw_value) if raw_value is not None else None
         except ConverterError as exc:
-            raise SourceDataError(f"{partition.id} offset {message.offset()}: {exc}") from exc
-        position = {"offset": message.offset()}
+            raise SourceDataError(f"{partition_id} offset {offset}: {exc}") from exc
+        position = {"offset": offset}
         if value is not None and "op" in value and "source" in value:
-            return _event_from_envelope(key, value, partition, position, topic)
-        # A bare row (unwrapped) or a tombstone: the row state itself.
+            return _event_from_envelope(key, value, partition_id, position, topic)
         return ChangeEvent(
             op=Op.DELETE if value is None else Op.CREATE,
             key=key,
             before=None,
             after=value,
-            source=SourceInfo("kafka", topic, "", "", partition.id, position, message.timestamp()[1] * 1000),
+            source=SourceInfo("kafka", topic, "", "", partition_id, position, ts_ms * 1000),
             ts_ms=int(time.time() * 1000),
             topic=topic,
             envelope=False,
         )
+
+    def spark_native_stream(self, session: Any, max_records_per_trigger: int) -> Any | None:
+        options = {
+            "kafka.bootstrap.servers": self.config.bootstrap_servers,
+            "subscribe": ",".join(self.config.topics),
+            "startingOffsets": self.config.start,
+            "maxOffsetsPerTrigger": str(max_records_per_trigger),
+            **{f"kafka.{k}": str(v) for k, v in self.config.consumer.items()},
+        }
+        reader = session.readStream.format("kafka")
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        return reader.load().selectExpr("topic", "partition", "offset", "timestamp", "key", "value")
+
+    def decode_spark_row(self, row: Mapping[str, Any]) -> Record:
+        topic, number = row["topic"], row["partition"]
+        timestamp = row["timestamp"]
+        ts_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else 0
+        return self.decode(topic, f"{topic}:{number}", row["key"], row["value"], row["offset"], ts_ms)
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         read_up_to = self._read_up_to.get(partition.id)
@@ -188,7 +218,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
 
 
 def _event_from_envelope(
-    key: dict[str, Any], value: dict[str, Any], partition: Partition, position: dict[str, Any], topic: str
+    key: dict[str, Any], value: dict[str, Any], partition_id: str, position: dict[str, Any], topic: str
 ) -> ChangeEvent:
     # The event keeps the topic it was read from as its destination (as a Kafka Connect record
     # does), so `route` renames relative to it; its `source` still names the original table.
@@ -204,12 +234,12 @@ def _event_from_envelope(
             cluster=source.get("name", ""),
             keyspace=source.get("keyspace", ""),
             table=source.get("table", ""),
-            partition=source.get("partition", partition.id),
+            partition=source.get("partition", partition_id),
             position=json.loads(original_position) if isinstance(original_position, str) else position,
             ts_us=int(source.get("ts_us", 0)),
             snapshot=bool(source.get("snapshot", False)),
             version=source.get("version", ""),
-            extra={"kafka": {"partition": partition.id, **position}},
+            extra={"kafka": {"partition": partition_id, **position}},
         ),
         ts_ms=int(value.get("ts_ms") or time.time() * 1000),
         topic=topic,

@@ -150,3 +150,63 @@ def test_one_source_gives_the_same_events_under_both_engines(tmp_path: Path) -> 
     worker, spark = events("worker"), events("spark")
     assert sum(worker.values()) == 3000
     assert spark == worker
+
+
+@pytest.mark.kafka
+@pytest.mark.registry
+def test_kafka_avro_to_parquet_on_spark(
+    tmp_path: Path, kafka_bootstrap: str, registry_url: str, topic_prefix: str
+) -> None:
+    count = 4000
+    to_kafka = tmp_path / "to-kafka.yaml"
+    to_kafka.write_text(
+        f"name: to-kafka-{topic_prefix}\n"
+        f"source: {{type: datagen, count: {count}, partitions: 2, tables: 2}}\n"
+        f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', converter: avro, "
+        f"schema_registry_url: '{registry_url}'}}\n"
+    )
+    result = run_cdcflow("run", str(to_kafka))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    to_parquet = tmp_path / "to-parquet.yaml"
+    to_parquet.write_text(
+        "name: kafka-to-parquet\n"
+        f"source: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', "
+        f"topics: ['{topic_prefix}.table_0', '{topic_prefix}.table_1'], converter: avro, "
+        f"schema_registry_url: '{registry_url}'}}\n"
+        "sink: {type: parquet, path: out}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+        "engine: {type: spark, master: 'local[2]', trigger_interval_ms: 500}\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "connector_core.cli", "run", str(to_parquet)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        rows = 0
+        while time.monotonic() < deadline and process.poll() is None:
+            if list((tmp_path / "out").rglob("*.parquet")):
+                rows = read_parquet(tmp_path / "out").num_rows
+                if rows >= count:
+                    break
+            time.sleep(1)
+        process.send_signal(signal.SIGTERM)  # a Kafka source never ends: stop it as an operator would
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr.decode()[-3000:]
+
+    table = read_parquet(tmp_path / "out")
+    seqs = Counter(table.column("seq").to_pylist())
+    assert set(seqs) == set(range(count))
+    assert all(n == 1 for n in seqs.values())
+    assert table.schema.field("seq").type == pa.int64()
+    assert table.schema.field("amount").type == pa.float64()
+    ops = dict(zip(table.column("seq").to_pylist(), table.column("op").to_pylist(), strict=True))
+    assert ops == expected_ops({"count": count, "partitions": 2, "tables": 2})
+    assert {t.rsplit(".", 1)[1] for t in table.column("table").to_pylist()} == {"table_0", "table_1"}
