@@ -190,7 +190,29 @@ def parse_pipeline(
         if pipeline.errors.dead_letter is not None
         else None
     )
+    engine = pipeline.engine.type
+    for resolved, where in ((sink, ("sink", "type")), (dead_letter, ("errors", "dead_letter", "type"))):
+        engines = getattr(resolved.cls, "engines", None) if resolved is not None else None
+        if resolved is not None and engines is not None and engine not in engines:
+            problems.append(
+                FieldProblem(
+                    dotted(where),
+                    f"a sink type that runs on the {engine} engine (engine.type)",
+                    f"{resolved.config.type!r}, which runs on the {' and '.join(sorted(engines))} engine only",
+                    lines.get(where),
+                )
+            )
+    if engine == "spark" and checkpoint is not None and checkpoint.config.type != "file":
+        problems.append(
+            FieldProblem(
+                "checkpoint.type",
+                "file (the spark engine keeps offsets in Spark's checkpoint folder, checkpoint.path)",
+                repr(checkpoint.config.type),
+                lines.get(("checkpoint", "type")),
+            )
+        )
     if problems:
+        problems.sort(key=lambda p: (p.line is None, p.line or 0))
         raise ConfigFieldError(file, problems)
     assert source is not None and sink is not None and checkpoint is not None
     return PipelineSpec(

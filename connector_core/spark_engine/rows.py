@@ -9,12 +9,13 @@ table with that schema; sinks that want the cdcflow record back (every other sin
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 from typing import Any
 
 from connector_core.converters import json_default
-from connector_core.events import ChangeEvent, Record, SchemaChangeEvent
+from connector_core.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
 
 __all__ = ["STREAM_COLUMNS", "STREAM_SCHEMA_DDL", "record_from_row", "record_to_row"]
 
@@ -62,11 +63,16 @@ def _json(value: Any) -> str | None:
     return json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
 
 
+@functools.lru_cache(maxsize=1024)
+def _schema_json(schema: RowSchema) -> str:
+    return schema.to_json()
+
+
 def record_to_row(record: Record, with_record: bool) -> tuple[Any, ...]:
     """``record`` as a tuple in :data:`STREAM_COLUMNS` order."""
     s = record.source
     position = json.dumps(dict(s.position), sort_keys=True, separators=(",", ":"))
-    schema = record.schema.to_json() if record.schema is not None else None
+    schema = _schema_json(record.schema) if record.schema is not None else None
     blob = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) if with_record else None
     if isinstance(record, ChangeEvent):
         return (

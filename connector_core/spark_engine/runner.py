@@ -174,8 +174,19 @@ def _run_query(
         .start()
     )
     try:
+        reported = -1
         while not query.awaitTermination(0.2):
             progress = query.lastProgress
+            if progress is not None and progress["batchId"] > reported and progress["numInputRows"] > 0:
+                reported = progress["batchId"]
+                log.info(
+                    "pipeline %s: batch %d: %d events in %d ms",
+                    spec.name,
+                    reported,
+                    progress["numInputRows"],
+                    progress["durationMs"].get("triggerExecution", 0),
+                    extra={"batch": reported, "events": progress["numInputRows"]},
+                )
             if drained_at and progress is not None and progress["batchId"] >= drained_at[-1]:
                 log.info("pipeline %s: the bounded source is drained; stopping", spec.name)
                 break

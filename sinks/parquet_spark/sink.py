@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -87,7 +88,9 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
 
         changes = batch.filter(F.col("kind") == "change").persist()
         try:
+            started = time.monotonic()
             groups = changes.select("destination", "row_schema").distinct().collect()
+            log.debug("batch %d: read and grouped in %.1fs", batch_id, time.monotonic() - started)
             for group in groups:
                 typed = self._typed_rows(changes, group["destination"], group["row_schema"])
                 writer = typed.write.mode("append").option("compression", self.config.compression)
@@ -98,6 +101,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         finally:
             changes.unpersist()
 
+        log.debug("batch %d: written in %.1fs", batch_id, time.monotonic() - started)
         staged = sorted(f for f in files.list_files(staging) if f.endswith(".parquet"))
         moves = {f: _final_name(f, staging, batch_id, n) for n, f in enumerate(staged)}
         files.write_text(manifest, json.dumps(sorted(moves.values())))

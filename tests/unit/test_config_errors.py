@@ -185,3 +185,37 @@ def test_pipeline_and_plugin_problems_are_reported_in_one_pass(tmp_path: Path, r
         (3, "sink.type"),
         (4, "engine.workers"),
     ]
+
+
+def test_a_spark_only_sink_on_the_worker_engine_is_a_field_error(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + "sink:\n  type: parquet\n  path: out\n")
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    [line] = problem_lines(caught.value)
+    assert line.startswith(f"{file}: line 4: field sink.type: expected a sink type that runs on the worker engine")
+    assert "'parquet', which runs on the spark engine only" in line
+
+
+def test_the_spark_engine_needs_a_file_checkpoint(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(
+        tmp_path,
+        "name: p\n"
+        + GOOD_SOURCE
+        + "sink: {type: parquet, path: out}\n"
+        + "checkpoint: {type: kafka, bootstrap_servers: 'h:1'}\n"
+        + "engine: {type: spark}\n",
+    )
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    [line] = problem_lines(caught.value)
+    assert line.startswith(f"{file}: line 4: field checkpoint.type: expected file")
+    assert line.endswith("found 'kafka'")
+
+
+def test_parquet_paths_resolve_against_the_file_and_uris_stay(tmp_path: Path, registry: PluginRegistry) -> None:
+    local = write(tmp_path, "name: p\n" + GOOD_SOURCE + "sink: {type: parquet, path: out}\nengine: {type: spark}\n")
+    assert load_pipeline(local, registry).sink.config.path == str(tmp_path / "out")
+    remote = write(
+        tmp_path, "name: p\n" + GOOD_SOURCE + "sink: {type: parquet, path: 's3a://lake/cdc'}\nengine: {type: spark}\n"
+    )
+    assert load_pipeline(remote, registry).sink.config.path == "s3a://lake/cdc"
