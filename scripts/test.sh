@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: install, start the real Kafka and schema registry
+# The whole test suite on a fresh machine: install, start the real Kafka, schema registry and Cassandra
 # (from Maven Central, into ~/.cache/cdcflow), lint, type-check, run pytest, stop what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 started=()
-services=(kafka)
-[ -f scripts/schema_registry.sh ] && services+=(registry)
+services=(kafka registry cassandra)
 bash scripts/services.sh install "${services[@]}"
 for service in "${services[@]}"; do
   if ! bash scripts/services.sh status "$service" >/dev/null 2>&1; then
