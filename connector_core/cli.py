@@ -158,6 +158,21 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_commitlog_dump(args: argparse.Namespace) -> int:
+    from sources.cassandra_commitlog.dump import dump_segment, schema_catalog_from
+
+    catalog = schema_catalog_from(args.schema_from)
+    if args.save_schema:
+        catalog.save(Path(args.save_schema))
+    summary = dump_segment(Path(args.file), catalog, sys.stdout, system_tables=args.system_tables)
+    print(
+        f"{args.file}: {summary.mutations} mutations, {summary.changes} changes, {summary.faults} faults,"
+        f" {summary.skipped} system-table mutations left out",
+        file=sys.stderr,
+    )
+    return 1 if summary.faults else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdcflow", description="Change-data-capture pipelines")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
@@ -195,6 +210,21 @@ def _parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the JSON schema of pipeline files, for editors")
     schema.set_defaults(handler=_cmd_schema)
+
+    commitlog = commands.add_parser("commitlog", help="Cassandra commit-log tools").add_subparsers(
+        dest="action", required=True
+    )
+    dump = commitlog.add_parser("dump", help="print every mutation of a commit-log segment as JSON lines")
+    dump.add_argument("file")
+    dump.add_argument(
+        "--schema-from",
+        default="127.0.0.1:9042",
+        metavar="HOST[:PORT]|FILE",
+        help="a node to read system_schema from, or a schema JSON file saved with --save-schema",
+    )
+    dump.add_argument("--save-schema", metavar="FILE", help="also write the schema used to FILE, for later dumps")
+    dump.add_argument("--system-tables", action="store_true", help="include mutations of system keyspaces")
+    dump.set_defaults(handler=_cmd_commitlog_dump)
     return parser
 
 

@@ -1,0 +1,167 @@
+"""From a decoded partition update to row changes: what happened to which row, with decoded values.
+
+One partition update can hold a partition deletion, range deletions, a static row and any number
+of rows; each becomes a :class:`RowChange` of its own, so no deletion is silently dropped.
+
+``after`` holds only what the mutation carried (the ``delta`` row image): a column absent from it
+was not touched, a column present as ``None`` was deleted. For a multi-cell column (non-frozen
+collection or user type) the value is what the mutation added or set; a whole-column replacement
+or deletion shows as ``replaced``, removed elements as ``removed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sources.cassandra_commitlog.cqltypes import ValueDecodeError
+from sources.cassandra_commitlog.exceptions import MutationDecodeError
+from sources.cassandra_commitlog.mutation import Cell, DeletionTime, PartitionUpdate, RangeTombstoneMarker, RowUpdate
+from sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
+
+__all__ = ["RowChange", "row_changes"]
+
+
+@dataclass(slots=True)
+class RowChange:
+    """One change to one row (or partition, or range) of one table."""
+
+    op: str  # "c" insert, "u" update, "d" delete
+    keyspace: str
+    table: str
+    key: dict[str, Any]  # partition key and, for rows, clustering columns
+    after: dict[str, Any] | None  # the columns the mutation wrote (None for deletions)
+    ts_us: int  # the newest write timestamp in the change
+    deletion: str | None = None  # "partition", "range", "row" for deletions
+    range: dict[str, Any] | None = None  # start/end clustering bounds of a range deletion
+    replaced: list[str] = field(default_factory=list)  # multi-cell columns overwritten as a whole
+    removed: dict[str, list[Any]] = field(default_factory=dict)  # elements removed from multi-cell columns
+    ttl: dict[str, int] = field(default_factory=dict)  # columns written with a TTL, in seconds
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "op": self.op,
+            "keyspace": self.keyspace,
+            "table": self.table,
+            "key": self.key,
+            "after": self.after,
+            "ts_us": self.ts_us,
+        }
+        for name in ("deletion", "range", "replaced", "removed", "ttl"):
+            value = getattr(self, name)
+            if value:
+                document[name] = value
+        return document
+
+
+def _decode(column: ColumnSchema, raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return column.type.decode(raw)
+    except ValueDecodeError as exc:
+        raise MutationDecodeError(f"column {column.name!r} ({column.type_text}): {exc}") from exc
+
+
+def _partition_key(update: PartitionUpdate) -> dict[str, Any]:
+    table = update.table
+    return {
+        column.name: _decode(column, raw)
+        for column, raw in zip(table.partition_key, update.key_components(), strict=True)
+    }
+
+
+def _clustering(table: TableSchema, values: tuple[bytes | None, ...]) -> dict[str, Any]:
+    return {column.name: _decode(column, raw) for column, raw in zip(table.clustering, values, strict=False)}
+
+
+def row_changes(update: PartitionUpdate) -> Iterator[RowChange]:
+    """Every change the partition update makes, in the order Cassandra applies them."""
+    table = update.table
+    partition_key = _partition_key(update)
+    if update.partition_deletion is not None:
+        yield RowChange(
+            "d",
+            table.keyspace,
+            table.table,
+            partition_key,
+            None,
+            update.partition_deletion.marked_for_delete_at,
+            "partition",
+        )
+    yield from _range_deletions(update, partition_key)
+    if update.static_row is not None:
+        yield _row_change(table, dict(partition_key), update.static_row)
+    for row in update.rows:
+        yield _row_change(table, {**partition_key, **_clustering(table, row.clustering)}, row)
+
+
+def _range_deletions(update: PartitionUpdate, partition_key: dict[str, Any]) -> Iterator[RowChange]:
+    # Markers come in order: a start bound (or boundary) opens a range, the next end bound closes it.
+    table = update.table
+    opened: tuple[RangeTombstoneMarker, DeletionTime] | None = None
+    for marker in update.markers:
+        if marker.kind.endswith("_start") or marker.kind in ("excl_end_incl_start", "incl_end_excl_start"):
+            if opened is not None and marker.end_deletion is not None:
+                yield _range_change(table, partition_key, opened[0], marker, opened[1])
+            start_deletion = marker.start_deletion or marker.deletion
+            assert start_deletion is not None
+            opened = (marker, start_deletion)
+        elif opened is not None:
+            yield _range_change(table, partition_key, opened[0], marker, opened[1])
+            opened = None
+
+
+def _range_change(
+    table: TableSchema,
+    partition_key: dict[str, Any],
+    start: RangeTombstoneMarker,
+    end: RangeTombstoneMarker,
+    deletion: DeletionTime,
+) -> RowChange:
+    bounds = {
+        "start": _clustering(table, start.clustering),
+        "start_inclusive": start.kind in ("incl_start", "excl_end_incl_start"),
+        "end": _clustering(table, end.clustering),
+        "end_inclusive": end.kind in ("incl_end", "incl_end_excl_start"),
+    }
+    return RowChange(
+        "d", table.keyspace, table.table, dict(partition_key), None, deletion.marked_for_delete_at, "range", bounds
+    )
+
+
+def _row_change(table: TableSchema, key: dict[str, Any], row: RowUpdate) -> RowChange:
+    if row.deletion is not None and not row.cells:
+        return RowChange("d", table.keyspace, table.table, key, None, row.deletion.marked_for_delete_at, "row")
+    change = RowChange(
+        "c" if row.timestamp is not None else "u", table.keyspace, table.table, key, {}, row.timestamp or 0
+    )
+    assert change.after is not None
+    multi_cell: dict[str, list[Cell]] = {}
+    for cell in row.cells:
+        change.ts_us = max(change.ts_us, cell.timestamp)
+        column = cell.column
+        if cell.ttl is not None and not cell.deleted:
+            change.ttl[column.name] = cell.ttl
+        if cell.path is not None:
+            multi_cell.setdefault(column.name, []).append(cell)
+        else:
+            change.after[column.name] = None if cell.deleted else _decode(column, cell.value)
+    for name, deletion in row.complex_deletions.items():
+        change.ts_us = max(change.ts_us, deletion.marked_for_delete_at)
+        change.replaced.append(name)
+        if name not in multi_cell:
+            change.after[name] = None  # the whole collection deleted (or set to null)
+    for name, cells in multi_cell.items():
+        column = cells[0].column
+        live = [(c.path or b"", c.value) for c in cells if not c.deleted]
+        removed = [c for c in cells if c.deleted]
+        try:
+            if live or name in row.complex_deletions:
+                change.after[name] = column.type.collect(live)
+            if removed:
+                change.removed[name] = [column.type.path_label(c.path or b"") for c in removed]
+        except (ValueDecodeError, IndexError) as exc:
+            raise MutationDecodeError(f"column {name!r} ({column.type_text}): {exc}") from exc
+    return change

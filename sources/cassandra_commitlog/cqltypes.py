@@ -1,0 +1,358 @@
+"""CQL types as the commit log stores them: how long a value is, and what it decodes to.
+
+Decoded values are what cdcflow's events carry (see ``connector_core.schemas``): ``timestamp`` as
+epoch milliseconds, ``date`` as days since the epoch, ``uuid``/``timeuuid``/``inet`` as text,
+``decimal`` as a float (seed 001 maps it to double), ``duration`` as ``<months>mo<days>d<nanos>ns``,
+tuples as ``{"f0": ..., "f1": ...}`` and user types as their JSON text, since events name a UDT
+column by its type name and converters carry such columns as text.
+
+Only a few types have a fixed length in storage (``valueLengthIfFixed`` in Cassandra); all others,
+``date``, ``time``, ``smallint`` and ``tinyint`` included, are stored with a vint length prefix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import struct
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from connector_core.converters import json_default
+from connector_core.schemas import parse_cql_type
+
+__all__ = ["CqlType", "ValueDecodeError", "build_type", "read_signed_vint", "read_unsigned_vint"]
+
+Decode = Callable[[bytes], Any]
+
+
+class ValueDecodeError(ValueError):
+    """A value's bytes do not fit its type (wrong length, bad UTF-8)."""
+
+
+# Number of bytes that follow a vint's first byte: its count of leading one bits.
+_VINT_EXTRA = bytes(8 - (b ^ 0xFF).bit_length() if b >= 0x80 else 0 for b in range(256))
+
+
+def read_unsigned_vint(data: bytes | memoryview, offset: int) -> tuple[int, int]:
+    """Cassandra's unsigned vint at ``offset``: (value as an unsigned 64-bit int, next offset)."""
+    first = data[offset]
+    if first < 0x80:
+        return first, offset + 1
+    extra = _VINT_EXTRA[first]
+    end = offset + 1 + extra
+    if end > len(data):
+        raise ValueDecodeError("vint runs past the end of its buffer")
+    value = first & (0xFF >> extra)
+    return (value << (8 * extra)) | int.from_bytes(data[offset + 1 : end], "big"), end
+
+
+def read_signed_vint(data: bytes | memoryview, offset: int) -> tuple[int, int]:
+    value, offset = read_unsigned_vint(data, offset)
+    return (value >> 1) ^ -(value & 1), offset  # zig-zag
+
+
+_I8, _I16, _I32, _I64 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_F32, _F64 = struct.Struct(">f"), struct.Struct(">d")
+
+
+def _fixed(unpacker: struct.Struct) -> Decode:
+    unpack = unpacker.unpack
+    size = unpacker.size
+
+    def decode(raw: bytes) -> Any:
+        if len(raw) != size:
+            if not raw:
+                return None  # CQL allows empty values for every type
+            raise ValueDecodeError(f"expected {size} bytes, found {len(raw)}")
+        return unpack(raw)[0]
+
+    return decode
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueDecodeError(f"not UTF-8: {exc}") from exc
+
+
+def _boolean(raw: bytes) -> bool | None:
+    return raw != b"\x00" if raw else None
+
+
+def _date(raw: bytes) -> int | None:
+    if not raw:
+        return None
+    if len(raw) != 4:
+        raise ValueDecodeError(f"date takes 4 bytes, found {len(raw)}")
+    return int(_U32.unpack(raw)[0]) - (1 << 31)  # stored unsigned, the epoch at 2^31
+
+
+def _uuid(raw: bytes) -> str | None:
+    if not raw:
+        return None
+    if len(raw) != 16:
+        raise ValueDecodeError(f"uuid takes 16 bytes, found {len(raw)}")
+    return str(uuid.UUID(bytes=raw))
+
+
+def _inet(raw: bytes) -> str | None:
+    if not raw:
+        return None
+    if len(raw) not in (4, 16):
+        raise ValueDecodeError(f"inet takes 4 or 16 bytes, found {len(raw)}")
+    return str(ipaddress.ip_address(raw))
+
+
+def _varint(raw: bytes) -> int | None:
+    return int.from_bytes(raw, "big", signed=True) if raw else None
+
+
+def _decimal(raw: bytes) -> float | None:
+    if not raw:
+        return None
+    if len(raw) < 4:
+        raise ValueDecodeError(f"decimal takes at least 4 bytes, found {len(raw)}")
+    scale = _I32.unpack_from(raw)[0]
+    return float(Decimal(int.from_bytes(raw[4:], "big", signed=True)).scaleb(-scale))
+
+
+def _duration(raw: bytes) -> str | None:
+    if not raw:
+        return None
+    months, offset = read_signed_vint(raw, 0)
+    days, offset = read_signed_vint(raw, offset)
+    nanos, offset = read_signed_vint(raw, offset)
+    if offset != len(raw):
+        raise ValueDecodeError("duration has trailing bytes")
+    return f"{months}mo{days}d{nanos}ns"
+
+
+def _blob(raw: bytes) -> bytes:
+    return raw
+
+
+def _empty(raw: bytes) -> None:
+    return None
+
+
+# (storage length when fixed, decoder) by CQL name.
+_NATIVE: dict[str, tuple[int, Decode]] = {
+    "ascii": (-1, _text),
+    "text": (-1, _text),
+    "varchar": (-1, _text),
+    "blob": (-1, _blob),
+    "boolean": (1, _boolean),
+    "tinyint": (-1, _fixed(_I8)),
+    "smallint": (-1, _fixed(_I16)),
+    "int": (4, _fixed(_I32)),
+    "bigint": (8, _fixed(_I64)),
+    "counter": (-1, _fixed(_I64)),
+    "varint": (-1, _varint),
+    "float": (4, _fixed(_F32)),
+    "double": (8, _fixed(_F64)),
+    "decimal": (-1, _decimal),
+    "timestamp": (8, _fixed(_I64)),
+    "date": (-1, _date),
+    "time": (-1, _fixed(_I64)),
+    "uuid": (16, _uuid),
+    "timeuuid": (16, _uuid),
+    "inet": (-1, _inet),
+    "duration": (-1, _duration),
+    "empty": (0, _empty),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CqlType:
+    """One column type, ready to decode what the commit log holds for it.
+
+    ``multi_cell`` types (non-frozen list, set, map and user type) store one cell per element:
+    the element's identity in the cell path (``path``) and its value in the cell (``value``).
+    """
+
+    text: str  # the CQL text, as events name the column's type
+    kind: str  # "native", "list", "set", "map", "tuple", "udt", "vector"
+    fixed_length: int  # bytes in storage, or -1 when a vint length precedes the value
+    decode: Decode = field(repr=False, compare=False)
+    multi_cell: bool = False
+    path: CqlType | None = field(default=None, repr=False)  # element identity in a cell path
+    value: CqlType | None = field(default=None, repr=False)  # the cell's value
+    field_names: tuple[str, ...] = ()
+    field_types: tuple[CqlType, ...] = field(default=(), repr=False)
+
+    def collect(self, cells: Sequence[tuple[bytes, bytes]]) -> Any:
+        """The value of a multi-cell column from its live cells, as (path, value) pairs."""
+        if self.kind == "list":
+            return [self.value.decode(v) for _, v in cells] if self.value else []
+        if self.kind == "set":
+            return [self.path.decode(p) for p, _ in cells] if self.path else []
+        if self.kind == "map":
+            assert self.path is not None and self.value is not None
+            return {self.path.decode(p): self.value.decode(v) for p, v in cells}
+        if self.kind == "udt":
+            fields: dict[str, Any] = dict.fromkeys(self.field_names)
+            for p, v in cells:
+                index = _I16.unpack(p)[0]
+                if 0 <= index < len(self.field_types):
+                    fields[self.field_names[index]] = self.field_types[index].decode(v)
+            return json.dumps(fields, default=json_default, separators=(",", ":"), sort_keys=False)
+        raise ValueDecodeError(f"{self.text} is not a multi-cell type")
+
+    def path_label(self, path: bytes) -> Any:
+        """How a delta event names one element of a multi-cell column (set element, map key, field)."""
+        if self.kind == "udt":
+            index = _I16.unpack(path)[0]
+            return self.field_names[index] if 0 <= index < len(self.field_names) else index
+        if self.kind == "list":
+            return str(uuid.UUID(bytes=path)) if len(path) == 16 else path.hex()
+        assert self.path is not None
+        return self.path.decode(path)
+
+
+def _elements(raw: bytes, count_of: str) -> tuple[list[bytes | None], int]:
+    # A frozen collection or tuple value: int32 lengths, -1 for null.
+    items: list[bytes | None] = []
+    offset = 0
+    end = len(raw)
+    while offset < end:
+        if offset + 4 > end:
+            raise ValueDecodeError(f"{count_of} cut short")
+        (length,) = _I32.unpack_from(raw, offset)
+        offset += 4
+        if length < 0:
+            items.append(None)
+            continue
+        if offset + length > end:
+            raise ValueDecodeError(f"{count_of} element runs past the value")
+        items.append(raw[offset : offset + length])
+        offset += length
+    return items, offset
+
+
+def _frozen_collection(raw: bytes) -> list[bytes | None]:
+    if not raw:
+        return []
+    (count,) = _I32.unpack_from(raw, 0)
+    items, _ = _elements(raw[4:], "collection")
+    if len(items) < count:
+        raise ValueDecodeError(f"collection says {count} elements, holds {len(items)}")
+    return items
+
+
+def _decode_optional(element: CqlType, raw: bytes | None) -> Any:
+    return None if raw is None else element.decode(raw)
+
+
+def build_type(text: str, user_types: Mapping[str, tuple[Sequence[str], Sequence[str]]] | None = None) -> CqlType:
+    """A :class:`CqlType` for CQL type text as ``system_schema`` stores it (``frozen<map<text, int>>``).
+
+    ``user_types`` maps a user type's name to its field names and field type texts (from
+    ``system_schema.types`` of the table's keyspace).
+    """
+    user_types = user_types or {}
+    stripped = text.strip()
+    multi_cell = not stripped.lower().startswith("frozen<")
+    return _build(parse_cql_type(stripped), stripped, user_types, multi_cell)
+
+
+def _type_text(parsed: tuple[str, tuple[Any, ...]]) -> str:
+    name, arguments = parsed
+    if not arguments:
+        return name
+    return f"{name}<{', '.join(str(a) if isinstance(a, int) else _type_text(a) for a in arguments)}>"
+
+
+def _build(
+    parsed: tuple[str, tuple[Any, ...]],
+    text: str | None,
+    user_types: Mapping[str, tuple[Sequence[str], Sequence[str]]],
+    multi_cell: bool,
+) -> CqlType:
+    name, arguments = parsed
+    text = text or _type_text(parsed)
+    if name in _NATIVE:
+        length, decode = _NATIVE[name]
+        return CqlType(text, "native", length, decode)
+    if name in ("list", "set"):
+        element = _build(arguments[0], None, user_types, False)
+
+        def decode_sequence(raw: bytes) -> list[Any]:
+            return [_decode_optional(element, item) for item in _frozen_collection(raw)]
+
+        if name == "list":
+            timeuuid = _build(("timeuuid", ()), None, user_types, False)
+            return CqlType(text, "list", -1, decode_sequence, multi_cell, path=timeuuid, value=element)
+        return CqlType(text, "set", -1, decode_sequence, multi_cell, path=element)
+    if name == "map":
+        key = _build(arguments[0], None, user_types, False)
+        value = _build(arguments[1], None, user_types, False)
+
+        def decode_map(raw: bytes) -> dict[Any, Any]:
+            items = _frozen_collection(raw)
+            return {
+                _decode_optional(key, items[i]): _decode_optional(value, items[i + 1])
+                for i in range(0, len(items) - 1, 2)
+            }
+
+        return CqlType(text, "map", -1, decode_map, multi_cell, path=key, value=value)
+    if name == "tuple":
+        members = tuple(_build(a, None, user_types, False) for a in arguments)
+
+        def decode_tuple(raw: bytes) -> dict[str, Any]:
+            items, _ = _elements(raw, "tuple")
+            return {f"f{i}": _decode_optional(m, items[i]) if i < len(items) else None for i, m in enumerate(members)}
+
+        return CqlType(text, "tuple", -1, decode_tuple)
+    if name == "vector":
+        element = _build(arguments[0], None, user_types, False)
+        dimension = int(arguments[1])
+        return _vector(text, element, dimension)
+    if name in user_types:
+        field_names, field_texts = user_types[name]
+        members = tuple(_build(parse_cql_type(t), t, user_types, False) for t in field_texts)
+        names = tuple(field_names)
+
+        def decode_udt(raw: bytes) -> str:
+            items, _ = _elements(raw, "user type")
+            values = {
+                n: _decode_optional(m, items[i]) if i < len(items) else None
+                for i, (n, m) in enumerate(zip(names, members, strict=True))
+            }
+            return json.dumps(values, default=json_default, separators=(",", ":"))
+
+        return CqlType(text, "udt", -1, decode_udt, multi_cell, field_names=names, field_types=members)
+    # A custom type ('org.apache...') or a type cdcflow does not know: keep the bytes.
+    return CqlType(text, "native", -1, _blob)
+
+
+def _vector(text: str, element: CqlType, dimension: int) -> CqlType:
+    size = element.fixed_length
+    if size > 0:
+
+        def decode_fixed(raw: bytes) -> list[Any] | None:
+            if not raw:
+                return None
+            if len(raw) != size * dimension:
+                raise ValueDecodeError(f"vector of {dimension} takes {size * dimension} bytes, found {len(raw)}")
+            return [element.decode(raw[i : i + size]) for i in range(0, len(raw), size)]
+
+        return CqlType(text, "vector", size * dimension, decode_fixed)
+
+    def decode_variable(raw: bytes) -> list[Any] | None:
+        if not raw:
+            return None
+        values = []
+        offset = 0
+        for _ in range(dimension):
+            length, offset = read_unsigned_vint(raw, offset)
+            values.append(element.decode(raw[offset : offset + length]))
+            offset += length
+        return values
+
+    return CqlType(text, "vector", -1, decode_variable)
