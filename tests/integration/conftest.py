@@ -9,6 +9,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,37 @@ def registry_url(kafka_bootstrap: str) -> str:
 @pytest.fixture
 def topic_prefix() -> Iterator[str]:
     yield f"t{uuid.uuid4().hex[:10]}"
+
+
+CASSANDRA_HOST = os.environ.get("CDCFLOW_CASSANDRA", "127.0.0.1")
+CASSANDRA_DATA = Path(
+    os.environ.get("CDCFLOW_DATA", Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache" / "cdcflow")) / "run")
+) / "cassandra"
+
+
+@pytest.fixture(scope="session")
+def cassandra_session() -> Iterator[object]:
+    """A cassandra-driver session on the real node scripts/cassandra.sh runs (CDC on, 1 MiB segments)."""
+    ensure_service("cassandra.sh")
+    from sources.cassandra_commitlog.cluster import connect
+
+    cluster, session = connect([CASSANDRA_HOST])
+    yield session
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def cdc_raw_dir(cassandra_session: object) -> Path:
+    return CASSANDRA_DATA / "cdc_raw"
+
+
+@pytest.fixture
+def keyspace(cassandra_session: object) -> Iterator[str]:
+    """A keyspace of its own for one test (RF 1), dropped afterwards."""
+    name = f"k{uuid.uuid4().hex[:10]}"
+    session: Any = cassandra_session
+    session.execute(
+        f"CREATE KEYSPACE {name} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+    )
+    yield name
+    session.execute(f"DROP KEYSPACE IF EXISTS {name}")
