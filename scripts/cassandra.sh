@@ -13,6 +13,10 @@ CASSANDRA_VERSION="$(sed -n 's:.*<cassandra.version>\(.*\)</cassandra.version>.*
 CASSANDRA_HOST="${CASSANDRA_HOST:-127.0.0.1}"
 CASSANDRA_PORT="${CASSANDRA_PORT:-9042}"
 CASSANDRA_HEAP="${CASSANDRA_HEAP:-768m}"
+# CASSANDRA_4 (the 5.0 default) writes commit-log version 7; NONE writes version 8.
+CASSANDRA_STORAGE_COMPATIBILITY_MODE="${CASSANDRA_STORAGE_COMPATIBILITY_MODE:-CASSANDRA_4}"
+# Empty for plain segments, or LZ4Compressor, SnappyCompressor, DeflateCompressor, ZstdCompressor.
+CASSANDRA_COMMITLOG_COMPRESSION="${CASSANDRA_COMMITLOG_COMPRESSION:-}"
 libs="$CDCFLOW_CACHE/cassandra-$CASSANDRA_VERSION/libs"
 data="$CDCFLOW_DATA/cassandra"
 pidfile="$data/cassandra.pid"
@@ -57,7 +61,11 @@ authorizer: AllowAllAuthorizer
 auto_snapshot: false
 concurrent_compactors: 1
 compaction_throughput: 0MiB/s
+storage_compatibility_mode: $CASSANDRA_STORAGE_COMPATIBILITY_MODE
 EOF
+  if [ -n "$CASSANDRA_COMMITLOG_COMPRESSION" ]; then
+    printf 'commitlog_compression:\n  - class_name: %s\n' "$CASSANDRA_COMMITLOG_COMPRESSION" >>"$data/cassandra.yaml"
+  fi
   cat >"$data/logback.xml" <<EOF
 <configuration>
   <appender name="FILE" class="ch.qos.logback.core.FileAppender">

@@ -10,7 +10,7 @@ from typing import Any
 from sources.cassandra_commitlog.changes import RowChange, row_changes
 from sources.cassandra_commitlog.exceptions import UnknownTableError
 from sources.cassandra_commitlog.mutation import MutationDecoder
-from sources.cassandra_commitlog.schema import load_schema_catalog
+from sources.cassandra_commitlog.schema import SchemaCatalog, load_schema_catalog
 from sources.cassandra_commitlog.segment import Entry, SegmentRead, parse_segment_name, read_entries
 
 
@@ -19,27 +19,31 @@ def segments(cdc_raw: Path) -> list[Path]:
     return [p for name, p in sorted((n, p) for n, p in named if n is not None)]
 
 
-def keyspace_changes(
-    cdc_raw: Path, session: Any, keyspace: str, cdc_only: bool = False
-) -> list[RowChange]:
-    """Every change to ``keyspace``'s tables (with ``cdc = true`` only, if asked) in commit-log order."""
-    catalog = load_schema_catalog(session)
+def segment_changes(path: Path, catalog: SchemaCatalog, keyspace: str, cdc_only: bool = False) -> list[RowChange]:
+    """Every change to ``keyspace``'s tables (with ``cdc = true`` only, if asked) in one segment."""
     changes: list[RowChange] = []
-    for path in segments(cdc_raw):
-        state = SegmentRead()
-        decoder: MutationDecoder | None = None
-        for item in read_entries(path.read_bytes(), path, state=state):
-            assert isinstance(item, Entry), item.error
-            assert state.header is not None
-            decoder = decoder or MutationDecoder(catalog, state.header.version, lambda t: t.keyspace == keyspace and (t.cdc or not cdc_only))
-            try:
-                mutation = decoder.decode(item.mutation, path, item.end)
-            except UnknownTableError:
-                continue  # a table another test created and dropped since
-            for update in mutation.updates:
-                changes.extend(row_changes(update))
-        assert state.section_error is None, state.section_error
+    state = SegmentRead()
+    decoder: MutationDecoder | None = None
+    for item in read_entries(path.read_bytes(), path, state=state):
+        assert isinstance(item, Entry), item.error
+        assert state.header is not None
+        decoder = decoder or MutationDecoder(
+            catalog, state.header.version, lambda t: t.keyspace == keyspace and (t.cdc or not cdc_only)
+        )
+        try:
+            mutation = decoder.decode(item.mutation, path, item.end)
+        except UnknownTableError:
+            continue  # a table another test created and dropped since
+        for update in mutation.updates:
+            changes.extend(row_changes(update))
+    assert state.section_error is None, state.section_error
     return changes
+
+
+def keyspace_changes(cdc_raw: Path, session: Any, keyspace: str, cdc_only: bool = False) -> list[RowChange]:
+    """Every change to ``keyspace``'s tables in every segment, in commit-log order."""
+    catalog = load_schema_catalog(session)
+    return [change for path in segments(cdc_raw) for change in segment_changes(path, catalog, keyspace, cdc_only)]
 
 
 def wait_for_changes(

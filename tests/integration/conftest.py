@@ -9,8 +9,8 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,9 +53,14 @@ def topic_prefix() -> Iterator[str]:
 
 
 CASSANDRA_HOST = os.environ.get("CDCFLOW_CASSANDRA", "127.0.0.1")
-CASSANDRA_DATA = Path(
-    os.environ.get("CDCFLOW_DATA", Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache" / "cdcflow")) / "run")
-) / "cassandra"
+CASSANDRA_DATA = (
+    Path(
+        os.environ.get(
+            "CDCFLOW_DATA", Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache" / "cdcflow")) / "run"
+        )
+    )
+    / "cassandra"
+)
 
 
 @pytest.fixture(scope="session")
@@ -79,8 +84,6 @@ def keyspace(cassandra_session: object) -> Iterator[str]:
     """A keyspace of its own for one test (RF 1), dropped afterwards."""
     name = f"k{uuid.uuid4().hex[:10]}"
     session: Any = cassandra_session
-    session.execute(
-        f"CREATE KEYSPACE {name} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
-    )
+    session.execute(f"CREATE KEYSPACE {name} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}")
     yield name
     session.execute(f"DROP KEYSPACE IF EXISTS {name}")
