@@ -183,6 +183,7 @@ class PipelineRunner:
             for plugin in plugins:  # one at a time, so a retry does not reopen what is already open
                 self._with_retries(f"open {type(plugin).__name__}", plugin.open)
             self._committed = self._with_retries("load checkpoints", self.store.load)
+            log.info("pipeline %s running: %d committed partition checkpoints", self.spec.name, len(self._committed))
             self._with_retries("deliver", self._deliver_until_done)
         except _StopRequestedError:
             log.info("pipeline %s stopped while waiting to retry; the last checkpoint stands", self.spec.name)

@@ -1,0 +1,350 @@
+"""The ``cassandra_commitlog`` source: one node's cdc_raw directory, followed as Cassandra syncs it.
+
+One partition per node (this process reads the node's local ``cdc_raw``). An offset is
+``{"segment": id, "position": p}``: every entry of an older segment, and every entry of segment
+``id`` ending at or before logical position ``p``, is done. Only data the segment's ``_cdc.idx``
+declares synced is read, so a change is emitted within about one ``commitlog_sync_period`` and
+never from a half-written section. A segment is left behind only once Cassandra marked it
+``COMPLETED`` and it was read to its end; after the checkpoint covering it is durable it is
+deleted (or moved to an archive), so cdc_raw never fills up and blocks Cassandra's writes.
+
+Bytes that cannot be read go to the error store with their position, and reading goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from connector_core.config import ResolvedPath
+from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
+from connector_core.errors import SourceUnavailableError
+from connector_core.events import ChangeEvent, Op, Record, SourceInfo
+from sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
+from sources.cassandra_commitlog.changes import RowChange, row_changes
+from sources.cassandra_commitlog.cluster import connect
+from sources.cassandra_commitlog.error_store import (
+    CassandraErrorStore,
+    ErrorRecord,
+    ErrorStore,
+    ErrorStoreConfig,
+    FileErrorStore,
+)
+from sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
+from sources.cassandra_commitlog.mutation import Mutation, MutationDecoder
+from sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
+from sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
+
+__all__ = ["CassandraCommitLogSource", "CassandraCommitLogSourceConfig"]
+
+_OPS = {"c": Op.CREATE, "u": Op.UPDATE, "d": Op.DELETE}
+# Bytes kept per error-store record: a Cassandra blob must stay well under the mutation size limit;
+# a segment with more unreadable bytes than this is kept whole (see ``_unreadable_dir``).
+_MAX_ERROR_BYTES = 1 << 20
+_CLOSED_WITHOUT_INDEX = CdcIndex(offset=(1 << 31) - 1, completed=True)
+
+
+class CassandraCommitLogSourceConfig(PluginConfig):
+    cdc_raw: ResolvedPath = Field(description="the node's cdc_raw_directory, read locally")
+    hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], description="nodes to read the schema from")
+    port: int = Field(default=9042, ge=1, le=65535)
+    cluster: str = Field(default="cassandra", description="the server name: topics are <cluster>.<keyspace>.<table>")
+    node: str | None = Field(default=None, description="this node's name in events and offsets; default the hostname")
+    tables: list[str] | None = Field(
+        default=None, description="keyspace.table names to emit; default every table with cdc = true"
+    )
+    row_image: Literal["delta"] = Field(
+        default="delta", description="delta: only the columns each mutation carried, with deletion markers"
+    )
+    processed_segments: Literal["delete", "archive", "keep"] = Field(
+        default="delete", description="what happens to a segment once it is read and checkpointed"
+    )
+    archive_dir: ResolvedPath | None = Field(default=None, description="where processed segments go (archive)")
+    schema_refresh_s: float = Field(default=60.0, gt=0, description="how often the schema is re-read")
+    error_store: ErrorStoreConfig = Field(default_factory=ErrorStoreConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class _Position:
+    segment: int
+    position: int
+
+    @classmethod
+    def of(cls, offset: Offset) -> _Position:
+        return cls(int(offset.get("segment", 0)), int(offset.get("position", 0)))
+
+    def offset(self) -> Offset:
+        return {"segment": self.segment, "position": self.position}
+
+
+class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
+    """``cassandra_commitlog``: changes from the commit-log segments Cassandra hard-links into cdc_raw."""
+
+    type_name = "cassandra_commitlog"
+    config_model = CassandraCommitLogSourceConfig
+
+    def __init__(self, config: CassandraCommitLogSourceConfig, context: PluginContext) -> None:
+        super().__init__(config, context)
+        self.node = config.node or socket.gethostname()
+        self._cluster: Any = None
+        self._session: Any = None
+        self._catalog = SchemaCatalog()
+        self._catalog_read_at = 0.0
+        self._error_store: ErrorStore | None = None
+        self._wanted_tables = {name.lower() for name in config.tables} if config.tables else None
+        self._decoders: dict[int, MutationDecoder] = {}
+        self._cached: tuple[Path, bytes] | None = None  # the segment latest_offset read last
+        self._unreadable: set[int] = set()  # segments not to delete: they hold bytes nothing could read
+        self._unreadable_dir = config.cdc_raw.parent / "cdc_unreadable"
+        self._dropped_tables: set[str] = set()  # ids absent from the schema after a refresh
+        self.skipped_dropped_table_mutations = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        try:
+            self._cluster, self._session = connect(self.config.hosts, self.config.port)
+        except Exception as exc:
+            raise SourceUnavailableError(f"cannot reach Cassandra at {self.config.hosts}: {exc}") from exc
+        self._refresh_schema()
+        store = self.config.error_store
+        if store.type == "file":
+            path = store.path or self.context.base_dir / f"{self.context.pipeline}.commitlog_errors.jsonl"
+            self._error_store = FileErrorStore(path)
+        else:
+            self._error_store = CassandraErrorStore(self._session, store.keyspace, store.table)
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+
+    # --- schema ------------------------------------------------------------------------------
+
+    def _refresh_schema(self) -> None:
+        try:
+            self._catalog = load_schema_catalog(self._session)
+        except Exception as exc:
+            raise SourceUnavailableError(f"cannot read system_schema: {exc}") from exc
+        self._catalog_read_at = time.monotonic()
+        self._decoders.clear()
+
+    def _emits(self, table: TableSchema) -> bool:
+        if not table.cdc:
+            return False
+        if any(c.type_text == "counter" for c in table.columns.values()):
+            return False  # counter updates are deltas of a shard's value, not a row state
+        if self._wanted_tables is not None:
+            return f"{table.keyspace}.{table.table}".lower() in self._wanted_tables
+        return True
+
+    def _decoder(self, version: int) -> MutationDecoder:
+        if time.monotonic() - self._catalog_read_at > self.config.schema_refresh_s:
+            self._refresh_schema()
+        decoder = self._decoders.get(version)
+        if decoder is None:
+            decoder = self._decoders[version] = MutationDecoder(self._catalog, version, self._emits)
+        return decoder
+
+    # --- partitions and offsets --------------------------------------------------------------
+
+    def partitions(self) -> Sequence[Partition]:
+        return [Partition(self.node, {"cdc_raw": str(self.config.cdc_raw)})]
+
+    def initial_offset(self, partition: Partition) -> Offset:
+        return _Position(0, 0).offset()
+
+    def _segments(self, first: int) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.config.cdc_raw.glob("CommitLog-*.log"):
+            name = parse_segment_name(path.name)
+            if name is not None and name[1] >= first:
+                found.append((name[1], path))
+        return sorted(found)
+
+    @staticmethod
+    def _indexes(found: list[tuple[int, Path]]) -> list[CdcIndex | None]:
+        """Each segment's index; a segment without one counts as closed once a newer one has one.
+
+        Cassandra links every segment into cdc_raw when it creates it (the next one ahead of
+        time) and writes the index at the first sync with CDC data. Writes only go to the newest
+        active segment, so once a newer segment has an index, an older one without any will get
+        no more writes: it held no synced CDC data (or was cut short by a crash); it is read to
+        its last valid section and passed.
+        """
+        indexes = [read_cdc_index(index_path(path)) for _, path in found]
+        newer_indexed = False
+        for number in range(len(found) - 1, -1, -1):
+            if indexes[number] is None and newer_indexed:
+                indexes[number] = _CLOSED_WITHOUT_INDEX
+            newer_indexed = newer_indexed or indexes[number] is not None
+        return indexes
+
+    def _bytes(self, path: Path) -> bytes:
+        # read() right after uses these same bytes: everything up to the offset found here is in them.
+        data = path.read_bytes()
+        self._cached = (path, data)
+        return data
+
+    def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        position = _Position.of(start)
+        budget = max_records if max_records is not None else 1 << 62
+        found = self._segments(position.segment)
+        for (segment_id, path), index in zip(found, self._indexes(found), strict=True):
+            if index is None:
+                break  # not synced yet, or its index is being rewritten: ask again later
+            begin = position.position if segment_id == position.segment else 0
+            state = SegmentRead()
+            end = begin
+            try:
+                for item in read_entries(self._bytes(path), path, after=begin, durable_to=index.offset, state=state):
+                    end = item.end
+                    budget -= 1
+                    if budget <= 0:
+                        return _Position(segment_id, end).offset()
+            except CommitLogError:
+                # The whole segment is unreadable (header, encryption): read() stores the error and
+                # keeps the file aside; once Cassandra closed it, move past it.
+                if not index.completed:
+                    return position.offset()
+                position = _Position(segment_id, max(index.offset, 1))
+                continue
+            if not index.completed:
+                return _Position(segment_id, max(end, begin)).offset()
+            # Read to its end and closed by Cassandra: this segment is done, go on with the next.
+            position = _Position(segment_id, max(end, index.offset, state.read_to))
+        return position.offset()
+
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
+        first, last = _Position.of(start), _Position.of(end)
+        for segment_id, path in self._segments(first.segment):
+            if segment_id > last.segment:
+                return
+            after = first.position if segment_id == first.segment else 0
+            up_to = last.position if segment_id == last.segment else None
+            yield from self._read_segment(segment_id, path, after, up_to)
+
+    def _read_segment(self, segment_id: int, path: Path, after: int, up_to: int | None) -> Iterator[Record]:
+        state = SegmentRead()
+        try:
+            data = self._cached[1] if self._cached and self._cached[0] == path else path.read_bytes()
+            # No durable_to here: ``up_to`` is an entry's end that latest_offset found synced, and
+            # it may fall inside a section.
+            for item in read_entries(data, path, after=after, state=state):
+                if up_to is not None and item.end > up_to:
+                    return
+                if isinstance(item, EntryFault):
+                    self._store_error(segment_id, item.end, str(item.error), item.raw)
+                    continue
+                assert state.header is not None
+                mutation = self._decode(state.header.version, item, path, segment_id)
+                if mutation is not None:
+                    yield from self._events(mutation, segment_id, item.end)
+        except CommitLogError as exc:
+            self._unreadable.add(segment_id)
+            self._store_error(segment_id, after, f"{exc}; the segment is kept in {self._unreadable_dir}", b"")
+            return
+        if state.section_error is not None:
+            error = state.section_error
+            self._unreadable.add(segment_id)
+            start = error.position or state.read_to
+            self._store_error(
+                segment_id,
+                state.read_to,
+                f"{error}; the rest of the segment is unreadable, the segment is kept in {self._unreadable_dir}",
+                data[start : start + _MAX_ERROR_BYTES],
+            )
+
+    def _decode(self, version: int, entry: Entry, path: Path, segment_id: int) -> Mutation | None:
+        try:
+            return self._decoder(version).decode(entry.mutation, path, entry.end)
+        except UnknownTableError as exc:
+            if exc.table_id not in self._dropped_tables:
+                self._refresh_schema()  # a table created since the schema was read?
+                if self._catalog.table(exc.table_id) is not None:
+                    return self._decode(version, entry, path, segment_id)
+                # Not in the current schema either: the table was dropped since this was written.
+                self._dropped_tables.add(exc.table_id)
+                self.context.logger.info("skipping mutations of table id %s: not in the schema (dropped)", exc.table_id)
+            self.skipped_dropped_table_mutations += 1
+        except CommitLogError as exc:
+            self._store_error(segment_id, entry.end, str(exc), entry.mutation)
+        return None
+
+    def _store_error(self, segment_id: int, position: int, error: str, raw: bytes) -> None:
+        self.context.logger.warning("commit log %s segment %d position %d: %s", self.node, segment_id, position, error)
+        if self._error_store is not None:
+            self._error_store.save(ErrorRecord(self.node, segment_id, position, error, raw))
+
+    def _events(self, mutation: Mutation, segment_id: int, position: int) -> Iterator[ChangeEvent]:
+        index = 0
+        now_ms = int(time.time() * 1000)
+        for update in mutation.updates:
+            schema = update.table.row_schema(self.config.cluster)
+            for change in row_changes(update):
+                yield self._event(change, schema, segment_id, position, index, now_ms)
+                index += 1
+
+    def _event(
+        self, change: RowChange, schema: Any, segment_id: int, position: int, index: int, now_ms: int
+    ) -> ChangeEvent:
+        source = SourceInfo(
+            system="cassandra",
+            cluster=self.config.cluster,
+            keyspace=change.keyspace,
+            table=change.table,
+            partition=self.node,
+            position={"segment": segment_id, "position": position, "index": index},
+            ts_us=change.ts_us,
+            version="5.0",
+        )
+        headers: dict[str, str] = {}
+        for name in ("deletion", "range", "replaced", "removed", "ttl"):
+            value = getattr(change, name)
+            if value:
+                headers[f"cdc.{name}"] = (
+                    value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+                )
+        after = None if change.after is None else {**change.key, **change.after}
+        return ChangeEvent(_OPS[change.op], change.key, None, after, source, now_ms, schema, headers=headers or None)
+
+    def commit(self, offsets: Mapping[str, Offset]) -> None:
+        for offset in offsets.values():
+            done = _Position.of(offset)
+            found = self._segments(0)
+            for (segment_id, path), index in zip(found, self._indexes(found), strict=True):
+                if segment_id > done.segment:
+                    break
+                finished = segment_id < done.segment or (
+                    index is not None and index.completed and done.position >= index.offset
+                )
+                if finished and index is not None and index.completed:
+                    self._retire(segment_id, path)
+
+    def _retire(self, segment_id: int, path: Path) -> None:
+        index = index_path(path)
+        if self.config.processed_segments == "keep" and segment_id not in self._unreadable:
+            return
+        if segment_id in self._unreadable or self.config.processed_segments == "archive":
+            target = (
+                self._unreadable_dir
+                if segment_id in self._unreadable
+                else self.config.archive_dir or self.config.cdc_raw.parent / "cdc_archive"
+            )
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path), target / path.name)
+            if index.exists():
+                shutil.move(str(index), target / index.name)
+        else:
+            path.unlink(missing_ok=True)
+            index.unlink(missing_ok=True)
+        if self._cached and self._cached[0] == path:
+            self._cached = None

@@ -1,0 +1,159 @@
+"""Writes to the real Cassandra node → cassandra_commitlog source → the real Kafka: every write arrives.
+
+The source reads the node's cdc_raw as Cassandra syncs it; the crash test kills the worker with
+SIGKILL while writes keep coming and restarts it on the same checkpoint: nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import REPO
+from tests.integration.kafka_helpers import Received, read_topics, topics_with_prefix
+
+pytestmark = [pytest.mark.kafka]
+
+
+def _pipeline(folder: Path, prefix: str, bootstrap: str, cdc_raw: Path, keyspace: str) -> Path:
+    file = folder / "commitlog.yaml"
+    file.write_text(
+        f"name: commitlog-{prefix}\n"
+        f"source: {{type: cassandra_commitlog, cdc_raw: '{cdc_raw}', cluster: {prefix}, node: node1,"
+        f" tables: [{keyspace}.orders], error_store: {{type: file, path: errors.jsonl}}}}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: 20}}\n"
+        "checkpoint: {type: file, path: ckpt, interval_ms: 300}\n"
+    )
+    return file
+
+
+def _start(file: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _start_logged(file: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """A worker whose log lines collect in the returned list as it runs."""
+    process = _start(file)
+    lines: list[str] = []
+
+    def collect() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            lines.append(raw.decode(errors="replace"))
+
+    threading.Thread(target=collect, daemon=True).start()
+    return process, lines
+
+
+def _payloads(bootstrap: str, prefix: str) -> list[tuple[Received, dict[str, Any]]]:
+    received = read_topics(bootstrap, topics_with_prefix(bootstrap, prefix))
+    return [(r, json.loads(r.value)["payload"]) for r in received if r.value is not None]
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(
+                f"the worker exited with {process.returncode} before {what}: {process.stderr.read().decode()[-3000:]}"
+            )  # type: ignore[union-attr]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_every_write_reaches_kafka_with_its_values_and_op(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, cassandra_session: Any, cdc_raw_dir: Path, keyspace: str
+) -> None:
+    session = cassandra_session
+    session.execute(f"CREATE TABLE {keyspace}.orders (id int PRIMARY KEY, total int, note text) WITH cdc = true")
+    session.execute(f"CREATE TABLE {keyspace}.other (id int PRIMARY KEY) WITH cdc = true")  # not in `tables`
+    insert = session.prepare(f"INSERT INTO {keyspace}.orders (id, total, note) VALUES (?, ?, ?)")
+    for i in range(200):
+        session.execute(insert, (i, i * 10, f"order {i}"))
+        session.execute(f"INSERT INTO {keyspace}.other (id) VALUES ({i})")
+    session.execute(f"UPDATE {keyspace}.orders SET total = 7 WHERE id = 3")
+    session.execute(f"DELETE FROM {keyspace}.orders WHERE id = 4")
+
+    process, log = _start_logged(_pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace))
+    try:
+        _wait_for(lambda: any(" running: " in line for line in log), 120, "the worker to start", process)
+        _wait_for(lambda: len(_payloads(kafka_bootstrap, topic_prefix)) >= 202, 90, "202 changes in Kafka", process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+
+    payloads = _payloads(kafka_bootstrap, topic_prefix)
+    assert {r.topic for r, _ in payloads} == {f"{topic_prefix}.{keyspace}.orders"}
+    inserts = {p["after"]["id"]: p["after"] for _, p in payloads if p["op"] == "c"}
+    assert inserts == {i: {"id": i, "total": i * 10, "note": f"order {i}"} for i in range(200)}
+    [update] = [p for _, p in payloads if p["op"] == "u"]
+    assert update["after"] == {"id": 3, "total": 7}  # delta: only what the UPDATE carried
+    [delete] = [(r, p) for r, p in payloads if p["op"] == "d"]
+    assert delete[1]["after"] is None and json.loads(delete[0].key)["payload"] == {"id": 4}  # type: ignore[arg-type]
+    assert delete[0].headers["cdc.deletion"] == b"partition"  # no clustering columns: the row is the partition
+    source = update["source"]
+    assert (source["connector"], source["name"], source["keyspace"], source["partition"]) == (
+        "cassandra",
+        topic_prefix,
+        keyspace,
+        "node1",
+    )
+    assert not (tmp_path / "errors.jsonl").exists()
+
+
+def test_sigkill_mid_stream_loses_nothing(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, cassandra_session: Any, cdc_raw_dir: Path, keyspace: str
+) -> None:
+    session = cassandra_session
+    session.execute(f"CREATE TABLE {keyspace}.orders (id int PRIMARY KEY, total int, note text) WITH cdc = true")
+    insert = session.prepare(f"INSERT INTO {keyspace}.orders (id, total, note) VALUES (?, ?, ?)")
+    count = 3000
+    written = threading.Event()
+
+    def write() -> None:
+        for i in range(count):
+            session.execute(insert, (i, i, "x" * 200))  # ~1 KiB per mutation: several segments
+            if i % 100 == 0:
+                time.sleep(0.25)  # spread the writes over the kills below
+        written.set()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    file = _pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace)
+    rng = random.Random(4)
+    for _ in range(4):
+        process = _start(file)
+        time.sleep(rng.uniform(2.0, 4.0))  # a random moment to crash at, not a timing assertion
+        process.kill()
+        process.wait()
+    writer.join(timeout=120)
+    assert written.is_set()
+
+    def ids() -> set[int]:
+        return {p["after"]["id"] for _, p in _payloads(kafka_bootstrap, topic_prefix) if p["after"]}
+
+    process, log = _start_logged(file)
+    try:
+        # The last run must be up (its signal handlers in place) and Kafka must hold every write.
+        _wait_for(lambda: any(" running: " in line for line in log), 120, "the last run to start", process)
+        _wait_for(lambda: len(ids()) >= count, 120, f"all {count} writes in Kafka", process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    assert ids() == set(range(count))
