@@ -152,12 +152,20 @@ class _Input:
         return value
 
     def uvint(self) -> int:
+        first = self.data[self.pos]
+        if first < 0x80:  # most lengths, deltas and counts fit one byte
+            self.pos += 1
+            return first
         value, self.pos = read_unsigned_vint(self.data, self.pos)
         return value
 
     def uvint32(self) -> int:
+        first = self.data[self.pos]
+        if first < 0x80:
+            self.pos += 1
+            return first
         # writeUnsignedVInt32 sign-extends a negative int to a 64-bit vint; undo that.
-        value = self.uvint()
+        value, self.pos = read_unsigned_vint(self.data, self.pos)
         return value - _U64 if value >= 1 << 63 else value
 
     def take(self, size: int) -> bytes:
@@ -169,7 +177,13 @@ class _Input:
         return value
 
     def value(self, fixed_length: int) -> bytes:
-        return self.take(fixed_length if fixed_length >= 0 else self.uvint32())
+        size = fixed_length if fixed_length >= 0 else self.uvint32()
+        end = self.pos + size
+        if size < 0 or end > len(self.data):
+            raise ValueDecodeError(f"value of {size} bytes runs past the mutation's end")
+        value = self.data[self.pos : end]
+        self.pos = end
+        return value
 
 
 @dataclass(slots=True)
