@@ -11,16 +11,19 @@ or deletion shows as ``replaced``, removed elements as ``removed``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sources.cassandra_commitlog.cqltypes import ValueDecodeError
 from sources.cassandra_commitlog.exceptions import MutationDecodeError
 from sources.cassandra_commitlog.mutation import Cell, DeletionTime, PartitionUpdate, RangeTombstoneMarker, RowUpdate
 from sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
 
 __all__ = ["RowChange", "row_changes"]
+
+# What bytes that do not fit their type raise while decoding (ValueDecodeError is a ValueError).
+_VALUE_ERRORS = (ValueError, IndexError, struct.error, OverflowError)
 
 
 @dataclass(slots=True)
@@ -60,15 +63,14 @@ def _decode(column: ColumnSchema, raw: bytes | None) -> Any:
         return None
     try:
         return column.type.decode(raw)
-    except ValueDecodeError as exc:
+    except _VALUE_ERRORS as exc:
         raise MutationDecodeError(f"column {column.name!r} ({column.type_text}): {exc}") from exc
 
 
 def _partition_key(update: PartitionUpdate) -> dict[str, Any]:
     table = update.table
     return {
-        column.name: _decode(column, raw)
-        for column, raw in zip(table.partition_key, update.key_components(), strict=True)
+        column.name: _decode(column, raw) for column, raw in zip(table.partition_key, update.key_parts, strict=True)
     }
 
 
@@ -162,6 +164,6 @@ def _row_change(table: TableSchema, key: dict[str, Any], row: RowUpdate) -> RowC
                 change.after[name] = column.type.collect(live)
             if removed:
                 change.removed[name] = [column.type.path_label(c.path or b"") for c in removed]
-        except (ValueDecodeError, IndexError) as exc:
+        except _VALUE_ERRORS as exc:
             raise MutationDecodeError(f"column {name!r} ({column.type_text}): {exc}") from exc
     return change

@@ -113,22 +113,30 @@ class RangeTombstoneMarker:
 class PartitionUpdate:
     table: TableSchema
     key: bytes
+    key_parts: list[bytes]  # the partition key's column values (a composite key split into its parts)
     partition_deletion: DeletionTime | None = None
     static_row: RowUpdate | None = None
     rows: list[RowUpdate] = field(default_factory=list)
     markers: list[RangeTombstoneMarker] = field(default_factory=list)
 
-    def key_components(self) -> list[bytes]:
-        """The partition key's column values (a composite key split into its parts)."""
-        if len(self.table.partition_key) <= 1:
-            return [self.key]
-        parts = []
-        offset = 0
-        for _ in self.table.partition_key:
-            (length,) = _USHORT.unpack_from(self.key, offset)
-            parts.append(self.key[offset + 2 : offset + 2 + length])
-            offset += 2 + length + 1  # the component's end-of-component byte
-        return parts
+
+def _split_partition_key(key: bytes, columns: int) -> list[bytes]:
+    # A composite key: per column an unsigned short length, the value and an end-of-component byte.
+    if columns <= 1:
+        return [key]
+    parts = []
+    offset = 0
+    for _ in range(columns):
+        if offset + 2 > len(key):
+            raise ValueDecodeError(f"composite partition key cut short at byte {offset}")
+        (length,) = _USHORT.unpack_from(key, offset)
+        if offset + 2 + length + 1 > len(key):
+            raise ValueDecodeError(f"composite partition key component of {length} bytes runs past the key")
+        parts.append(key[offset + 2 : offset + 2 + length])
+        offset += 2 + length + 1
+    if offset != len(key):
+        raise ValueDecodeError(f"composite partition key has {len(key) - offset} bytes after its components")
+    return parts
 
 
 @dataclass(slots=True)
@@ -251,12 +259,12 @@ class MutationDecoder:
             return mutation
         except MutationDecodeError:
             raise
-        except (IndexError, ValueDecodeError, struct.error, KeyError) as exc:
+        except (IndexError, ValueError, struct.error, KeyError, OverflowError) as exc:  # ValueError: bad UTF-8 too
             raise MutationDecodeError(f"mutation does not decode at byte {stream.pos}: {exc}", path, position) from exc
 
     def _partition_update(self, stream: _Input, table: TableSchema) -> PartitionUpdate:
         key = stream.take(stream.uvint32())
-        update = PartitionUpdate(table, key)
+        update = PartitionUpdate(table, key, _split_partition_key(key, len(table.partition_key)))
         flags = stream.byte()
         if flags & _IS_EMPTY:
             return update

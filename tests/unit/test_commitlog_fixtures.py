@@ -235,6 +235,23 @@ def test_damaged_segments_raise_only_commitlog_errors(name: str, flips: list[tup
         _decode_all(bytes(data), _CATALOGS[name])
 
 
+_SEED_MUTATIONS = [e.mutation for e in read_entries(_segment("v8").read_bytes()) if isinstance(e, Entry)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    index=st.integers(0, len(_SEED_MUTATIONS) - 1),
+    flips=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(1, 255)), min_size=1, max_size=4),
+)
+def test_damaged_mutations_past_their_crcs_raise_only_decode_errors(index: int, flips: list[tuple[int, int]]) -> None:
+    mutation = bytearray(_SEED_MUTATIONS[index])
+    for position, mask in flips:
+        mutation[position % len(mutation)] ^= mask
+    with contextlib.suppress(CommitLogError):
+        for update in MutationDecoder(_catalog("v8"), 8).decode(bytes(mutation)).updates:
+            list(row_changes(update))
+
+
 def _decode_all(data: bytes, catalog: SchemaCatalog) -> None:
     state = SegmentRead()
     for item in read_entries(data, state=state):
