@@ -18,7 +18,12 @@ CASSANDRA_STORAGE_COMPATIBILITY_MODE="${CASSANDRA_STORAGE_COMPATIBILITY_MODE:-CA
 # Empty for plain segments, or LZ4Compressor, SnappyCompressor, DeflateCompressor, ZstdCompressor.
 CASSANDRA_COMMITLOG_COMPRESSION="${CASSANDRA_COMMITLOG_COMPRESSION:-}"
 libs="$CDCFLOW_CACHE/cassandra-$CASSANDRA_VERSION/libs"
-data="$CDCFLOW_DATA/cassandra"
+# A ring of nodes (scripts/cassandra_ring.sh) runs this script once per node with its own address,
+# data folder, JMX port and the ring's seed and name.
+data="${CASSANDRA_DATA_DIR:-$CDCFLOW_DATA/cassandra}"
+CASSANDRA_SEEDS="${CASSANDRA_SEEDS:-$CASSANDRA_HOST}"
+CASSANDRA_CLUSTER_NAME="${CASSANDRA_CLUSTER_NAME:-cdcflow-test}"
+CASSANDRA_JMX_PORT="${CASSANDRA_JMX_PORT:-7199}"
 pidfile="$data/cassandra.pid"
 log="$data/cassandra.out"
 
@@ -34,13 +39,13 @@ install() {
 write_config() {
   mkdir -p "$data"/{data,commitlog,cdc_raw,saved_caches,hints,triggers}
   cat >"$data/cassandra.yaml" <<EOF
-cluster_name: cdcflow-test
+cluster_name: $CASSANDRA_CLUSTER_NAME
 num_tokens: 16
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "$CASSANDRA_HOST:7000"
+      - seeds: "$CASSANDRA_SEEDS:7000"
 listen_address: $CASSANDRA_HOST
 rpc_address: $CASSANDRA_HOST
 native_transport_port: $CASSANDRA_PORT
@@ -124,6 +129,7 @@ start() {
   write_config
   nohup java -Xms"$CASSANDRA_HEAP" -Xmx"$CASSANDRA_HEAP" -XX:+UseG1GC -Djava.awt.headless=true "${java_flags[@]}" \
     -Dcassandra.config="file://$data/cassandra.yaml" -Dcassandra.storagedir="$data" -Dcassandra.triggers_dir="$data/triggers" \
+    -Dcassandra.jmx.local.port="$CASSANDRA_JMX_PORT" \
     -Dlogback.configurationFile="$data/logback.xml" -Dcassandra-foreground=yes \
     -Dcassandra.skip_wait_for_gossip_to_settle=0 -Dcassandra.ring_delay_ms=1000 \
     -cp "$libs/*" org.apache.cassandra.service.CassandraDaemon >"$log" 2>&1 &

@@ -51,6 +51,15 @@ class TableSchema:
         """A static or regular column; a dropped one when the table no longer has it."""
         return self.columns.get(name) or self.dropped.get(name)
 
+    def ddl(self) -> str:
+        """The table as a CREATE TABLE statement (columns, primary key, cdc), for schema-change events."""
+        columns = [*self.partition_key, *self.clustering, *sorted(self.columns.values(), key=lambda c: c.name)]
+        lines = [f"{c.name} {c.type_text}" + (" static" if c.kind == "static" else "") for c in columns]
+        partition = ", ".join(c.name for c in self.partition_key)
+        key = ", ".join([f"({partition})", *(c.name for c in self.clustering)])
+        lines.append(f"PRIMARY KEY ({key})")
+        return f"CREATE TABLE {self.keyspace}.{self.table} ({', '.join(lines)}) WITH cdc = {str(self.cdc).lower()}"
+
     def row_schema(self, cluster: str) -> RowSchema:
         key = tuple(Column(c.name, c.type_text, optional=False) for c in self.partition_key + self.clustering)
         regular = sorted(self.columns.values(), key=lambda c: c.name)

@@ -27,7 +27,7 @@ from pydantic import Field
 from connector_core.config import ResolvedPath
 from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
 from connector_core.errors import SourceUnavailableError
-from connector_core.events import ChangeEvent, Op, Record, SourceInfo
+from connector_core.events import ChangeEvent, Op, Record, SchemaChangeEvent, SourceInfo
 from sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
 from sources.cassandra_commitlog.changes import RowChange, row_changes
 from sources.cassandra_commitlog.cluster import connect
@@ -39,7 +39,7 @@ from sources.cassandra_commitlog.error_store import (
     FileErrorStore,
 )
 from sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
-from sources.cassandra_commitlog.mutation import Mutation, MutationDecoder
+from sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate
 from sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
 from sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
 
@@ -50,6 +50,8 @@ _OPS = {"c": Op.CREATE, "u": Op.UPDATE, "d": Op.DELETE}
 # a segment with more unreadable bytes than this is kept whole (see ``_unreadable_dir``).
 _MAX_ERROR_BYTES = 1 << 20
 _CLOSED_WITHOUT_INDEX = CdcIndex(offset=(1 << 31) - 1, completed=True)
+# The system_schema tables whose mutations (in the commit log like any other) change a table's schema.
+_SCHEMA_TABLES = frozenset({"tables", "columns", "dropped_columns"})
 
 
 class CassandraCommitLogSourceConfig(PluginConfig):
@@ -138,6 +140,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._decoders.clear()
 
     def _emits(self, table: TableSchema) -> bool:
+        if table.keyspace == "system_schema" and table.table in _SCHEMA_TABLES:
+            return True  # read for schema changes (see _schema_changes)
         if not table.cdc:
             return False
         if any(c.type_text == "counter" for c in table.columns.values()):
@@ -284,14 +288,61 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         if self._error_store is not None:
             self._error_store.save(ErrorRecord(self.node, segment_id, position, error, raw))
 
-    def _events(self, mutation: Mutation, segment_id: int, position: int) -> Iterator[ChangeEvent]:
+    def _events(self, mutation: Mutation, segment_id: int, position: int) -> Iterator[Record]:
         index = 0
         now_ms = int(time.time() * 1000)
+        schema_updates = [u for u in mutation.updates if u.table.keyspace == "system_schema"]
+        if schema_updates:
+            for event in self._schema_changes(schema_updates, segment_id, position, index, now_ms):
+                yield event
+                index += 1
         for update in mutation.updates:
+            if update.table.keyspace == "system_schema":
+                continue
             schema = update.table.row_schema(self.config.cluster)
             for change in row_changes(update):
                 yield self._event(change, schema, segment_id, position, index, now_ms)
                 index += 1
+
+    def _schema_changes(
+        self, updates: list[PartitionUpdate], segment_id: int, position: int, index: int, now_ms: int
+    ) -> Iterator[SchemaChangeEvent]:
+        """Seed 001's schema-change events, where the change is in the commit log: a replay emits them again.
+
+        A system_schema mutation names the keyspace (partition key) and the tables (first
+        clustering column) it changes; the schema is read again and each changed table that this
+        source emits (or emitted before a DROP) gets an event with its DDL now.
+        """
+        # One schema change writes several system_schema tables in one mutation (tables, columns...).
+        keyspace = updates[0].key.decode("utf-8", errors="replace")
+        rows = [row for update in updates for row in update.rows]
+        tables = {
+            row.clustering[0].decode("utf-8", errors="replace") for row in rows if row.clustering and row.clustering[0]
+        }
+        if self._wanted_tables is not None:
+            tables = {name for name in tables if f"{keyspace}.{name}".lower() in self._wanted_tables}
+        if not tables:
+            return
+        before = {name: self._catalog.by_name(keyspace, name) for name in tables}
+        self._refresh_schema()
+        for name in sorted(tables):
+            previous, current = before[name], self._catalog.by_name(keyspace, name)
+            if not any(t is not None and self._emits(t) for t in (previous, current)):
+                continue
+            ddl = current.ddl() if current is not None else f"DROP TABLE {keyspace}.{name}"
+            source = SourceInfo(
+                system="cassandra",
+                cluster=self.config.cluster,
+                keyspace=keyspace,
+                table=name,
+                partition=self.node,
+                position={"segment": segment_id, "position": position, "index": index},
+                ts_us=max((row.timestamp or 0 for row in rows), default=0),
+                version="5.0",
+            )
+            schema = current.row_schema(self.config.cluster) if current is not None else None
+            yield SchemaChangeEvent(keyspace, name, ddl, source, now_ms, schema)
+            index += 1
 
     def _event(
         self, change: RowChange, schema: Any, segment_id: int, position: int, index: int, now_ms: int

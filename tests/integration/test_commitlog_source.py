@@ -94,14 +94,26 @@ def test_every_write_reaches_kafka_with_its_values_and_op(
     try:
         _wait_for(lambda: any(" running: " in line for line in log), 120, "the worker to start", process)
         _wait_for(lambda: len(_payloads(kafka_bootstrap, topic_prefix)) >= 202, 90, "202 changes in Kafka", process)
+        session.execute(f"ALTER TABLE {keyspace}.orders ADD coupon text")
+        session.execute(f"INSERT INTO {keyspace}.orders (id, total, coupon) VALUES (500, 1, 'SAVE')")
+        _wait_for(lambda: len(_payloads(kafka_bootstrap, topic_prefix)) >= 204, 90, "the schema change", process)
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
 
-    payloads = _payloads(kafka_bootstrap, topic_prefix)
+    everything = _payloads(kafka_bootstrap, topic_prefix)
+    # Seed 001's <server> topic: the CREATE TABLE and the ALTER, each once, with the table's DDL after it.
+    created, altered = [p for r, p in everything if r.topic == topic_prefix]
+    assert {(p["keyspace"], p["table"]) for p in (created, altered)} == {(keyspace, "orders")}
+    assert all(p["ddl"].startswith(f"CREATE TABLE {keyspace}.orders") for p in (created, altered))
+    assert "coupon text" in altered["ddl"]
+    payloads = [(r, p) for r, p in everything if r.topic != topic_prefix]
     assert {r.topic for r, _ in payloads} == {f"{topic_prefix}.{keyspace}.orders"}
     inserts = {p["after"]["id"]: p["after"] for _, p in payloads if p["op"] == "c"}
-    assert inserts == {i: {"id": i, "total": i * 10, "note": f"order {i}"} for i in range(200)}
+    assert inserts == {
+        **{i: {"id": i, "total": i * 10, "note": f"order {i}"} for i in range(200)},
+        500: {"id": 500, "total": 1, "coupon": "SAVE"},
+    }
     [update] = [p for _, p in payloads if p["op"] == "u"]
     assert update["after"] == {"id": 3, "total": 7}  # delta: only what the UPDATE carried
     [delete] = [(r, p) for r, p in payloads if p["op"] == "d"]
@@ -146,7 +158,7 @@ def test_sigkill_mid_stream_loses_nothing(
     assert written.is_set()
 
     def ids() -> set[int]:
-        return {p["after"]["id"] for _, p in _payloads(kafka_bootstrap, topic_prefix) if p["after"]}
+        return {p["after"]["id"] for _, p in _payloads(kafka_bootstrap, topic_prefix) if p.get("after")}
 
     process, log = _start_logged(file)
     try:
