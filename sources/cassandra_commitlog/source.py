@@ -40,6 +40,7 @@ from sources.cassandra_commitlog.error_store import (
 )
 from sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
 from sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate
+from sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
 from sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
 from sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
 
@@ -62,6 +63,13 @@ class CassandraCommitLogSourceConfig(PluginConfig):
     node: str | None = Field(default=None, description="this node's name in events and offsets; default the hostname")
     tables: list[str] | None = Field(
         default=None, description="keyspace.table names to emit; default every table with cdc = true"
+    )
+    replicas: Literal["primary", "all"] = Field(
+        default="primary",
+        description="primary: emit only changes this node is the primary (or first live) replica of; all: every change",
+    )
+    node_address: str | None = Field(
+        default=None, description="this node's address in the ring (for replicas: primary); default the first host"
     )
     row_image: Literal["delta"] = Field(
         default="delta", description="delta: only the columns each mutation carried, with deletion markers"
@@ -107,6 +115,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._unreadable: set[int] = set()  # segments not to delete: they hold bytes nothing could read
         self._unreadable_dir = config.cdc_raw.parent / "cdc_unreadable"
         self._dropped_tables: set[str] = set()  # ids absent from the schema after a refresh
+        self._replica_filter: PrimaryReplicaFilter | None = None
         self.skipped_dropped_table_mutations = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -117,6 +126,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         except Exception as exc:
             raise SourceUnavailableError(f"cannot reach Cassandra at {self.config.hosts}: {exc}") from exc
         self._refresh_schema()
+        if self.config.replicas == "primary":
+            self._replica_filter = PrimaryReplicaFilter(self._cluster, self.config.node_address or self.config.hosts[0])
         store = self.config.error_store
         if store.type == "file":
             path = store.path or self.context.base_dir / f"{self.context.pipeline}.commitlog_errors.jsonl"
@@ -292,12 +303,14 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         index = 0
         now_ms = int(time.time() * 1000)
         schema_updates = [u for u in mutation.updates if u.table.keyspace == "system_schema"]
-        if schema_updates:
+        if schema_updates and (self._replica_filter is None or self._replica_filter.emits_cluster_wide()):
             for event in self._schema_changes(schema_updates, segment_id, position, index, now_ms):
                 yield event
                 index += 1
         for update in mutation.updates:
             if update.table.keyspace == "system_schema":
+                continue
+            if self._replica_filter is not None and not self._replica_filter.emits(update.table.keyspace, update.key):
                 continue
             schema = update.table.row_schema(self.config.cluster)
             for change in row_changes(update):
