@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from connector_core.config import PipelineSpec, load_pipeline
 from connector_core.contract import CheckpointStore, PluginContext
 from connector_core.errors import CdcflowError, ConfigError, PluginError
@@ -173,6 +175,38 @@ def _cmd_commitlog_dump(args: argparse.Namespace) -> int:
     return 1 if summary.faults else 0
 
 
+def _cmd_bootstrap(args: argparse.Namespace) -> int:
+    from connector_core._yaml import load_yaml_with_lines
+
+    pipeline = Path(args.file).resolve()
+    data, _ = load_yaml_with_lines(pipeline)  # not interpolated: ${ENV} stays a reference in the derived file
+    source = dict(data.get("source") or {})
+    if source.get("type") != "cassandra_commitlog":
+        print(f"error: {pipeline}: bootstrap reads tables for a cassandra_commitlog pipeline", file=sys.stderr)
+        return 2
+    snapshot: dict[str, Any] = {"type": "cassandra_snapshot", "table": args.table, "ranges": args.ranges}
+    for name in ("hosts", "port", "cluster"):
+        if name in source:
+            snapshot[name] = source[name]
+    derived = {**data, "name": f"{data.get('name', pipeline.stem)}-bootstrap-{args.table}", "source": snapshot}
+    # Next to the pipeline file, so relative paths (checkpoint, sink) resolve the same way; running
+    # it again resumes from the slices its checkpoints mark as done.
+    target = pipeline.with_name(f".{pipeline.stem}.bootstrap-{args.table}.yaml")
+    target.write_text(yaml.safe_dump(derived, sort_keys=False))
+    print(f"bootstrap of {args.table} runs as {target}", file=sys.stderr)
+    run_args = argparse.Namespace(
+        files=[str(target)],
+        workers=args.workers,
+        engine="worker",
+        metrics_port=None,
+        worker_index=None,
+        worker_count=None,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+    return _cmd_run(run_args)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdcflow", description="Change-data-capture pipelines")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
@@ -225,6 +259,15 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--save-schema", metavar="FILE", help="also write the schema used to FILE, for later dumps")
     dump.add_argument("--system-tables", action="store_true", help="include mutations of system keyspaces")
     dump.set_defaults(handler=_cmd_commitlog_dump)
+
+    bootstrap = commands.add_parser(
+        "bootstrap", help="send a table's existing rows (op r) through a cassandra_commitlog pipeline's sink"
+    )
+    bootstrap.add_argument("file", help="the cassandra_commitlog pipeline file")
+    bootstrap.add_argument("--table", required=True, help="keyspace.table")
+    bootstrap.add_argument("--ranges", type=int, default=64, help="token-ring slices (parallelism and resume unit)")
+    bootstrap.add_argument("--workers", type=int, help="processes reading slices in parallel")
+    bootstrap.set_defaults(handler=_cmd_bootstrap)
     return parser
 
 

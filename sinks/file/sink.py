@@ -11,6 +11,7 @@ from pydantic import Field
 
 from connector_core.config import ResolvedPath
 from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink
+from connector_core.converters import json_default
 from connector_core.errors import SinkUnavailableError
 from connector_core.events import Record
 
@@ -49,7 +50,7 @@ class FileSink(Sink[FileSinkConfig]):
             }
             if record.headers:
                 line["headers"] = record.headers
-            lines.append(json.dumps(line, default=str, separators=(",", ":")) + "\n")
+            lines.append(json.dumps(line, default=json_default, separators=(",", ":")) + "\n")
         self._handle.writelines(lines)
         return []
 

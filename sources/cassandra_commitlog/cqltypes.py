@@ -12,6 +12,7 @@ Only a few types have a fixed length in storage (``valueLengthIfFixed`` in Cassa
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import json
 import struct
@@ -24,7 +25,14 @@ from typing import Any
 from connector_core.converters import json_default
 from connector_core.schemas import parse_cql_type
 
-__all__ = ["CqlType", "ValueDecodeError", "build_type", "read_signed_vint", "read_unsigned_vint"]
+__all__ = [
+    "CqlType",
+    "ValueDecodeError",
+    "build_type",
+    "from_driver",
+    "read_signed_vint",
+    "read_unsigned_vint",
+]
 
 Decode = Callable[[bytes], Any]
 
@@ -215,6 +223,61 @@ class CqlType:
         return self.path.decode(path)
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def from_driver(value: Any, cql: CqlType) -> Any:
+    """A value as cassandra-driver returns it, in the form :meth:`CqlType.decode` gives from storage.
+
+    Bootstrap reads rows through the driver; its events must carry the same values the commit-log
+    events carry for the same row, whichever way the row was read.
+    """
+    if value is None:
+        return None
+    kind = cql.kind
+    if kind == "native":
+        return _native_from_driver(value, cql.text)
+    if kind in ("list", "vector"):
+        assert cql.value is not None
+        return [from_driver(v, cql.value) for v in value]
+    if kind == "set":
+        assert cql.path is not None
+        return [from_driver(v, cql.path) for v in value]
+    if kind == "map":
+        assert cql.path is not None and cql.value is not None
+        return {from_driver(k, cql.path): from_driver(v, cql.value) for k, v in value.items()}
+    if kind == "tuple":
+        return {f"f{i}": from_driver(v, t) for i, (v, t) in enumerate(zip(value, cql.field_types, strict=False))}
+    if kind == "udt":
+        fields = {
+            name: from_driver(value.get(name) if isinstance(value, dict) else getattr(value, name, None), member)
+            for name, member in zip(cql.field_names, cql.field_types, strict=True)
+        }
+        return json.dumps(fields, default=json_default, separators=(",", ":"))
+    return value
+
+
+def _native_from_driver(value: Any, name: str) -> Any:
+    if name == "timestamp" and isinstance(value, dt.datetime):
+        return (value.replace(tzinfo=None) - _EPOCH) // dt.timedelta(milliseconds=1)
+    if name == "date":
+        days = getattr(value, "days_from_epoch", None)
+        return days if days is not None else (value - _EPOCH_DATE).days
+    if name == "time":
+        nanos = getattr(value, "nanosecond_time", None)
+        if nanos is not None:
+            return nanos
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000_000 + value.microsecond * 1000
+    if name == "decimal":
+        return float(value)
+    if name in ("uuid", "timeuuid", "inet"):
+        return str(value)
+    if name == "duration":
+        return f"{value.months}mo{value.days}d{value.nanoseconds}ns"
+    return value
+
+
 def _elements(raw: bytes, count_of: str) -> tuple[list[bytes | None], int]:
     # A frozen collection or tuple value: int32 lengths, -1 for null.
     items: list[bytes | None] = []
@@ -308,7 +371,7 @@ def _build(
             items, _ = _elements(raw, "tuple")
             return {f"f{i}": _decode_optional(m, items[i]) if i < len(items) else None for i, m in enumerate(members)}
 
-        return CqlType(text, "tuple", -1, decode_tuple)
+        return CqlType(text, "tuple", -1, decode_tuple, field_types=members)
     if name == "vector":
         element = _build(arguments[0], None, user_types, False)
         dimension = int(arguments[1])
@@ -342,7 +405,7 @@ def _vector(text: str, element: CqlType, dimension: int) -> CqlType:
                 raise ValueDecodeError(f"vector of {dimension} takes {size * dimension} bytes, found {len(raw)}")
             return [element.decode(raw[i : i + size]) for i in range(0, len(raw), size)]
 
-        return CqlType(text, "vector", size * dimension, decode_fixed)
+        return CqlType(text, "vector", size * dimension, decode_fixed, value=element)
 
     def decode_variable(raw: bytes) -> list[Any] | None:
         if not raw:
@@ -355,4 +418,4 @@ def _vector(text: str, element: CqlType, dimension: int) -> CqlType:
             offset += length
         return values
 
-    return CqlType(text, "vector", -1, decode_variable)
+    return CqlType(text, "vector", -1, decode_variable, value=element)

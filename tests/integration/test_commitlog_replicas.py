@@ -33,7 +33,11 @@ NODES = {"node1": "127.0.0.11", "node2": "127.0.0.12"}
 
 def _ring(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(REPO / "scripts" / "cassandra_ring.sh"), *args], capture_output=True, text=True, timeout=600
+        ["bash", str(REPO / "scripts" / "cassandra_ring.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
 
 
