@@ -41,7 +41,8 @@ def _consume(bootstrap: str, topic: str, expected: int, timeout_s: float) -> lis
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False}
     )
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    metadata = consumer.list_topics(topic, timeout=30)
+    consumer.assign([TopicPartition(topic, number, 0) for number in metadata.topics[topic].partitions])
     found: list[tuple[int, int]] = []
     deadline = time.monotonic() + timeout_s
     try:
