@@ -5,26 +5,43 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["connect"]
+__all__ = ["LOCAL_NODE_PROFILE", "connect"]
+
+# An execution profile that sends requests to one node only (full row images read the local copy).
+LOCAL_NODE_PROFILE = "local-node"
 
 
 def connect(
-    contact_points: Sequence[str], port: int = 9042, *, protocol_version: int = 5, timeout_s: float = 10.0
+    contact_points: Sequence[str],
+    port: int = 9042,
+    *,
+    protocol_version: int = 5,
+    timeout_s: float = 10.0,
+    local_node: str | None = None,
 ) -> Any:
     """A ``(cluster, session)`` pair; the caller shuts the cluster down.
 
     The protocol version is set rather than negotiated (Cassandra 4.0+ speaks v5), and the load
     balancing policy is explicit, so the driver does not log a warning for either on every connect.
     """
+    from cassandra import ConsistencyLevel
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import RoundRobinPolicy
+    from cassandra.policies import RoundRobinPolicy, WhiteListRoundRobinPolicy
 
-    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout_s)
+    profiles = {
+        EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout_s)
+    }
+    if local_node is not None:
+        profiles[LOCAL_NODE_PROFILE] = ExecutionProfile(
+            load_balancing_policy=WhiteListRoundRobinPolicy([local_node]),
+            consistency_level=ConsistencyLevel.ONE,
+            request_timeout=timeout_s,
+        )
     cluster = Cluster(
         list(contact_points),
         port=port,
         protocol_version=protocol_version,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        execution_profiles=profiles,
         connect_timeout=timeout_s,
     )
     return cluster, cluster.connect()

@@ -38,6 +38,7 @@ __all__ = [
     "PartitionUpdate",
     "RangeTombstoneMarker",
     "RowUpdate",
+    "newest_timestamp",
 ]
 
 # EncodingStats' epochs: 2015-09-22T00:00:00Z, in microseconds and in seconds.
@@ -409,3 +410,20 @@ class MutationDecoder:
         # A multi-cell column's cells are sized by the collection type, which is never fixed.
         value = b"" if flags & _CELL_EMPTY else stream.value(-1 if complex_column else column.type.fixed_length)
         return Cell(column, timestamp, value, path, deleted, ttl, local_deletion_time)
+
+
+def newest_timestamp(update: PartitionUpdate) -> int:
+    """The newest write timestamp (µs) anywhere in a partition update: which time bucket it falls in."""
+    newest = update.partition_deletion.marked_for_delete_at if update.partition_deletion else 0
+    for marker in update.markers:
+        for deletion in (marker.deletion, marker.start_deletion, marker.end_deletion):
+            if deletion is not None:
+                newest = max(newest, deletion.marked_for_delete_at)
+    rows = update.rows if update.static_row is None else [update.static_row, *update.rows]
+    for row in rows:
+        newest = max(newest, row.timestamp or 0, row.deletion.marked_for_delete_at if row.deletion else 0)
+        for cell in row.cells:
+            newest = max(newest, cell.timestamp)
+        for deletion in row.complex_deletions.values():
+            newest = max(newest, deletion.marked_for_delete_at)
+    return newest

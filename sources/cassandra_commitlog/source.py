@@ -30,7 +30,7 @@ from connector_core.errors import SourceUnavailableError
 from connector_core.events import ChangeEvent, Op, Record, SchemaChangeEvent, SourceInfo
 from sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
 from sources.cassandra_commitlog.changes import RowChange, row_changes
-from sources.cassandra_commitlog.cluster import connect
+from sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
 from sources.cassandra_commitlog.error_store import (
     CassandraErrorStore,
     ErrorRecord,
@@ -39,7 +39,9 @@ from sources.cassandra_commitlog.error_store import (
     FileErrorStore,
 )
 from sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
-from sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate
+from sources.cassandra_commitlog.full_rows import FullRowReader
+from sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate, newest_timestamp
+from sources.cassandra_commitlog.out_of_sequence import OutOfSequenceStore
 from sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
 from sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
 from sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
@@ -71,8 +73,14 @@ class CassandraCommitLogSourceConfig(PluginConfig):
     node_address: str | None = Field(
         default=None, description="this node's address in the ring (for replicas: primary); default the first host"
     )
-    row_image: Literal["delta"] = Field(
-        default="delta", description="delta: only the columns each mutation carried, with deletion markers"
+    row_image: Literal["delta", "full"] = Field(
+        default="delta",
+        description="delta: the columns each mutation carried; full: the whole row, read back from the local node"
+        " once the change's time bucket closed (seed 001's stateless processing)",
+    )
+    window_count: int = Field(default=5, ge=1, description="full: open time buckets (seed 001: 5)")
+    window_interval_ms: int = Field(
+        default=60_000, ge=100, description="full: one time bucket's width (seed 001: 1 min)"
     )
     processed_segments: Literal["delete", "archive", "keep"] = Field(
         default="delete", description="what happens to a segment once it is read and checkpointed"
@@ -80,6 +88,18 @@ class CassandraCommitLogSourceConfig(PluginConfig):
     archive_dir: ResolvedPath | None = Field(default=None, description="where processed segments go (archive)")
     schema_refresh_s: float = Field(default=60.0, gt=0, description="how often the schema is re-read")
     error_store: ErrorStoreConfig = Field(default_factory=ErrorStoreConfig)
+
+
+@dataclass(slots=True)
+class _PendingRow:
+    """full: a row changed in the range, waiting to be read back."""
+
+    table: TableSchema
+    raw_key: tuple[bytes | None, ...]
+    change: RowChange
+    op: str  # c if the row was inserted in the range, else the last change's op
+    segment: int
+    position: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +136,28 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._unreadable_dir = config.cdc_raw.parent / "cdc_unreadable"
         self._dropped_tables: set[str] = set()  # ids absent from the schema after a refresh
         self._replica_filter: PrimaryReplicaFilter | None = None
+        self._full_rows: FullRowReader | None = None
+        self._out_of_sequence: OutOfSequenceStore | None = None
+        # full: every time bucket before this (µs) is closed and was processed; a change older than it
+        # that shows up later is out of sequence.
+        self._closed_before_us = 0
+        self._late_before_us = 0
+        self._horizon_us = 0
         self.skipped_dropped_table_mutations = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def open(self) -> None:
         try:
-            self._cluster, self._session = connect(self.config.hosts, self.config.port)
+            self._cluster, self._session = connect(
+                self.config.hosts, self.config.port, local_node=self.config.node_address or self.config.hosts[0]
+            )
         except Exception as exc:
             raise SourceUnavailableError(f"cannot reach Cassandra at {self.config.hosts}: {exc}") from exc
         self._refresh_schema()
+        if self.config.row_image == "full":
+            self._full_rows = FullRowReader(self._session, LOCAL_NODE_PROFILE)
+            self._out_of_sequence = OutOfSequenceStore(self._session, self.config.error_store.keyspace, self.node)
         if self.config.replicas == "primary":
             self._replica_filter = PrimaryReplicaFilter(self._cluster, self.config.node_address or self.config.hosts[0])
         store = self.config.error_store
@@ -209,9 +241,30 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._cached = (path, data)
         return data
 
+    def _open_buckets_start_us(self) -> int:
+        """full: the start of the oldest open time bucket; every change before it can be read back."""
+        interval_us = self.config.window_interval_ms * 1000
+        now_bucket = time.time_ns() // 1000 // interval_us
+        return (now_bucket - self.config.window_count + 1) * interval_us
+
+    def _in_open_bucket(self, version: int, entry: Entry, path: Path, horizon_us: int) -> bool:
+        mutation = self._decoder(version).decode(entry.mutation, path, entry.end)
+        return any(newest_timestamp(u) >= horizon_us for u in mutation.updates)
+
     def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        offset, stopped_at_open_bucket = self._latest_offset(start, max_records)
+        if self.config.row_image == "full" and stopped_at_open_bucket:
+            # Everything before the open buckets has now been seen: those buckets are closed. What
+            # the range holds from before the previous horizon came after its bucket was processed.
+            self._late_before_us = self._closed_before_us
+            self._closed_before_us = self._horizon_us
+        return offset
+
+    def _latest_offset(self, start: Offset, max_records: int | None) -> tuple[Offset, bool]:
         position = _Position.of(start)
         budget = max_records if max_records is not None else 1 << 62
+        full = self.config.row_image == "full"
+        self._horizon_us = self._open_buckets_start_us() if full else 0
         found = self._segments(position.segment)
         for (segment_id, path), index in zip(found, self._indexes(found), strict=True):
             if index is None:
@@ -221,25 +274,39 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             end = begin
             try:
                 for item in read_entries(self._bytes(path), path, after=begin, durable_to=index.offset, state=state):
+                    if full and isinstance(item, Entry) and state.header is not None:
+                        try:
+                            if self._in_open_bucket(state.header.version, item, path, self._horizon_us):
+                                return _Position(segment_id, end).offset(), True
+                        except CommitLogError:
+                            pass  # read() sends it to the error store
                     end = item.end
                     budget -= 1
                     if budget <= 0:
-                        return _Position(segment_id, end).offset()
+                        return _Position(segment_id, end).offset(), False
             except CommitLogError:
                 # The whole segment is unreadable (header, encryption): read() stores the error and
                 # keeps the file aside; once Cassandra closed it, move past it.
                 if not index.completed:
-                    return position.offset()
+                    return position.offset(), True
                 position = _Position(segment_id, max(index.offset, 1))
                 continue
             if not index.completed:
-                return _Position(segment_id, max(end, begin)).offset()
+                return _Position(segment_id, max(end, begin)).offset(), True
             # Read to its end and closed by Cassandra: this segment is done, go on with the next.
             position = _Position(segment_id, max(end, index.offset, state.read_to))
-        return position.offset()
+        return position.offset(), True
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
-        first, last = _Position.of(start), _Position.of(end)
+        mutations = self._mutations(_Position.of(start), _Position.of(end))
+        if self.config.row_image == "full":
+            yield from self._full_events(mutations)
+            yield from self._out_of_sequence_events()  # a poll of the store each read cycle
+        else:
+            for mutation, segment_id, position in mutations:
+                yield from self._events(mutation, segment_id, position)
+
+    def _mutations(self, first: _Position, last: _Position) -> Iterator[tuple[Mutation, int, int]]:
         for segment_id, path in self._segments(first.segment):
             if segment_id > last.segment:
                 return
@@ -247,7 +314,9 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             up_to = last.position if segment_id == last.segment else None
             yield from self._read_segment(segment_id, path, after, up_to)
 
-    def _read_segment(self, segment_id: int, path: Path, after: int, up_to: int | None) -> Iterator[Record]:
+    def _read_segment(
+        self, segment_id: int, path: Path, after: int, up_to: int | None
+    ) -> Iterator[tuple[Mutation, int, int]]:
         state = SegmentRead()
         try:
             data = self._cached[1] if self._cached and self._cached[0] == path else path.read_bytes()
@@ -262,7 +331,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                 assert state.header is not None
                 mutation = self._decode(state.header.version, item, path, segment_id)
                 if mutation is not None:
-                    yield from self._events(mutation, segment_id, item.end)
+                    yield mutation, segment_id, item.end
         except CommitLogError as exc:
             self._unreadable.add(segment_id)
             self._store_error(segment_id, after, f"{exc}; the segment is kept in {self._unreadable_dir}", b"")
@@ -299,19 +368,99 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         if self._error_store is not None:
             self._error_store.save(ErrorRecord(self.node, segment_id, position, error, raw))
 
-    def _events(self, mutation: Mutation, segment_id: int, position: int) -> Iterator[Record]:
-        index = 0
+    def _full_events(self, mutations: Iterator[tuple[Mutation, int, int]]) -> Iterator[Record]:
+        """full: each row changed in the range once, read back from the local node after the range.
+
+        Partition and range deletions, static rows and tables whose key the reader cannot bind
+        stay delta events, in place. A change older than the buckets already processed goes to the
+        out-of-sequence store instead, and comes out of :meth:`_out_of_sequence_events`.
+        """
+        assert self._full_rows is not None and self._out_of_sequence is not None
+        pending: dict[tuple[str, tuple[bytes | None, ...]], _PendingRow] = {}
         now_ms = int(time.time() * 1000)
-        schema_updates = [u for u in mutation.updates if u.table.keyspace == "system_schema"]
-        if schema_updates and (self._replica_filter is None or self._replica_filter.emits_cluster_wide()):
-            for event in self._schema_changes(schema_updates, segment_id, position, index, now_ms):
-                yield event
-                index += 1
+        for mutation, segment_id, position in mutations:
+            yield from self._schema_events(mutation, segment_id, position, now_ms)
+            for update in self._emitted_updates(mutation):
+                late = 0 < newest_timestamp(update) < self._late_before_us
+                changes = list(row_changes(update))
+                row_changes_of_rows = changes[len(changes) - len(update.rows) :] if update.rows else []
+                keyed = self._full_rows.supports(update.table) and not late
+                for index, change in enumerate(changes[: len(changes) - len(row_changes_of_rows)]):
+                    yield self._event(
+                        change, update.table.row_schema(self.config.cluster), segment_id, position, index, now_ms
+                    )
+                for row, change in zip(update.rows, row_changes_of_rows, strict=True):
+                    raw_key = (*update.key_parts, *row.clustering)
+                    if late:
+                        self._out_of_sequence.save(update.table, raw_key, change.op, change.ts_us)
+                        self.context.logger.info(
+                            "a change to %s.%s arrived after its time bucket closed: stored, read back at QUORUM",
+                            update.table.keyspace,
+                            update.table.table,
+                        )
+                    elif not keyed:
+                        yield self._event(
+                            change, update.table.row_schema(self.config.cluster), segment_id, position, 0, now_ms
+                        )
+                    else:
+                        slot = (update.table.table_id, raw_key)
+                        previous = pending.pop(slot, None)  # re-inserted: ordered by its last change
+                        op = "c" if change.op == "c" or (previous is not None and previous.op == "c") else change.op
+                        pending[slot] = _PendingRow(update.table, raw_key, change, op, segment_id, position)
+        for index, pending_row in enumerate(pending.values()):
+            yield self._read_back(pending_row, index, now_ms)
+
+    def _read_back(self, row: _PendingRow, index: int, now_ms: int, consistency_level: Any = None) -> ChangeEvent:
+        assert self._full_rows is not None
+        try:
+            state = self._full_rows.read(row.table, row.raw_key, consistency_level)
+        except Exception as exc:  # the driver's errors: timeouts, unavailable, a node going down
+            raise SourceUnavailableError(f"reading back {row.table.keyspace}.{row.table.table}: {exc}") from exc
+        change = row.change
+        op = "d" if state is None else ("u" if row.op == "d" else row.op)
+        full = RowChange(op, change.keyspace, change.table, change.key, None if state is None else {}, change.ts_us)
+        event = self._event(full, row.table.row_schema(self.config.cluster), row.segment, row.position, index, now_ms)
+        event.after = state
+        return event
+
+    def _out_of_sequence_events(self) -> Iterator[Record]:
+        """Changes that arrived after their bucket closed, read back at QUORUM (seed 001's OutOfSequenceProcessor)."""
+        assert self._out_of_sequence is not None
+        from cassandra import ConsistencyLevel
+
+        now_ms = int(time.time() * 1000)
+        for index, late in enumerate(self._out_of_sequence.pending(self._catalog)):
+            table = late.table
+            columns = (*table.partition_key, *table.clustering)
+            key = {
+                c.name: None if raw is None else c.type.decode(raw)
+                for c, raw in zip(columns, late.raw_key, strict=False)
+            }
+            change = RowChange(late.op, table.keyspace, table.table, key, {}, late.ts_us)
+            row = _PendingRow(table, late.raw_key, change, late.op, 0, 0)
+            yield self._read_back(row, index, now_ms, ConsistencyLevel.QUORUM)
+            self._out_of_sequence.emitted(late)
+
+    def _emitted_updates(self, mutation: Mutation) -> Iterator[PartitionUpdate]:
         for update in mutation.updates:
             if update.table.keyspace == "system_schema":
                 continue
             if self._replica_filter is not None and not self._replica_filter.emits(update.table.keyspace, update.key):
                 continue
+            yield update
+
+    def _schema_events(self, mutation: Mutation, segment_id: int, position: int, now_ms: int) -> Iterator[Record]:
+        schema_updates = [u for u in mutation.updates if u.table.keyspace == "system_schema"]
+        if schema_updates and (self._replica_filter is None or self._replica_filter.emits_cluster_wide()):
+            yield from self._schema_changes(schema_updates, segment_id, position, 0, now_ms)
+
+    def _events(self, mutation: Mutation, segment_id: int, position: int) -> Iterator[Record]:
+        index = 0
+        now_ms = int(time.time() * 1000)
+        for event in self._schema_events(mutation, segment_id, position, now_ms):
+            yield event
+            index += 1
+        for update in self._emitted_updates(mutation):
             schema = update.table.row_schema(self.config.cluster)
             for change in row_changes(update):
                 yield self._event(change, schema, segment_id, position, index, now_ms)
@@ -381,6 +530,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         return ChangeEvent(_OPS[change.op], change.key, None, after, source, now_ms, schema, headers=headers or None)
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
+        if self._out_of_sequence is not None:
+            self._out_of_sequence.forget_emitted()  # their events are durable downstream now
         for offset in offsets.values():
             done = _Position.of(offset)
             found = self._segments(0)

@@ -169,3 +169,55 @@ def test_sigkill_mid_stream_loses_nothing(
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     assert ids() == set(range(count))
+
+
+def test_full_row_images_after_the_bucket_closes_and_late_changes_through_the_store(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, cassandra_session: Any, cdc_raw_dir: Path, keyspace: str
+) -> None:
+    session = cassandra_session
+    session.execute(f"CREATE TABLE {keyspace}.orders (id int PRIMARY KEY, total int, note text) WITH cdc = true")
+    file = _pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace)
+    # Three open buckets of one second: a change is read back once it is two to three seconds old.
+    file.write_text(
+        file.read_text().replace(
+            "error_store:", "row_image: full, window_count: 3, window_interval_ms: 1000, error_store:"
+        )
+    )
+    insert = session.prepare(f"INSERT INTO {keyspace}.orders (id, total, note) VALUES (?, ?, ?)")
+    for i in range(50):
+        session.execute(insert, (i, i * 10, f"order {i}"))
+    session.execute(f"UPDATE {keyspace}.orders SET total = 7 WHERE id = 3")
+    session.execute(f"DELETE FROM {keyspace}.orders WHERE id = 4")
+
+    def last_by_id() -> dict[int, dict[str, Any]]:
+        latest: dict[int, dict[str, Any]] = {}
+        for record, payload in _payloads(kafka_bootstrap, topic_prefix):
+            if record.topic != topic_prefix and record.key is not None:
+                latest[json.loads(record.key)["payload"]["id"]] = payload
+        return latest
+
+    process, log = _start_logged(file)
+    try:
+        _wait_for(lambda: any(" running: " in line for line in log), 120, "the worker to start", process)
+        _wait_for(lambda: set(last_by_id()) >= set(range(50)), 90, "50 rows read back", process)
+        # Written with a timestamp an hour old: its bucket closed long ago, so it goes through the
+        # out-of-sequence store and is read back at QUORUM.
+        late_us = int((time.time() - 3600) * 1_000_000)
+        session.execute(
+            f"INSERT INTO {keyspace}.orders (id, total, note) VALUES (99, 1, 'late') USING TIMESTAMP {late_us}"
+        )
+        _wait_for(lambda: 99 in last_by_id(), 90, "the late row", process)
+        assert any("arrived after its time bucket closed" in line for line in log)
+        stored = "SELECT count(*) FROM cdcflow.commitlog_out_of_sequence WHERE node = 'node1'"
+        _wait_for(
+            lambda: session.execute(stored).one()[0] == 0, 60, "the store to be emptied after the checkpoint", process
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+
+    latest = last_by_id()
+    assert latest[3]["op"] in ("c", "u") and latest[3]["after"] == {"id": 3, "total": 7, "note": "order 3"}  # full row
+    assert latest[4]["op"] == "d" and latest[4]["after"] is None
+    assert all(latest[i]["after"] == {"id": i, "total": i * 10, "note": f"order {i}"} for i in range(5, 50))
+    assert latest[99]["after"] == {"id": 99, "total": 1, "note": "late"}
