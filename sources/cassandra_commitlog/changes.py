@@ -12,18 +12,43 @@ or deletion shows as ``replaced``, removed elements as ``removed``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
+from connector_core.events import SourceInfo
 from sources.cassandra_commitlog.exceptions import MutationDecodeError
 from sources.cassandra_commitlog.mutation import Cell, DeletionTime, PartitionUpdate, RangeTombstoneMarker, RowUpdate
 from sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
 
-__all__ = ["RowChange", "row_changes"]
+__all__ = ["RowChange", "cassandra_source", "row_changes"]
 
 # What bytes that do not fit their type raise while decoding (ValueDecodeError is a ValueError).
 _VALUE_ERRORS = (ValueError, IndexError, struct.error, OverflowError)
+
+
+def _cdcflow_version() -> str:
+    try:
+        return metadata.version("cdcflow")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+_VERSION = _cdcflow_version()
+
+
+def cassandra_source(
+    cluster: str,
+    keyspace: str,
+    table: str,
+    partition: str,
+    position: Mapping[str, Any],
+    ts_us: int,
+    snapshot: bool = False,
+) -> SourceInfo:
+    """The ``source`` block of every Cassandra event (seed 001): where the change was read, and when written."""
+    return SourceInfo("cassandra", cluster, keyspace, table, partition, position, ts_us, snapshot, _VERSION)
 
 
 @dataclass(slots=True)

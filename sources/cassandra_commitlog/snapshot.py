@@ -22,7 +22,8 @@ from pydantic import Field
 
 from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
 from connector_core.errors import ConfigError, SourceUnavailableError
-from connector_core.events import ChangeEvent, Op, Record, SourceInfo
+from connector_core.events import ChangeEvent, Op, Record
+from sources.cassandra_commitlog.changes import cassandra_source
 from sources.cassandra_commitlog.cluster import connect
 from sources.cassandra_commitlog.cqltypes import from_driver
 from sources.cassandra_commitlog.schema import TableSchema, load_schema_catalog
@@ -122,16 +123,9 @@ class CassandraSnapshotSource(Source[CassandraSnapshotSourceConfig]):
         for row in result:
             after = {name: from_driver(value, columns[name].type) for name, value in zip(names, row, strict=True)}
             key = {name: after.get(name) for name in key_names}
-            source = SourceInfo(
-                system="cassandra",
-                cluster=self.config.cluster,
-                keyspace=self.keyspace,
-                table=self.table_name,
-                partition=partition.id,
-                position={"slice": partition.id, "row": position},
-                ts_us=read_at_us,
-                snapshot=True,
-                version="5.0",
+            where = {"slice": partition.id, "row": position}
+            source = cassandra_source(
+                self.config.cluster, self.keyspace, self.table_name, partition.id, where, read_at_us, snapshot=True
             )
             position += 1
             yield ChangeEvent(Op.READ, key, None, after, source, read_at_us // 1000, schema)

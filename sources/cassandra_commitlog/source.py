@@ -27,9 +27,9 @@ from pydantic import Field
 from connector_core.config import ResolvedPath
 from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
 from connector_core.errors import SourceUnavailableError
-from connector_core.events import ChangeEvent, Op, Record, SchemaChangeEvent, SourceInfo
+from connector_core.events import ChangeEvent, Op, Record, SchemaChangeEvent
 from sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
-from sources.cassandra_commitlog.changes import RowChange, row_changes
+from sources.cassandra_commitlog.changes import RowChange, cassandra_source, row_changes
 from sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
 from sources.cassandra_commitlog.error_store import (
     CassandraErrorStore,
@@ -492,15 +492,13 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             if not any(t is not None and self._emits(t) for t in (previous, current)):
                 continue
             ddl = current.ddl() if current is not None else f"DROP TABLE {keyspace}.{name}"
-            source = SourceInfo(
-                system="cassandra",
-                cluster=self.config.cluster,
-                keyspace=keyspace,
-                table=name,
-                partition=self.node,
-                position={"segment": segment_id, "position": position, "index": index},
-                ts_us=max((row.timestamp or 0 for row in rows), default=0),
-                version="5.0",
+            source = cassandra_source(
+                self.config.cluster,
+                keyspace,
+                name,
+                self.node,
+                {"segment": segment_id, "position": position, "index": index},
+                max((row.timestamp or 0 for row in rows), default=0),
             )
             schema = current.row_schema(self.config.cluster) if current is not None else None
             yield SchemaChangeEvent(keyspace, name, ddl, source, now_ms, schema)
@@ -509,15 +507,13 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     def _event(
         self, change: RowChange, schema: Any, segment_id: int, position: int, index: int, now_ms: int
     ) -> ChangeEvent:
-        source = SourceInfo(
-            system="cassandra",
-            cluster=self.config.cluster,
-            keyspace=change.keyspace,
-            table=change.table,
-            partition=self.node,
-            position={"segment": segment_id, "position": position, "index": index},
-            ts_us=change.ts_us,
-            version="5.0",
+        source = cassandra_source(
+            self.config.cluster,
+            change.keyspace,
+            change.table,
+            self.node,
+            {"segment": segment_id, "position": position, "index": index},
+            change.ts_us,
         )
         headers: dict[str, str] = {}
         for name in ("deletion", "range", "replaced", "removed", "ttl"):

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from connector_core.contract import PluginContext
 from sources.datagen import DatagenConfig, DatagenSource
+from tests.integration.conftest import REPO
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,16 @@ def assert_per_key_order(records: list[tuple[Received, dict[str, Any]]]) -> None
         seq = event_id(payload)
         assert seq >= last_seq[where], f"key {received.key!r} went back from {last_seq[where]} to {seq}"
         last_seq[where] = seq
+
+
+def start_worker(file: Path) -> subprocess.Popen[bytes]:
+    """``cdcflow run FILE`` in the background; its log stays readable on ``stderr``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def run_cdcflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,6 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import REPO
-from tests.integration.kafka_helpers import Received, read_topics, topics_with_prefix
+from tests.integration.kafka_helpers import Received, read_topics, start_worker, topics_with_prefix
 
 pytestmark = [pytest.mark.kafka]
 
@@ -37,18 +35,9 @@ def _pipeline(folder: Path, prefix: str, bootstrap: str, cdc_raw: Path, keyspace
     return file
 
 
-def _start(file: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
 def _start_logged(file: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
     """A worker whose log lines collect in the returned list as it runs."""
-    process = _start(file)
+    process = start_worker(file)
     lines: list[str] = []
 
     def collect() -> None:
@@ -150,7 +139,7 @@ def test_sigkill_mid_stream_loses_nothing(
     file = _pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace)
     rng = random.Random(4)
     for _ in range(4):
-        process = _start(file)
+        process = start_worker(file)
         time.sleep(rng.uniform(2.0, 4.0))  # a random moment to crash at, not a timing assertion
         process.kill()
         process.wait()

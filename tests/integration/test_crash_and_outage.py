@@ -6,7 +6,6 @@ import json
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import REPO
-from tests.integration.kafka_helpers import event_id, read_topics, topics_with_prefix
+from tests.integration.kafka_helpers import event_id, read_topics, start_worker, topics_with_prefix
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -36,15 +35,6 @@ def pipeline(folder: Path, prefix: str, bootstrap: str, count: int, rate: int) -
     return file
 
 
-def start(file: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-
-
 def delivered_counts(bootstrap: str, prefix: str) -> Counter[int]:
     received = read_topics(bootstrap, topics_with_prefix(bootstrap, prefix))
     return Counter(event_id(json.loads(r.value)["payload"]) for r in received if r.value is not None)
@@ -56,14 +46,14 @@ def test_sigkill_twenty_times_loses_nothing(tmp_path: Path, kafka_bootstrap: str
     rng = random.Random(20261122)
     kills = 0
     while kills < 20:
-        process = start(file)
+        process = start_worker(file)
         time.sleep(rng.uniform(0.8, 2.5))  # a random moment to crash at, not a timing assertion
         if process.poll() is not None:
             break  # drained before this kill
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += 1
-    final = start(file)
+    final = start_worker(file)
     _, stderr = final.communicate(timeout=300)
     assert final.returncode == 0, stderr.decode()[-2000:]
 
@@ -85,12 +75,12 @@ def test_sigterm_then_restart_has_no_duplicates(tmp_path: Path, kafka_bootstrap:
     count = 20_000
     file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, count, rate=4000)
     for stop_after in (1.5, 2.0):
-        process = start(file)
+        process = start_worker(file)
         time.sleep(stop_after)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr.decode()[-2000:]
-    final = start(file)
+    final = start_worker(file)
     _, stderr = final.communicate(timeout=300)
     assert final.returncode == 0, stderr.decode()[-2000:]
 
@@ -104,7 +94,7 @@ def test_broker_down_for_20_seconds_mid_stream_loses_nothing(
 ) -> None:
     count = 30_000
     file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, count, rate=1000)
-    process = start(file)
+    process = start_worker(file)
     try:
         time.sleep(4)
         stopped = subprocess.run(
