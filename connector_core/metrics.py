@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-__all__ = ["METRICS_REGISTRY", "PipelineMetrics", "serve_metrics"]
+__all__ = ["METRICS_REGISTRY", "PipelineMetrics", "serve_metrics", "source_counter"]
 
 METRICS_REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -34,6 +34,17 @@ _LAG = Gauge(
 _PARTITIONS = Gauge(
     "cdcflow_partitions_owned", "Source partitions this process owns", ["pipeline"], registry=METRICS_REGISTRY
 )
+_SOURCE_COUNTS = Counter(
+    "cdcflow_source_counted",
+    "What a source counts besides events: mutations skipped by reason, records sent to its error store",
+    ["pipeline", "what"],
+    registry=METRICS_REGISTRY,
+)
+
+
+def source_counter(pipeline: str, what: str) -> Counter:
+    """A counter a source plugin increments (``what``: e.g. ``skipped_counter_table``), on the metrics port."""
+    return _SOURCE_COUNTS.labels(pipeline, what)
 
 
 @dataclass

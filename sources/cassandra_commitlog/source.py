@@ -28,6 +28,7 @@ from connector_core.config import ResolvedPath
 from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
 from connector_core.errors import SourceUnavailableError
 from connector_core.events import ChangeEvent, Op, Record, SchemaChangeEvent
+from connector_core.metrics import source_counter
 from sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
 from sources.cassandra_commitlog.changes import RowChange, cassandra_source, row_changes
 from sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
@@ -143,7 +144,6 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._closed_before_us = 0
         self._late_before_us = 0
         self._horizon_us = 0
-        self.skipped_dropped_table_mutations = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -188,6 +188,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         if not table.cdc:
             return False
         if any(c.type_text == "counter" for c in table.columns.values()):
+            self._counted("skipped_counter_table_update")
             return False  # counter updates are deltas of a shard's value, not a row state
         if self._wanted_tables is not None:
             return f"{table.keyspace}.{table.table}".lower() in self._wanted_tables
@@ -358,12 +359,16 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                 # Not in the current schema either: the table was dropped since this was written.
                 self._dropped_tables.add(exc.table_id)
                 self.context.logger.info("skipping mutations of table id %s: not in the schema (dropped)", exc.table_id)
-            self.skipped_dropped_table_mutations += 1
+            self._counted("skipped_dropped_table_mutation")
         except CommitLogError as exc:
             self._store_error(segment_id, entry.end, str(exc), entry.mutation)
         return None
 
+    def _counted(self, what: str) -> None:
+        source_counter(self.context.pipeline, what).inc()
+
     def _store_error(self, segment_id: int, position: int, error: str, raw: bytes) -> None:
+        self._counted("error_store_record")
         self.context.logger.warning("commit log %s segment %d position %d: %s", self.node, segment_id, position, error)
         if self._error_store is not None:
             self._error_store.save(ErrorRecord(self.node, segment_id, position, error, raw))
@@ -446,6 +451,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             if update.table.keyspace == "system_schema":
                 continue
             if self._replica_filter is not None and not self._replica_filter.emits(update.table.keyspace, update.key):
+                self._counted("skipped_not_primary_replica")
                 continue
             yield update
 

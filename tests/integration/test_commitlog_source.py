@@ -210,3 +210,49 @@ def test_full_row_images_after_the_bucket_closes_and_late_changes_through_the_st
     assert latest[4]["op"] == "d" and latest[4]["after"] is None
     assert all(latest[i]["after"] == {"id": i, "total": i * 10, "note": f"order {i}"} for i in range(5, 50))
     assert latest[99]["after"] == {"id": 99, "total": 1, "note": "late"}
+
+
+def test_counter_tables_are_skipped_and_counted_in_process(
+    tmp_path: Path, cassandra_session: Any, cdc_raw_dir: Path, keyspace: str
+) -> None:
+    from connector_core.contract import PluginContext
+    from connector_core.metrics import source_counter
+    from sources.cassandra_commitlog import CassandraCommitLogSource, CassandraCommitLogSourceConfig
+
+    session = cassandra_session
+    session.execute(f"CREATE TABLE {keyspace}.hits (page text PRIMARY KEY, n counter) WITH cdc = true")
+    session.execute(f"CREATE TABLE {keyspace}.pages (page text PRIMARY KEY, title text) WITH cdc = true")
+    for _ in range(5):
+        session.execute(f"UPDATE {keyspace}.hits SET n = n + 1 WHERE page = 'home'")
+    session.execute(f"INSERT INTO {keyspace}.pages (page, title) VALUES ('home', 'Home')")
+
+    context = PluginContext(f"counters-{keyspace}", tmp_path / "p.yaml")
+    config = CassandraCommitLogSourceConfig.model_validate(
+        {
+            "type": "cassandra_commitlog",
+            "cdc_raw": str(cdc_raw_dir),
+            "node": "node1",
+            "tables": [f"{keyspace}.hits", f"{keyspace}.pages"],
+            "processed_segments": "keep",
+            "error_store": {"type": "file", "path": str(tmp_path / "errors.jsonl")},
+        }
+    )
+    source = CassandraCommitLogSource(config, context)
+    skipped = source_counter(context.pipeline, "skipped_counter_table_update")
+    source.open()
+    try:
+        [partition] = source.partitions()
+        events: list[Any] = []
+        offset = source.initial_offset(partition)
+        deadline = time.monotonic() + 30
+        while not any(e.source.table == "pages" for e in events) and time.monotonic() < deadline:
+            end = source.latest_offset(partition, offset, None)
+            events += [e for e in source.read(partition, offset, end) if e.source.keyspace == keyspace]
+            offset = end
+            time.sleep(0.3)
+    finally:
+        source.close()
+    assert [(e.source.table, e.after) for e in events if hasattr(e, "after")] == [
+        ("pages", {"page": "home", "title": "Home"})
+    ]
+    assert skipped._value.get() >= 5  # one per counter update
