@@ -59,13 +59,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=32)
     parser.add_argument("--section-kib", type=int, default=64, help="bytes between sync markers (Cassandra: one sync)")
+    parser.add_argument(
+        "--mix",
+        choices=["user", "all"],
+        default="user",
+        help="user: the fixture's own tables (every type, collections, deletions, batches); all: with the"
+        " system tables' mutations that creating them wrote",
+    )
     args = parser.parse_args()
     [fixture] = sorted(FIXTURE.glob("CommitLog-*.log"))
     catalog = SchemaCatalog.load(FIXTURE / "schema.json")
     mutations = [e.mutation for e in read_entries(fixture.read_bytes()) if isinstance(e, Entry)]
+    if args.mix == "user":
+        probe = MutationDecoder(catalog, 7, lambda table: table.keyspace == "fixture")
+        mutations = [m for m in mutations if probe.decode(m).updates]
     data = build_segment(mutations, args.size_mib << 20, args.section_kib << 10)
     megabytes = len(data) / 1e6
-    print(f"segment: {megabytes:.1f} MB, built from {len(mutations)} distinct mutations of a real 5.0 node")
+    print(
+        f"segment: {megabytes:.1f} MB, built from {len(mutations)} distinct mutations ({args.mix}) of a real 5.0 node"
+    )
 
     started = time.perf_counter()
     entries = [e for e in read_entries(data) if isinstance(e, Entry)]

@@ -233,6 +233,10 @@ class MutationDecoder:
         self.catalog = catalog
         self.signed_deletion_times = commitlog_version < 8
         self.decode_table = decode_table or (lambda table: True)
+        # Per decoder (one schema): tables by raw id, and each table's last column header, which
+        # nearly every mutation of the table repeats byte for byte.
+        self._tables: dict[bytes, TableSchema] = {}
+        self._headers: dict[tuple[str, bool], tuple[bytes, list[ColumnSchema]]] = {}
 
     def decode(self, data: bytes, path: Path | str = "<segment>", position: int | None = None) -> Mutation:
         stream = _Input(data)
@@ -242,10 +246,13 @@ class MutationDecoder:
                 raise MutationDecodeError(f"mutation with {count} partition updates", path, position)
             mutation = Mutation([])
             for index in range(count):
-                table_id = table_id_text(stream.take(16))
-                table = self.catalog.table(table_id)
+                raw_id = stream.take(16)
+                table = self._tables.get(raw_id)
                 if table is None:
-                    raise UnknownTableError(table_id, path, position)
+                    table = self.catalog.table(table_id_text(raw_id))
+                    if table is None:
+                        raise UnknownTableError(table_id_text(raw_id), path, position)
+                    self._tables[raw_id] = table
                 wanted = self.decode_table(table)
                 if not wanted and index == count - 1:
                     mutation.skipped_tables += 1
@@ -275,8 +282,8 @@ class MutationDecoder:
             stream.uvint32(),
             self.signed_deletion_times,
         )
-        statics = self._columns(stream, table) if flags & _HAS_STATIC_ROW else []
-        regulars = self._columns(stream, table)
+        statics = self._columns(stream, table, True) if flags & _HAS_STATIC_ROW else []
+        regulars = self._columns(stream, table, False)
         if flags & _HAS_PARTITION_DELETION:
             update.partition_deletion = stats.deletion(stream)
         if flags & _HAS_STATIC_ROW:
@@ -287,7 +294,7 @@ class MutationDecoder:
             update.static_row = self._row_body(stream, stats, statics, RowUpdate((), static=True), row_flags, extended)
         if flags & _HAS_ROW_ESTIMATE:
             stream.uvint()
-        clustering_lengths = [c.type.fixed_length for c in table.clustering]
+        clustering_lengths = table.clustering_lengths
         while True:
             row_flags = stream.byte()
             if row_flags & _END_OF_PARTITION:
@@ -301,7 +308,19 @@ class MutationDecoder:
             clustering = self._clustering(stream, len(clustering_lengths), clustering_lengths)
             update.rows.append(self._row_body(stream, stats, regulars, RowUpdate(clustering), row_flags, extended))
 
-    def _columns(self, stream: _Input, table: TableSchema) -> list[ColumnSchema]:
+    def _columns(self, stream: _Input, table: TableSchema, static: bool) -> list[ColumnSchema]:
+        slot = (table.table_id, static)
+        known = self._headers.get(slot)
+        if known is not None and stream.data.startswith(known[0], stream.pos):
+            stream.pos += len(known[0])
+            return known[1]
+        start = stream.pos
+        columns = self._read_columns(stream, table)
+        self._headers[slot] = (stream.data[start : stream.pos], columns)
+        return columns
+
+    @staticmethod
+    def _read_columns(stream: _Input, table: TableSchema) -> list[ColumnSchema]:
         columns = []
         for _ in range(stream.uvint32()):
             name = stream.take(stream.uvint32()).decode("utf-8")
@@ -312,7 +331,7 @@ class MutationDecoder:
         return columns
 
     @staticmethod
-    def _clustering(stream: _Input, size: int, lengths: list[int]) -> tuple[bytes | None, ...]:
+    def _clustering(stream: _Input, size: int, lengths: tuple[int, ...]) -> tuple[bytes | None, ...]:
         values: list[bytes | None] = []
         offset = 0
         while offset < size:
@@ -329,7 +348,7 @@ class MutationDecoder:
                 offset += 1
         return tuple(values)
 
-    def _marker(self, stream: _Input, stats: _Stats, lengths: list[int]) -> RangeTombstoneMarker:
+    def _marker(self, stream: _Input, stats: _Stats, lengths: tuple[int, ...]) -> RangeTombstoneMarker:
         kind = stream.byte()
         size = _USHORT.unpack(stream.take(2))[0]
         if kind >= len(BOUND_KINDS) or size > len(lengths):

@@ -47,6 +47,11 @@ class TableSchema:
     columns: Mapping[str, ColumnSchema]  # static and regular, by name
     dropped: Mapping[str, ColumnSchema] = field(default_factory=dict)
 
+    @property
+    def clustering_lengths(self) -> tuple[int, ...]:
+        """Each clustering column's fixed storage length, or -1 (length-prefixed)."""
+        return tuple(c.type.fixed_length for c in self.clustering)
+
     def column(self, name: str) -> ColumnSchema | None:
         """A static or regular column; a dropped one when the table no longer has it."""
         return self.columns.get(name) or self.dropped.get(name)
