@@ -175,8 +175,14 @@ class Source(_Plugin[ConfigT]):
         """
 
     @abstractmethod
-    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
-        """The records in (start, end], in the partition's order. Deterministic for the same range."""
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        """The records in (start, end], in the partition's order. Deterministic for the same range.
+
+        Input the source cannot turn into a proper record (a value it cannot decode) is yielded as
+        :class:`Rejected` with ``stage="source"`` and the raw bytes in its record, in its place in
+        the order: the pipeline routes it to the dead-letter destination under ``errors.tolerance``
+        like a record a sink refused, so nothing is dropped silently.
+        """
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         """Event time (µs since the epoch) below which ``partition`` is complete at ``offset``."""

@@ -98,12 +98,16 @@ class RecordFailedError(CdcflowError):
 
 
 def apply_transforms(
-    transforms: Sequence[Transform[Any]], batch: Iterable[Record]
+    transforms: Sequence[Transform[Any]], batch: Iterable[Record | Rejected]
 ) -> tuple[list[Record], list[Rejected]]:
-    """Run each record through the chain: what comes out, and what a transform failed on."""
+    """Run each record through the chain: what comes out, and what the source or a transform
+    rejected."""
     output: list[Record] = []
     rejected: list[Rejected] = []
     for record in batch:
+        if isinstance(record, Rejected):
+            rejected.append(record)
+            continue
         current: Record | None = record
         for transform in transforms:
             try:
@@ -269,7 +273,7 @@ class PipelineRunner:
             state.finished = self.source.is_finished(state.partition, state.position)
         return progressed
 
-    def _deliver(self, records: Iterator[Record]) -> None:
+    def _deliver(self, records: Iterator[Record | Rejected]) -> None:
         batch_size = self.spec.engine.batch_size
         while batch := list(islice(records, batch_size)):
             self.metrics.events_in.inc(len(batch))
@@ -279,9 +283,7 @@ class PipelineRunner:
                 self.metrics.events_out.inc(len(transformed))
                 self.metrics.batches.inc()
 
-    def _transform(self, batch: list[Record]) -> list[Record]:
-        if not self.transforms:
-            return batch
+    def _transform(self, batch: list[Record | Rejected]) -> list[Record]:
         output, rejected = apply_transforms(self.transforms, batch)
         self._handle_rejected(rejected)
         return output

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from connector_core.contract import Offset, Partition, Source, offset_key
+from connector_core.contract import Offset, Partition, Rejected, Source, offset_key
 from connector_core.events import Record
 
 __all__ = ["SourceContractReport", "SourceContractViolationError", "check_source_contract"]
@@ -35,9 +35,12 @@ class SourceContractReport:
     records: int = 0
 
 
-def _comparable(records: Iterable[Record]) -> list[Any]:
+def _comparable(records: Iterable[Record | Rejected]) -> list[Any]:
     # ts_ms is processing time: the one field a replay may legitimately change.
-    return [r.with_changes(ts_ms=0) for r in records]
+    return [
+        (r.record.with_changes(ts_ms=0), r.stage, str(r.error)) if isinstance(r, Rejected) else r.with_changes(ts_ms=0)
+        for r in records
+    ]
 
 
 def _require(condition: bool, partition: Partition, rule: str) -> None:

@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from connector_core.config import ErrorsConfig, ResolvedPlugin
-from connector_core.contract import Offset, Partition, PluginContext, Sink, Source, Transform, offset_key
+from connector_core.contract import Offset, Partition, PluginContext, Rejected, Sink, Source, Transform, offset_key
 from connector_core.errors import SinkError
 from connector_core.events import ChangeEvent, Record
 from connector_core.pipeline import RecordFailedError, apply_transforms, dead_letter_record
@@ -196,7 +196,7 @@ def decode_native_batches(job: SourceJob, batches: Iterator[Any]) -> Iterator[An
 
 
 def _transformed_rows(
-    job: SourceJob, transforms: list[Transform[Any]], records: Iterator[Record], infer_schemas: bool
+    job: SourceJob, transforms: list[Transform[Any]], records: Iterator[Record | Rejected], infer_schemas: bool
 ) -> Iterator[tuple[Any, ...]]:
     dead_letter: Sink[Any] | None = None
     try:
@@ -226,7 +226,7 @@ def _transformed_rows(
             dead_letter.close()
 
 
-def _take(records: Iterator[Record], count: int) -> list[Record]:
+def _take(records: Iterator[Record | Rejected], count: int) -> list[Record | Rejected]:
     batch = []
     for record in records:
         batch.append(record)

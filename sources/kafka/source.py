@@ -17,7 +17,7 @@ from typing import Any, Literal
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pydantic import Field
 
-from connector_core.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Source
+from connector_core.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
 from connector_core.converters import converter_from_fields
 from connector_core.errors import ConverterError, SourceDataError, SourceUnavailableError
 from connector_core.events import ChangeEvent, Op, Record, SourceInfo
@@ -120,7 +120,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
         end = high if max_records is None else min(high, start["next"] + max_records)
         return {"next": max(end, start["next"])}
 
-    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
         topic, number = partition.info["topic"], partition.info["partition"]
         consumer = self.consumer
         consumer.assign([TopicPartition(topic, number, start["next"])])
@@ -147,15 +147,24 @@ class KafkaSource(Source[KafkaSourceConfig]):
         finally:
             consumer.unassign()
 
-    def _decode(self, partition: Partition, message: Message) -> Record:
-        return self.decode(
-            partition.info["topic"],
-            partition.id,
-            message.key(),
-            message.value(),
-            message.offset() or 0,
-            message.timestamp()[1],
-        )
+    def _decode(self, partition: Partition, message: Message) -> Record | Rejected:
+        topic, offset, ts_ms = partition.info["topic"], message.offset() or 0, message.timestamp()[1]
+        try:
+            return self.decode(topic, partition.id, message.key(), message.value(), offset, ts_ms)
+        except SourceDataError as exc:
+            # A record no converter can read would stop its partition for good: it goes to the
+            # dead letters, bytes and all, and the partition goes on (errors.tolerance permitting).
+            raw = ChangeEvent(
+                op=Op.CREATE,
+                key={"raw_key": message.key()},
+                before=None,
+                after={"raw_value": message.value()},
+                source=SourceInfo("kafka", topic, "", "", partition.id, {"offset": offset}, ts_ms * 1000),
+                ts_ms=int(time.time() * 1000),
+                topic=topic,
+                envelope=False,
+            )
+            return Rejected(raw, exc, "source")
 
     def decode(
         self, topic: str, partition_id: str, raw_key: bytes | None, raw_value: bytes | None, offset: int, ts_ms: int

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import signal
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from connector_core.contract import Checkpoint, PluginContext
 from sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
-from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, topics_with_prefix
+from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, start_worker, topics_with_prefix
 
 pytestmark = pytest.mark.kafka
 
@@ -94,3 +98,45 @@ def test_records_too_large_for_kafka_go_to_dead_letters_and_do_not_block(
     assert all(d["headers"]["cdcflow.error.stage"] == "sink" for d in dead)
     ids = [event_id(p) for p in delivered_payloads] + [event_id(d["value"]) for d in dead]
     assert sorted(ids) == list(range(300))
+
+
+def test_a_record_the_kafka_source_cannot_decode_goes_to_dead_letters_and_the_partition_goes_on(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    from confluent_kafka import Producer
+
+    topic = f"{topic_prefix}.in"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    poisoned = {3, 4, 11}
+    for n in range(15):
+        value = b"\xff\x00not json" if n in poisoned else json.dumps({"payload": {"n": n}}).encode()
+        producer.produce(topic, key=json.dumps({"payload": {"n": n}}).encode(), value=value, partition=0)
+    assert producer.flush(30) == 0
+    file = tmp_path / "poison.yaml"
+    file.write_text(
+        f"name: poison-{topic_prefix}\n"
+        f"source: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topics: [{topic}]}}\n"
+        "sink: {type: file, path: out.jsonl}\n"
+        "errors: {tolerance: all, dead_letter: {type: file, path: dlq.jsonl}}\n"
+    )
+    process = start_worker(file)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            out, dead = _json_lines(tmp_path / "out.jsonl"), _json_lines(tmp_path / "dlq.jsonl")
+            if len(out) + len(dead) >= 15:
+                break
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr.decode()
+    out, dead = _json_lines(tmp_path / "out.jsonl"), _json_lines(tmp_path / "dlq.jsonl")
+    assert [line["value"]["n"] for line in out] == [n for n in range(15) if n not in poisoned]
+    assert [base64.b64decode(d["value"]["raw_value"]) for d in dead] == [b"\xff\x00not json"] * len(poisoned)
+    assert [json.loads(base64.b64decode(d["key"]["raw_key"]))["payload"]["n"] for d in dead] == sorted(poisoned)
+    assert {d["headers"]["cdcflow.error.stage"] for d in dead} == {"source"}
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -13,11 +13,12 @@ from typing import Any, ClassVar
 import pytest
 
 from connector_core.config import parse_pipeline
-from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink
-from connector_core.errors import SinkDeliveryError
+from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Sink
+from connector_core.errors import SinkDeliveryError, SourceDataError
 from connector_core.events import Record
 from connector_core.pipeline import HashAssignment, PipelineRunner, RecordFailedError, build_runner
 from plugins import PluginRegistry
+from sources.datagen.source import DatagenSource
 
 
 class RecordingSinkConfig(PluginConfig):
@@ -230,3 +231,47 @@ def test_a_successful_checkpoint_renews_the_retry_budget(tmp_path: Path, registr
     runner._backoff = Backoff(runner.spec.errors.retry, clock=slow_clock)
     runner.run()
     assert set(seqs(RecordingSink.durable)) == set(range(2000))
+
+
+class PoisonedDatagenSource(DatagenSource):
+    """datagen whose every seventh global event cannot be decoded: the source rejects it."""
+
+    type_name = "poisoned_datagen"
+
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        for record in super().read(partition, start, end):
+            payload = record.value_payload() or {}
+            row = payload.get("after") or payload.get("before")
+            if row["seq"] % 7 == 0:
+                yield Rejected(record, SourceDataError(f"seq {row['seq']} is poisoned"), "source")
+            else:
+                yield record
+
+
+@pytest.mark.parametrize("transforms", [[], [{"type": "filter", "ops": ["c", "u", "d"]}]])
+def test_records_a_source_rejects_go_to_the_dead_letters_in_place_and_the_rest_goes_on(
+    tmp_path: Path, registry: PluginRegistry, transforms: list[dict[str, Any]]
+) -> None:
+    registry.register(SimpleNamespace(cdcflow_source_types=lambda: [PoisonedDatagenSource]), "tests-source")
+    runner = pipeline(
+        tmp_path,
+        registry,
+        source={"type": "poisoned_datagen", "count": 2000, "partitions": 3, "event_size": 8},
+        transforms=transforms,
+        errors={"tolerance": "all", "dead_letter": {"type": "file", "path": str(tmp_path / "dlq.jsonl")}},
+    )
+    runner.run()
+    dead = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
+    dead_seqs = Counter((d["value"]["after"] or d["value"]["before"])["seq"] for d in dead)
+    assert set(dead_seqs) == {seq for seq in range(2000) if seq % 7 == 0}
+    assert all(d["headers"]["cdcflow.error.stage"] == "source" for d in dead)
+    assert all(d["headers"]["cdcflow.error.class"] == "SourceDataError" for d in dead)
+    assert set(seqs(RecordingSink.durable)) == {seq for seq in range(2000) if seq % 7}
+
+
+def test_a_source_rejection_with_tolerance_none_stops_the_pipeline(tmp_path: Path, registry: PluginRegistry) -> None:
+    registry.register(SimpleNamespace(cdcflow_source_types=lambda: [PoisonedDatagenSource]), "tests-source")
+    runner = pipeline(tmp_path, registry, source={"type": "poisoned_datagen", "count": 2000, "partitions": 3})
+    with pytest.raises(RecordFailedError, match="at source"):
+        runner.run()
+    assert 0 not in seqs(RecordingSink.durable)
