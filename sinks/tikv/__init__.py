@@ -1,0 +1,3 @@
+"""The downstream TiKV sink."""
+
+__all__: list[str] = []
