@@ -1,0 +1,143 @@
+"""CDC streams of tablet keyspaces (seed 004, "Streams description tables for tablets").
+
+Each CDC table of a tablet keyspace has its own stream set, one stream per tablet of its log
+table; the stream's token is the tablet's last token. When tablets split or merge, a new stream
+set starts operating at a timestamp: the streams that end are *closed* there, the new ones
+*opened*. ``system.cdc_streams`` lists, for every timestamp, the current set (``stream_state``
+0) and the difference from the previous one (1 closed, 2 opened), so the set operating at any
+timestamp can be rebuilt, and each stream's lifetime ``[opened, closed)`` bounds where its rows
+are read: a write close to a change may be logged in both an old and a new stream.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sources.scylla_cdc.exceptions import GenerationMetadataError, WriteRejectedError
+from sources.scylla_cdc.stream_id import StreamId
+from sources.scylla_cdc.tokens import MIN_TOKEN
+
+__all__ = ["StreamLifetime", "StreamState", "TabletStreamHistory", "tablet_stream_ids"]
+
+
+class StreamState(enum.IntEnum):
+    """``cdc::stream_state``, the ``stream_state`` column."""
+
+    CURRENT = 0
+    CLOSED = 1
+    OPENED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLifetime:
+    """A stream and the interval ``[opened_us, closed_us)`` its rows are read in."""
+
+    stream: StreamId
+    opened_us: int
+    closed_us: int | None
+
+
+def _by_token(streams: Iterable[StreamId]) -> tuple[StreamId, ...]:
+    return tuple(sorted(set(streams), key=lambda s: (s.token, s.raw)))
+
+
+@dataclass
+class TabletStreamHistory:
+    """One table's stream sets by timestamp (µs), rebuilt from ``system.cdc_streams`` rows."""
+
+    _timestamps: list[int] = field(default_factory=list)
+    _sets: dict[int, tuple[StreamId, ...]] = field(default_factory=dict)
+    _opened: dict[StreamId, int] = field(default_factory=dict)
+    _closed: dict[StreamId, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[int, int, StreamId]]) -> TabletStreamHistory:
+        """From ``(timestamp_us, stream_state, stream_id)`` rows in any order."""
+        current: dict[int, set[StreamId]] = {}
+        opened: dict[int, set[StreamId]] = {}
+        closed: dict[int, set[StreamId]] = {}
+        for timestamp, state, stream in rows:
+            try:
+                kind = StreamState(state)
+            except ValueError as exc:
+                raise GenerationMetadataError(f"unknown stream_state {state} at {timestamp}") from exc
+            target = {StreamState.CURRENT: current, StreamState.OPENED: opened, StreamState.CLOSED: closed}[kind]
+            target.setdefault(timestamp, set()).add(stream)
+        history = cls()
+        for timestamp in sorted(set(current) | set(opened) | set(closed)):
+            if timestamp not in current:
+                raise GenerationMetadataError(f"stream set at {timestamp} lists changes but no current streams")
+            history._add(timestamp, current[timestamp], closed.get(timestamp, set()))
+            for stream in opened.get(timestamp, set()):
+                history._opened.setdefault(stream, timestamp)
+        return history
+
+    @classmethod
+    def starting(cls, timestamp_us: int, streams: Iterable[StreamId]) -> TabletStreamHistory:
+        """A table's first stream set (``system.cdc_streams_state``)."""
+        history = cls()
+        history._add(timestamp_us, set(streams), set())
+        return history
+
+    def change(self, timestamp_us: int, closed: Iterable[StreamId], opened: Iterable[StreamId]) -> None:
+        """Append a stream-set change (``system.cdc_streams_history``) after the last one."""
+        if self._timestamps and timestamp_us <= self._timestamps[-1]:
+            raise GenerationMetadataError(f"stream set change at {timestamp_us} is not after {self._timestamps[-1]}")
+        closed_set, opened_set = set(closed), set(opened)
+        previous = set(self._sets[self._timestamps[-1]]) if self._timestamps else set()
+        unknown = closed_set - previous
+        if unknown:
+            raise GenerationMetadataError(f"closing streams that are not current: {sorted(unknown)}")
+        self._add(timestamp_us, (previous - closed_set) | opened_set, closed_set)
+
+    def _add(self, timestamp_us: int, current: set[StreamId], closed: set[StreamId]) -> None:
+        bisect.insort(self._timestamps, timestamp_us)
+        self._sets[timestamp_us] = _by_token(current)
+        for stream in current:
+            self._opened.setdefault(stream, timestamp_us)
+        for stream in closed:
+            self._closed.setdefault(stream, timestamp_us)
+
+    def timestamps(self) -> list[int]:
+        return list(self._timestamps)
+
+    def streams_at(self, ts_us: int) -> tuple[StreamId, ...]:
+        """The stream set operating at ``ts_us`` (empty before the first timestamp)."""
+        index = bisect.bisect_right(self._timestamps, ts_us) - 1
+        return self._sets[self._timestamps[index]] if index >= 0 else ()
+
+    def changes_at(self, timestamp_us: int) -> tuple[tuple[StreamId, ...], tuple[StreamId, ...]]:
+        """(closed, opened) at a timestamp of the history, as ``system.cdc_streams`` lists them."""
+        closed = _by_token(s for s, t in self._closed.items() if t == timestamp_us)
+        opened = _by_token(s for s, t in self._opened.items() if t == timestamp_us)
+        return closed, opened
+
+    def lifetimes(self) -> list[StreamLifetime]:
+        """Every stream with its ``[opened, closed)`` interval, by opening time then token."""
+        return sorted(
+            (StreamLifetime(s, opened, self._closed.get(s)) for s, opened in self._opened.items()),
+            key=lambda life: (life.opened_us, life.stream.token, life.stream.raw),
+        )
+
+    def get_stream(self, ts_us: int, token: int) -> StreamId:
+        """The stream of the tablet holding ``token`` in the set operating at ``ts_us``: the first
+        stream whose token (its tablet's last token) is at or past ``token``."""
+        streams = self.streams_at(ts_us)
+        if not streams:
+            raise WriteRejectedError(f"no CDC stream set operates at {ts_us}")
+        index = bisect.bisect_left([s.token for s in streams], token)
+        return streams[index if index < len(streams) else 0]
+
+
+def tablet_stream_ids(tablet_count: int, rng: random.Random) -> list[StreamId]:
+    """One new stream per tablet of a table with ``tablet_count`` (a power of two) tablets: tablet
+    ``i`` covers biased tokens ``[i * 2**64 / n, (i + 1) * 2**64 / n)`` and its stream carries the
+    tablet's last token, random bits, vnode index 0 and version 1."""
+    if tablet_count <= 0 or tablet_count & (tablet_count - 1):
+        raise ValueError(f"tablet count must be a power of two, found {tablet_count}")
+    width = (1 << 64) // tablet_count
+    return [StreamId.from_parts((i + 1) * width - 1 + MIN_TOKEN, rng.getrandbits(38), 0) for i in range(tablet_count)]
