@@ -1,7 +1,8 @@
 """datagen -> Kafka throughput, latency and memory.
 
 Prints events/s (wall and per CPU-second of this process), p50/p99 latency from an event's
-creation at the source (its ``ts_us``) to the broker's acknowledgement, and RSS over time.
+creation at the source (its ``ts_us``) to the broker appending it (the topics are created with
+``LogAppendTime``, and read back afterwards), and RSS over time.
 
     python benchmarks/datagen_to_kafka.py --events 200000 --converter avro
     python benchmarks/datagen_to_kafka.py --duration 600 --rate 20000   # flat-memory soak
@@ -12,6 +13,7 @@ Needs the local broker (``bash scripts/services.sh start``) and, for avro, the r
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import resource
 import tempfile
@@ -22,33 +24,29 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from connector_core.config import load_pipeline
-from connector_core.events import Record
+from connector_core.contract import Converter, PluginContext
+from connector_core.converters import converter_from_fields
+from connector_core.metrics import METRICS_REGISTRY
 from connector_core.pipeline import build_runner
 from plugins import PluginRegistry
-from sinks.kafka.sink import KafkaSink
 
 
-class _AckTimes:
-    """A histogram of (ack time - event time) over acknowledged records, in 1% wide buckets.
-
-    Counting into buckets keeps the benchmark's own memory flat, so the RSS it prints is the
-    pipeline's, even over hours.
-    """
+class _Latencies:
+    """A histogram of latencies in 1% wide buckets, so the benchmark's own memory stays flat."""
 
     _GROWTH = math.log(1.01)
 
     def __init__(self) -> None:
         self.buckets: Counter[int] = Counter()
         self.count = 0
-        self.lock = threading.Lock()
 
     def add(self, latency_ms: float) -> None:
-        with self.lock:
-            self.buckets[int(math.log(max(latency_ms, 0.01)) / self._GROWTH)] += 1
-            self.count += 1
+        self.buckets[int(math.log(max(latency_ms, 0.01)) / self._GROWTH)] += 1
+        self.count += 1
 
     def percentile(self, fraction: float) -> float | None:
         if not self.count:
@@ -60,16 +58,64 @@ class _AckTimes:
                 return math.exp((bucket + 1) * self._GROWTH)
         return None
 
-    def install(self) -> None:
-        original = KafkaSink._on_delivery
-        latencies = self
 
-        def on_delivery(sink: KafkaSink, record: Record, error: KafkaError | None, message: Message) -> None:
-            if error is None:
-                latencies.add((time.time() * 1e6 - record.source.ts_us) / 1000)
-            original(sink, record, error, message)
+def _create_topics(bootstrap: str, topics: list[str]) -> None:
+    """Topics stamped with the broker's append time, so each record carries when the broker took it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(t, num_partitions=3, replication_factor=1, config={"message.timestamp.type": "LogAppendTime"})
+            for t in topics
+        ]
+    )
+    for future in futures.values():
+        future.result(30)
 
-        KafkaSink._on_delivery = on_delivery  # type: ignore[method-assign]
+
+def _measure_latencies(
+    bootstrap: str, registry_url: str, topics: list[str], expected: int, sample_every: int
+) -> tuple[int, _Latencies]:
+    """Reads the topics back: records found, and (append time - event time) of every ``sample_every``-th."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe(topics)
+    converter: Converter[Any] | None = None
+    latencies, found, idle_since = _Latencies(), 0, time.monotonic()
+    try:
+        while found < expected and time.monotonic() - idle_since < 30:
+            messages = consumer.consume(1000, timeout=1.0)
+            if messages:
+                idle_since = time.monotonic()
+            for message in messages:
+                if message.error() is not None or message.value() is None:
+                    continue
+                found += 1
+                if found % sample_every:
+                    continue
+                value = message.value()
+                if value[:1] == b"\0":  # Confluent Avro wire format
+                    if converter is None:
+                        converter = _avro_reader(registry_url)
+                    payload = converter.deserialize(message.topic(), value)
+                else:
+                    payload = json.loads(value)["payload"]
+                appended_ms = message.timestamp()[1]
+                latencies.add(appended_ms - payload["source"]["ts_us"] / 1000)
+    finally:
+        consumer.close()
+    return found, latencies
+
+
+def _avro_reader(registry_url: str) -> Converter[Any]:
+    registry = PluginRegistry.from_entry_points()
+    context = PluginContext("bench", Path("bench.yaml"), factory=registry)
+    return converter_from_fields("avro", registry_url, context)
 
 
 def _rss_mb() -> float:
@@ -89,6 +135,7 @@ def main() -> None:
     parser.add_argument("--registry", default="http://127.0.0.1:8081")
     parser.add_argument("--duration", type=float, help="run this long at --rate instead of --events")
     parser.add_argument("--rate", type=float, default=20_000)
+    parser.add_argument("--sample-every", type=int, default=10, help="latency of every n-th record read back")
     args = parser.parse_args()
 
     prefix = f"bench{uuid.uuid4().hex[:8]}"
@@ -106,8 +153,8 @@ def main() -> None:
         + "}\n"
         "checkpoint: {type: file, path: ckpt, interval_ms: 1000}\n"
     )
-    acks = _AckTimes()
-    acks.install()
+    topics = [f"{prefix}.datagen.shop.table_{i}" for i in range(3)]
+    _create_topics(args.bootstrap, topics)
     registry = PluginRegistry.from_entry_points()
     runner = build_runner(load_pipeline(file, registry), registry)
 
@@ -127,19 +174,22 @@ def main() -> None:
     runner.run()
     wall, cpu = time.monotonic() - wall_start, time.process_time() - cpu_start
     done.set()
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    delivered = acks.count
-    p50, p99 = acks.percentile(0.50), acks.percentile(0.99)
+    delivered = int(METRICS_REGISTRY.get_sample_value("cdcflow_events_out_total", {"pipeline": prefix}) or 0)
+    found, latencies = _measure_latencies(args.bootstrap, args.registry, topics, delivered, args.sample_every)
+    p50, p99 = latencies.percentile(0.50), latencies.percentile(0.99)
     result: dict[str, Any] = {
         "converter": args.converter,
         "event_size_bytes": args.event_size,
         "events": delivered,
+        "events_read_back": found,
         "wall_s": round(wall, 2),
         "events_per_s_wall": round(delivered / wall),
         "events_per_cpu_s": round(delivered / cpu),
         "latency_p50_ms": None if p50 is None else round(p50, 1),
         "latency_p99_ms": None if p99 is None else round(p99, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(peak_rss_mb, 1),
     }
     for key, value in result.items():
         print(f"{key:>20}: {value}")

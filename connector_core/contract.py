@@ -6,7 +6,6 @@ honours the docstrings below runs under either, with at-least-once delivery.
 
 from __future__ import annotations
 
-import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,7 +15,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from connector_core.events import ChangeEvent, Record, SchemaChangeEvent
+from connector_core.events import ChangeEvent, Record, SchemaChangeEvent, canonical_json
 
 __all__ = [
     "Checkpoint",
@@ -42,7 +41,7 @@ Offset = dict[str, Any]
 
 def offset_key(offset: Offset | None) -> str:
     """The canonical text of an offset: equal offsets give equal keys, whatever their key order."""
-    return json.dumps(offset, sort_keys=True, separators=(",", ":"))
+    return canonical_json(offset)
 
 
 class PluginConfig(BaseModel):

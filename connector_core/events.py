@@ -14,8 +14,11 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from operator import attrgetter
 from typing import Any
 
 __all__ = [
@@ -26,9 +29,26 @@ __all__ = [
     "RowSchema",
     "SchemaChangeEvent",
     "SourceInfo",
+    "canonical_json",
+    "raw_bytes_event",
 ]
 
 Row = dict[str, Any]
+
+
+def _canonical_encoder() -> Callable[[Any], str]:
+    # json.dumps builds a new encoder per call, which costs more than encoding a small dict;
+    # this one is built once (CPython's C encoder when present). Same output as
+    # json.dumps(value, sort_keys=True, separators=(",", ":")).
+    settings = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+    if c_make_encoder is None:
+        return settings.encode
+    encode_chunks = c_make_encoder(None, settings.default, encode_basestring_ascii, None, ":", ",", True, False, True)
+    return lambda value: "".join(encode_chunks(value, 0))
+
+
+canonical_json: Callable[[Any], str] = _canonical_encoder()
+"""JSON text with sorted keys and no spaces: equal values give equal text."""
 
 
 class Op(enum.StrEnum):
@@ -127,7 +147,7 @@ class SourceInfo:
             "keyspace": self.keyspace,
             "table": self.table,
             "partition": self.partition,
-            "position": json.dumps(dict(self.position), sort_keys=True, separators=(",", ":")),
+            "position": canonical_json(self.position if type(self.position) is dict else dict(self.position)),
             "ts_us": self.ts_us,
             "ts_ms": self.ts_us // 1000,
             "snapshot": self.snapshot,
@@ -164,9 +184,10 @@ class ChangeEvent:
 
     def with_changes(self, **changes: Any) -> ChangeEvent:
         # dataclasses.replace is several times slower, and transforms call this per record.
-        values = {name: getattr(self, name) for name in _CHANGE_EVENT_FIELDS}
-        values.update(changes)
-        return ChangeEvent(**values)
+        copy = ChangeEvent(*_change_event_fields(self))
+        for name, value in changes.items():
+            setattr(copy, name, value)
+        return copy
 
     def key_payload(self) -> Row:
         return self.key
@@ -204,7 +225,10 @@ class SchemaChangeEvent:
         return self.topic if self.topic is not None else self.default_topic()
 
     def with_changes(self, **changes: Any) -> SchemaChangeEvent:
-        return replace(self, **changes)
+        copy = SchemaChangeEvent(*_schema_change_event_fields(self))
+        for name, value in changes.items():
+            setattr(copy, name, value)
+        return copy
 
     def key_payload(self) -> Row:
         return {"keyspace": self.keyspace}
@@ -221,4 +245,28 @@ class SchemaChangeEvent:
 
 Record = ChangeEvent | SchemaChangeEvent
 
-_CHANGE_EVENT_FIELDS = tuple(f.name for f in fields(ChangeEvent))
+
+def raw_bytes_event(
+    key: bytes | None,
+    value: bytes | None,
+    source: SourceInfo,
+    topic: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> ChangeEvent:
+    """Bytes that never became (or stopped being) a proper record, as one: ``raw_key`` and
+    ``raw_value`` carry them unchanged, so a dead-letter destination keeps exactly what failed."""
+    return ChangeEvent(
+        op=Op.CREATE,
+        key={"raw_key": key},
+        before=None,
+        after={"raw_value": value},
+        source=source,
+        ts_ms=int(time.time() * 1000),
+        topic=topic,
+        envelope=False,
+        headers=headers,
+    )
+
+
+_change_event_fields = attrgetter(*(f.name for f in fields(ChangeEvent)))
+_schema_change_event_fields = attrgetter(*(f.name for f in fields(SchemaChangeEvent)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +12,7 @@ from pydantic import Field
 from connector_core.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
 from connector_core.converters import converter_from_fields
 from connector_core.errors import ConverterError, RecordRejectedError, SinkDeliveryError, SinkUnavailableError
-from connector_core.events import Record
+from connector_core.events import Record, SourceInfo, raw_bytes_event
 
 __all__ = ["KafkaSink", "KafkaSinkConfig", "client_settings"]
 
@@ -78,6 +77,10 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 "linger.ms": self.config.linger_ms,
                 "queue.buffering.max.kbytes": self.config.buffer_max_kbytes,
                 "message.timeout.ms": self.config.delivery_timeout_ms,
+                # Reports only for failures: a report per delivered record costs more than
+                # producing it, and failures are all the flush needs to know about.
+                "delivery.report.only.error": True,
+                "on_delivery": self._on_delivery,
                 **self.config.producer,
             },
         )
@@ -120,10 +123,11 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         record: Record,
         rejected: list[Rejected],
     ) -> None:
-        on_delivery = functools.partial(self._on_delivery, record)
         while True:
             try:
-                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                # No per-record callback: with failure-only reports librdkafka never calls it for a
+                # delivered record, and confluent-kafka would then keep it (and the record) forever.
+                producer.produce(topic, value=value, key=key, headers=headers)
                 return
             except BufferError:
                 # The producer's buffer is full: wait for deliveries. This is the backpressure
@@ -138,11 +142,18 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                     self._replace_producer()
                 raise SinkUnavailableError(f"Kafka refused a record for {topic}: {exc}") from exc
 
-    def _on_delivery(self, record: Record, error: KafkaError | None, message: Message) -> None:
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
             return
         if error.code() in _RECORD_IS_AT_FAULT:
-            self._rejected.append(Rejected(record, RecordRejectedError(error.str()), "sink"))
+            # The broker refused this record for good; what reaches the dead letters is the bytes
+            # it refused, since the record itself is no longer held.
+            produced = message.headers() or []
+            pairs = produced.items() if isinstance(produced, dict) else produced
+            headers = {name: v.decode("utf-8", "replace") if isinstance(v, bytes) else v or "" for name, v in pairs}
+            source = SourceInfo("kafka", message.topic() or "", "", "", str(message.partition()), {}, 0)
+            raw = raw_bytes_event(message.key(), message.value(), source, message.topic(), headers or None)
+            self._rejected.append(Rejected(raw, RecordRejectedError(error.str()), "sink"))
         else:
             self._undelivered.append(error)
 

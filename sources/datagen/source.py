@@ -84,6 +84,11 @@ class DatagenSource(Source[DatagenConfig]):
         rng = random.Random(config.seed)
         self._payload_pool = "".join(rng.choices(string.ascii_letters + string.digits, k=2 * config.event_size + 1))
         self._names = [f"customer-{i}" for i in range(1000)]
+        # Derived once: event() runs per record.
+        self._seed_mix = _mix(config.seed)
+        self._keys_per_partition = max(1, config.keys // config.partitions)
+        self._payload_starts = config.event_size + 1
+        self._partition_ids = [f"datagen-{p}" for p in range(config.partitions)]
 
     def _row_schema(self, table: str) -> RowSchema:
         key = (Column("id", "bigint", optional=False),)
@@ -109,7 +114,7 @@ class DatagenSource(Source[DatagenConfig]):
     # --- contract ----------------------------------------------------------------------------
 
     def partitions(self) -> Sequence[Partition]:
-        return [Partition(f"datagen-{p}", {"index": p}) for p in range(self.config.partitions)]
+        return [Partition(pid, {"index": p}) for p, pid in enumerate(self._partition_ids)]
 
     def _events_in(self, partition: Partition) -> int | None:
         if self.config.count is None:
@@ -162,18 +167,17 @@ class DatagenSource(Source[DatagenConfig]):
         config = self.config
         partitions = config.partitions
         global_id = (seq - 1) * partitions + partition_index
-        h = _mix(global_id ^ _mix(config.seed))
-        keys_per_partition = max(1, config.keys // partitions)
-        key_id = partition_index + partitions * (h % keys_per_partition)
+        h = _mix(global_id ^ self._seed_mix)
+        key_id = partition_index + partitions * (h % self._keys_per_partition)
         table_index = key_id % config.tables
-        draw = (h >> 24) % 1_000_000
-        op = next(code for limit, code in self._op_thresholds if draw < limit or limit == 1_000_000)
+        op = self._op_of((h >> 24) % 1_000_000)
+        start = (h >> 32) % self._payload_starts
         row: dict[str, Any] = {
             "id": key_id,
             "seq": global_id,
-            "name": self._names[(h >> 8) % len(self._names)],
+            "name": self._names[(h >> 8) % 1000],
             "amount": ((h >> 16) % 10_000_000) / 100,
-            "payload": self._payload_pool[(h >> 32) % (config.event_size + 1) :][: config.event_size],
+            "payload": self._payload_pool[start : start + config.event_size],
             "updated_at_us": ts_us,
         }
         before = after = None
@@ -185,20 +189,20 @@ class DatagenSource(Source[DatagenConfig]):
         else:
             before = row
         source = SourceInfo(
-            system="datagen",
-            cluster=config.cluster,
-            keyspace=config.keyspace,
-            table=self._table_names[table_index],
-            partition=f"datagen-{partition_index}",
-            position={"seq": seq},
-            ts_us=ts_us,
+            "datagen",
+            config.cluster,
+            config.keyspace,
+            self._table_names[table_index],
+            self._partition_ids[partition_index],
+            {"seq": seq},
+            ts_us,
         )
         return ChangeEvent(
-            op=op,
-            key={"id": key_id},
-            before=before,
-            after=after,
-            source=source,
-            ts_ms=int(time.time() * 1000),
-            schema=self._schemas[table_index],
+            op, {"id": key_id}, before, after, source, int(time.time() * 1000), self._schemas[table_index]
         )
+
+    def _op_of(self, draw: int) -> Op:
+        for limit, op in self._op_thresholds:
+            if draw < limit:
+                return op
+        return self._op_thresholds[-1][1]

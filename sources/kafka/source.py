@@ -20,7 +20,7 @@ from pydantic import Field
 from connector_core.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
 from connector_core.converters import converter_from_fields
 from connector_core.errors import ConverterError, SourceDataError, SourceUnavailableError
-from connector_core.events import ChangeEvent, Op, Record, SourceInfo
+from connector_core.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from sinks.kafka.sink import client_settings
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
@@ -154,17 +154,8 @@ class KafkaSource(Source[KafkaSourceConfig]):
         except SourceDataError as exc:
             # A record no converter can read would stop its partition for good: it goes to the
             # dead letters, bytes and all, and the partition goes on (errors.tolerance permitting).
-            raw = ChangeEvent(
-                op=Op.CREATE,
-                key={"raw_key": message.key()},
-                before=None,
-                after={"raw_value": message.value()},
-                source=SourceInfo("kafka", topic, "", "", partition.id, {"offset": offset}, ts_ms * 1000),
-                ts_ms=int(time.time() * 1000),
-                topic=topic,
-                envelope=False,
-            )
-            return Rejected(raw, exc, "source")
+            source = SourceInfo("kafka", topic, "", "", partition.id, {"offset": offset}, ts_ms * 1000)
+            return Rejected(raw_bytes_event(message.key(), message.value(), source, topic), exc, "source")
 
     def decode(
         self, topic: str, partition_id: str, raw_key: bytes | None, raw_value: bytes | None, offset: int, ts_ms: int
