@@ -1,10 +1,11 @@
-"""Registers the plugin types of ``sources/tikv_rawkv`` (none yet: the package is being built)."""
+"""Registers the ``tikv_rawkv`` source."""
 
 from typing import Any
 
 from plugins.hookspecs import hookimpl
+from sources.tikv_rawkv.source import TiKVRawKVSource
 
 
 @hookimpl
 def cdcflow_source_types() -> list[type[Any]]:
-    return []
+    return [TiKVRawKVSource]

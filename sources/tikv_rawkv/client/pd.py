@@ -1,0 +1,282 @@
+"""A PD client: cluster id and leader, TSO, regions, stores and GC safepoints, over gRPC."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from sources.tikv_rawkv.client.codec import compose_ts
+from sources.tikv_rawkv.client.proto import metapb_pb2, pdpb_pb2
+from sources.tikv_rawkv.exceptions import PDError, TiKVUnavailableError
+
+__all__ = ["PDClient", "RegionInfo", "grpc_channel", "strip_scheme"]
+
+log = logging.getLogger("cdcflow.tikv.pd")
+
+ResponseT = TypeVar("ResponseT", bound=Message)
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+_RETRIED_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def grpc_channel(address: str) -> grpc.Channel:
+    """An insecure channel with cdcflow's message-size and keepalive settings."""
+    return grpc.insecure_channel(strip_scheme(address), options=_CHANNEL_OPTIONS)
+
+
+def strip_scheme(url: str) -> str:
+    """``http://host:port`` (as PD lists its members) to ``host:port``."""
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+@dataclass(frozen=True)
+class RegionInfo:
+    """A region as PD describes it; keys are in region-key space (memcomparable under API V2)."""
+
+    meta: metapb_pb2.Region
+    leader: metapb_pb2.Peer | None
+
+    @property
+    def id(self) -> int:
+        return int(self.meta.id)
+
+    @property
+    def start_key(self) -> bytes:
+        return bytes(self.meta.start_key)
+
+    @property
+    def end_key(self) -> bytes:
+        return bytes(self.meta.end_key)
+
+    def contains(self, region_key: bytes) -> bool:
+        return self.start_key <= region_key and (not self.end_key or region_key < self.end_key)
+
+    def with_leader(self, leader: metapb_pb2.Peer) -> RegionInfo:
+        return RegionInfo(self.meta, leader)
+
+    def describe(self) -> str:
+        epoch = self.meta.region_epoch
+        return (
+            f"region {self.id} [{self.start_key.hex()}, {self.end_key.hex() or 'inf'}) "
+            f"epoch {epoch.conf_ver}/{epoch.version}"
+        )
+
+
+class PDClient:
+    """Talks to the PD leader; another endpoint is tried when it cannot be reached.
+
+    Every call raises :class:`TiKVUnavailableError` (transient) when no endpoint answers within
+    ``timeout_s``, and :class:`PDError` when PD answers with an error header.
+    """
+
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 10.0) -> None:
+        if not endpoints:
+            raise ValueError("at least one PD endpoint is needed")
+        self.endpoints = [strip_scheme(e) for e in endpoints]
+        self.timeout_s = timeout_s
+        self.cluster_id = 0
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+
+    # --- connection ------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Finds the cluster id and the leader; idempotent."""
+        with self._lock:
+            if self._channel is not None:
+                return
+            failures: list[str] = []
+            for endpoint in self.endpoints:
+                channel = grpc_channel(endpoint)
+                try:
+                    members = self._unary(
+                        channel, "GetMembers", pdpb_pb2.GetMembersRequest(), pdpb_pb2.GetMembersResponse
+                    )
+                except grpc.RpcError as exc:
+                    channel.close()
+                    failures.append(f"{endpoint}: {exc.code().name}")
+                    continue
+                self.cluster_id = int(members.header.cluster_id)
+                leader_urls = list(members.leader.client_urls)
+                if leader_urls and strip_scheme(leader_urls[0]) != endpoint:
+                    channel.close()
+                    channel = grpc_channel(leader_urls[0])
+                self._channel = channel
+                return
+            raise TiKVUnavailableError(f"no PD endpoint answered: {'; '.join(failures)}")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None
+
+    def _unary(self, channel: grpc.Channel, method: str, request: Message, response_type: type[ResponseT]) -> ResponseT:
+        call = channel.unary_unary(
+            f"/pdpb.PD/{method}",
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+        response: ResponseT = call(request, timeout=self.timeout_s)
+        return response
+
+    def _call(self, method: str, request: Message, response_type: type[ResponseT]) -> ResponseT:
+        header = getattr(request, "header", None)
+        if header is not None:
+            header.cluster_id = self.cluster_id
+        for attempt in range(2):
+            self.connect()
+            channel = self._channel
+            assert channel is not None
+            try:
+                response = self._unary(channel, method, request, response_type)
+            except grpc.RpcError as exc:
+                if exc.code() not in _RETRIED_CODES:
+                    raise PDError(f"PD {method} failed: {exc.code().name}: {exc.details()}") from exc
+                self.close()  # the leader may have moved: ask the members again
+                if attempt == 1:
+                    raise TiKVUnavailableError(f"PD {method}: {exc.code().name}: {exc.details()}") from exc
+                continue
+            _check_header(method, response)
+            return response
+        raise AssertionError("unreachable")
+
+    # --- TSO -------------------------------------------------------------------------------
+
+    def get_ts(self) -> int:
+        """A fresh timestamp from PD's TSO."""
+        self.connect()
+        channel = self._channel
+        assert channel is not None
+        stream = channel.stream_stream(
+            "/pdpb.PD/Tso", request_serializer=_serialize, response_deserializer=pdpb_pb2.TsoResponse.FromString
+        )
+        request = pdpb_pb2.TsoRequest(header=pdpb_pb2.RequestHeader(cluster_id=self.cluster_id), count=1)
+        try:
+            responses: Any = stream(iter([request]), timeout=self.timeout_s)
+            response: pdpb_pb2.TsoResponse = next(responses)
+        except grpc.RpcError as exc:
+            self.close()
+            raise TiKVUnavailableError(f"PD Tso: {exc.code().name}: {exc.details()}") from exc
+        _check_header("Tso", response)
+        return compose_ts(int(response.timestamp.physical), int(response.timestamp.logical))
+
+    # --- regions and stores ----------------------------------------------------------------
+
+    def get_region(self, region_key: bytes) -> RegionInfo:
+        """The region holding ``region_key`` (memcomparable under API V2)."""
+        response = self._call(
+            "GetRegion",
+            pdpb_pb2.GetRegionRequest(header=self._header(), region_key=region_key),
+            pdpb_pb2.GetRegionResponse,
+        )
+        if not response.HasField("region"):
+            raise PDError(f"PD knows no region for key {region_key.hex()}")
+        return RegionInfo(response.region, response.leader if response.HasField("leader") else None)
+
+    def get_region_by_id(self, region_id: int) -> RegionInfo | None:
+        response = self._call(
+            "GetRegionByID",
+            pdpb_pb2.GetRegionByIDRequest(header=self._header(), region_id=region_id),
+            pdpb_pb2.GetRegionResponse,
+        )
+        if not response.HasField("region"):
+            return None
+        return RegionInfo(response.region, response.leader if response.HasField("leader") else None)
+
+    def scan_regions(self, start_key: bytes, end_key: bytes, limit: int = 0) -> list[RegionInfo]:
+        """Regions overlapping [start_key, end_key) in key order (``end_key`` empty: to the end)."""
+        regions: list[RegionInfo] = []
+        cursor = start_key
+        while True:
+            response = self._call(
+                "ScanRegions",
+                pdpb_pb2.ScanRegionsRequest(header=self._header(), start_key=cursor, end_key=end_key, limit=limit),
+                pdpb_pb2.ScanRegionsResponse,
+            )
+            page = (
+                [RegionInfo(r.region, r.leader if r.HasField("leader") else None) for r in response.regions]
+                if response.regions
+                else [
+                    RegionInfo(meta, leader if leader.id else None)
+                    for meta, leader in zip(response.region_metas, response.leaders, strict=False)
+                ]
+            )
+            regions.extend(page)
+            if not page or limit > 0:
+                return regions
+            last_end = page[-1].end_key
+            if not last_end or (end_key and last_end >= end_key):
+                return regions
+            cursor = last_end
+
+    def get_store_address(self, store_id: int) -> str:
+        response = self._call(
+            "GetStore", pdpb_pb2.GetStoreRequest(header=self._header(), store_id=store_id), pdpb_pb2.GetStoreResponse
+        )
+        return str(response.store.address)
+
+    def get_all_stores(self) -> list[metapb_pb2.Store]:
+        response = self._call(
+            "GetAllStores",
+            pdpb_pb2.GetAllStoresRequest(header=self._header(), exclude_tombstone_stores=True),
+            pdpb_pb2.GetAllStoresResponse,
+        )
+        return list(response.stores)
+
+    # --- GC safepoints ---------------------------------------------------------------------
+
+    def get_gc_safe_point(self) -> int:
+        """The cluster's GC safepoint: versions below it may be gone."""
+        response = self._call(
+            "GetGCSafePoint", pdpb_pb2.GetGCSafePointRequest(header=self._header()), pdpb_pb2.GetGCSafePointResponse
+        )
+        return int(response.safe_point)
+
+    def update_gc_safe_point(self, safe_point: int) -> int:
+        """Moves the cluster's GC safepoint (what a GC worker does); returns the one now in force."""
+        response = self._call(
+            "UpdateGCSafePoint",
+            pdpb_pb2.UpdateGCSafePointRequest(header=self._header(), safe_point=safe_point),
+            pdpb_pb2.UpdateGCSafePointResponse,
+        )
+        return int(response.new_safe_point)
+
+    def update_service_gc_safe_point(self, service_id: str, ttl_s: int, safe_point: int) -> int:
+        """Keeps GC below ``safe_point`` for ``ttl_s`` seconds; returns the minimum over services.
+
+        PD keeps a service's safepoint only if it is not below that minimum: a returned minimum
+        above ``safe_point`` means the request was refused.
+        """
+        response = self._call(
+            "UpdateServiceGCSafePoint",
+            pdpb_pb2.UpdateServiceGCSafePointRequest(
+                header=self._header(), service_id=service_id.encode(), TTL=ttl_s, safe_point=safe_point
+            ),
+            pdpb_pb2.UpdateServiceGCSafePointResponse,
+        )
+        return int(response.min_safe_point)
+
+    def _header(self) -> pdpb_pb2.RequestHeader:
+        return pdpb_pb2.RequestHeader(cluster_id=self.cluster_id)
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _check_header(method: str, response: Any) -> None:
+    error = response.header.error
+    if error.type != pdpb_pb2.OK:
+        raise PDError(f"PD {method} answered {pdpb_pb2.ErrorType.Name(error.type)}: {error.message}")

@@ -1,0 +1,354 @@
+"""A RawKV client: get, put, delete (single and batch, puts with TTL), scan and delete-range.
+
+Requests are routed to the leader of each key's region; region errors (not leader, epoch
+mismatch, region not found, server busy) and unreachable stores are retried after refreshing the
+route, with an exponential backoff bounded by ``backoff_budget_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from connector_core.config import RetryConfig
+from connector_core.errors import RetriesExhaustedError
+from connector_core.retry import Backoff
+from sources.tikv_rawkv.client.codec import KeyCodec, decode_memcomparable
+from sources.tikv_rawkv.client.pd import PDClient, RegionInfo
+from sources.tikv_rawkv.client.proto import errorpb_pb2, kvrpcpb_pb2
+from sources.tikv_rawkv.client.regions import RegionCache
+from sources.tikv_rawkv.exceptions import RegionErrorsExhaustedError, TiKVServerError, TiKVUnavailableError
+
+__all__ = ["RawKVClient", "RegionRetry"]
+
+log = logging.getLogger("cdcflow.tikv.rawkv")
+
+ResponseT = TypeVar("ResponseT", bound=Message)
+ItemT = TypeVar("ItemT")
+
+_UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+@dataclass(frozen=True)
+class RegionRetry:
+    """Why a region request must be routed again, and how long TiKV asked us to wait."""
+
+    reason: str
+    wait_ms: int = 0
+
+
+class RawKVClient:
+    """RawKV operations on user keys of one keyspace (API V2) or of the whole cluster (API V1)."""
+
+    def __init__(
+        self,
+        pd: PDClient,
+        codec: KeyCodec,
+        timeout_s: float = 10.0,
+        backoff_budget_s: float = 20.0,
+    ) -> None:
+        self.pd = pd
+        self.codec = codec
+        self.timeout_s = timeout_s
+        self.regions = RegionCache(pd)
+        self._retry = RetryConfig(
+            initial_backoff_ms=5, max_backoff_ms=1000, multiplier=2.0, jitter=0.2, max_elapsed_s=backoff_budget_s
+        )
+        self._api_version = kvrpcpb_pb2.V2 if codec.api_version == 2 else kvrpcpb_pb2.V1
+
+    def close(self) -> None:
+        self.regions.close()
+
+    # --- single keys -----------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        (response,) = self._per_region(
+            "RawGet",
+            [key],
+            lambda ctx, keys: kvrpcpb_pb2.RawGetRequest(context=ctx, key=self.codec.request_key(keys[0])),
+            kvrpcpb_pb2.RawGetResponse,
+            key_of=_same,
+        )
+        return None if response.not_found else bytes(response.value)
+
+    def put(self, key: bytes, value: bytes, ttl_s: int = 0) -> None:
+        self.batch_put([(key, value)], [ttl_s] if ttl_s else None)
+
+    def delete(self, key: bytes) -> None:
+        self.batch_delete([key])
+
+    # --- batches ---------------------------------------------------------------------------
+
+    def batch_get(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The keys that exist, with their values."""
+        found: dict[bytes, bytes] = {}
+        for response in self._per_region(
+            "RawBatchGet",
+            list(keys),
+            lambda ctx, group: kvrpcpb_pb2.RawBatchGetRequest(
+                context=ctx, keys=[self.codec.request_key(k) for k in group]
+            ),
+            kvrpcpb_pb2.RawBatchGetResponse,
+            key_of=_same,
+        ):
+            for pair in response.pairs:
+                found[self.codec.user_key(bytes(pair.key))] = bytes(pair.value)
+        return found
+
+    def batch_put(self, pairs: Sequence[tuple[bytes, bytes]], ttls_s: Sequence[int] | None = None) -> None:
+        """Writes every pair; ``ttls_s`` is one TTL for all or one per pair (0: no expiry)."""
+        if ttls_s is not None and len(ttls_s) not in (1, len(pairs)):
+            raise ValueError(f"{len(ttls_s)} TTLs for {len(pairs)} pairs: give one TTL or one per pair")
+        items: list[tuple[bytes, bytes, int]] = [
+            (key, value, (ttls_s[0] if len(ttls_s) == 1 else ttls_s[index]) if ttls_s else 0)
+            for index, (key, value) in enumerate(pairs)
+        ]
+
+        def request(ctx: kvrpcpb_pb2.Context, group: list[tuple[bytes, bytes, int]]) -> Message:
+            ttls = [ttl for _, _, ttl in group]
+            return kvrpcpb_pb2.RawBatchPutRequest(
+                context=ctx,
+                pairs=[kvrpcpb_pb2.KvPair(key=self.codec.request_key(k), value=v) for k, v, _ in group],
+                ttls=ttls if any(ttls) else [],
+            )
+
+        self._per_region("RawBatchPut", items, request, kvrpcpb_pb2.RawBatchPutResponse, key_of=lambda item: item[0])
+
+    def batch_delete(self, keys: Sequence[bytes]) -> None:
+        self._per_region(
+            "RawBatchDelete",
+            list(keys),
+            lambda ctx, group: kvrpcpb_pb2.RawBatchDeleteRequest(
+                context=ctx, keys=[self.codec.request_key(k) for k in group]
+            ),
+            kvrpcpb_pb2.RawBatchDeleteResponse,
+            key_of=_same,
+        )
+
+    # --- ranges ----------------------------------------------------------------------------
+
+    def scan(self, start: bytes = b"", end: bytes = b"", limit: int = 10_000) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` live pairs in [start, end) in key order (``end`` empty: the keyspace's end)."""
+        request_start, request_end = self.codec.request_range(start, end)
+        pairs: list[tuple[bytes, bytes]] = []
+        cursor = request_start
+        while len(pairs) < limit:
+            remaining = limit - len(pairs)
+
+            def scan_request(
+                ctx: kvrpcpb_pb2.Context, region_end: bytes, c: bytes = cursor, n: int = remaining
+            ) -> Message:
+                return kvrpcpb_pb2.RawScanRequest(
+                    context=ctx, start_key=c, end_key=_min_end(request_end, region_end), limit=n
+                )
+
+            region, response = self._range_request("RawScan", cursor, scan_request, kvrpcpb_pb2.RawScanResponse)
+            pairs.extend((self.codec.user_key(bytes(kv.key)), bytes(kv.value)) for kv in response.kvs)
+            next_cursor = self._request_key_after(region)
+            if next_cursor is None or (request_end and next_cursor >= request_end):
+                break
+            cursor = next_cursor
+        return pairs[:limit]
+
+    def scan_all(self, start: bytes = b"", end: bytes = b"", page: int = 10_000) -> Iterable[tuple[bytes, bytes]]:
+        """Every live pair in [start, end), fetched ``page`` at a time."""
+        cursor = start
+        while True:
+            batch = self.scan(cursor, end, page)
+            yield from batch
+            if len(batch) < page:
+                return
+            cursor = batch[-1][0] + b"\x00"
+
+    def delete_range(self, start: bytes = b"", end: bytes = b"") -> None:
+        """Deletes every key in [start, end), region by region."""
+        request_start, request_end = self.codec.request_range(start, end)
+        cursor = request_start
+        while True:
+
+            def delete_request(ctx: kvrpcpb_pb2.Context, region_end: bytes, c: bytes = cursor) -> Message:
+                return kvrpcpb_pb2.RawDeleteRangeRequest(
+                    context=ctx, start_key=c, end_key=_min_end(request_end, region_end)
+                )
+
+            region, _ = self._range_request(
+                "RawDeleteRange", cursor, delete_request, kvrpcpb_pb2.RawDeleteRangeResponse
+            )
+            next_cursor = self._request_key_after(region)
+            if next_cursor is None or (request_end and next_cursor >= request_end):
+                return
+            cursor = next_cursor
+
+    # --- routing ---------------------------------------------------------------------------
+
+    def _request_key_after(self, region: RegionInfo) -> bytes | None:
+        """The first request key of the region after ``region``, or None at the end of the cluster."""
+        if not region.end_key:
+            return None
+        if self.codec.api_version == 1:
+            return region.end_key
+        key, _ = decode_memcomparable(region.end_key)
+        return key
+
+    def _region_end_request_key(self, region: RegionInfo) -> bytes:
+        after = self._request_key_after(region)
+        return after if after is not None else b""
+
+    def _range_request(
+        self,
+        method: str,
+        cursor: bytes,
+        build: Callable[[kvrpcpb_pb2.Context, bytes], Message],
+        response_type: type[ResponseT],
+    ) -> tuple[RegionInfo, ResponseT]:
+        backoff = Backoff(self._retry)
+        while True:
+            region = self.regions.locate(self.codec.region_key(cursor))
+            region_end = self._region_end_request_key(region)
+
+            def request(ctx: kvrpcpb_pb2.Context, end: bytes = region_end) -> Message:
+                return build(ctx, end)
+
+            outcome = self._send(method, region, request, response_type)
+            if not isinstance(outcome, RegionRetry):
+                return region, outcome
+            self._wait(backoff, method, outcome)
+
+    def _per_region(
+        self,
+        method: str,
+        items: list[ItemT],
+        build: Callable[[kvrpcpb_pb2.Context, list[ItemT]], Message],
+        response_type: type[ResponseT],
+        key_of: Callable[[ItemT], bytes],
+    ) -> list[ResponseT]:
+        """Sends ``items`` grouped by region; groups that meet a region error are regrouped and
+        sent again until every item is acknowledged or the backoff budget runs out."""
+        responses: list[ResponseT] = []
+        pending = items
+        backoff = Backoff(self._retry)
+        while pending:
+            retry: list[ItemT] = []
+            last: RegionRetry | None = None
+            for region, group in self._group_by_region(pending, key_of):
+                outcome = self._send(method, region, lambda ctx, g=group: build(ctx, g), response_type)  # type: ignore[misc]
+                if isinstance(outcome, RegionRetry):
+                    retry.extend(group)
+                    last = outcome
+                else:
+                    responses.append(outcome)
+            pending = retry
+            if last is not None:
+                self._wait(backoff, method, last)
+        return responses
+
+    def _group_by_region(
+        self, items: list[ItemT], key_of: Callable[[ItemT], bytes]
+    ) -> list[tuple[RegionInfo, list[ItemT]]]:
+        groups: dict[int, tuple[RegionInfo, list[ItemT]]] = {}
+        current: RegionInfo | None = None
+        for item in items:
+            region_key = self.codec.region_key(self.codec.request_key(key_of(item)))
+            if current is None or not current.contains(region_key):
+                current = self.regions.locate(region_key)
+            entry = groups.get(current.id)
+            if entry is None:
+                groups[current.id] = (current, [item])
+            else:
+                entry[1].append(item)
+        return list(groups.values())
+
+    def _wait(self, backoff: Backoff, method: str, retry: RegionRetry) -> None:
+        try:
+            delay = backoff.next_delay(method, RuntimeError(retry.reason))
+        except RetriesExhaustedError as exc:
+            raise RegionErrorsExhaustedError(
+                f"{method} kept failing for {self._retry.max_elapsed_s}s; last: {retry.reason}"
+            ) from exc
+        time.sleep(max(delay, retry.wait_ms / 1000))
+
+    def _send(
+        self,
+        method: str,
+        region: RegionInfo,
+        build: Callable[[kvrpcpb_pb2.Context], Message],
+        response_type: type[ResponseT],
+    ) -> ResponseT | RegionRetry:
+        """One request to ``region``'s leader: its response, or why it must be routed again."""
+        store_id, peer = self.regions.leader_store(region)
+        try:
+            address, channel = self.regions.channel_for_store(store_id)
+        except TiKVUnavailableError as exc:
+            return RegionRetry(f"PD cannot name store {store_id}: {exc}")
+        context = kvrpcpb_pb2.Context(
+            region_id=region.id,
+            region_epoch=region.meta.region_epoch,
+            peer=peer,
+            api_version=self._api_version,
+        )
+        if self.codec.api_version == 2:
+            context.keyspace_id = self.codec.keyspace_id
+        call = channel.unary_unary(
+            f"/tikvpb.Tikv/{method}",
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+        try:
+            response: Any = call(build(context), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            if exc.code() in _UNREACHABLE:
+                self.regions.forget_store(store_id)
+                self.regions.invalidate(region.id)
+                return RegionRetry(f"store {store_id} at {address}: {exc.code().name}")
+            raise TiKVServerError(
+                f"{method} to store {store_id} at {address}: {exc.code().name}: {exc.details()}"
+            ) from exc
+        if response.HasField("region_error"):
+            return self._handle_region_error(region, response.region_error)
+        error = getattr(response, "error", "")
+        if error:
+            raise TiKVServerError(f"{method} on {region.describe()}: {error}")
+        typed: ResponseT = response
+        return typed
+
+    def _handle_region_error(self, region: RegionInfo, error: errorpb_pb2.Error) -> RegionRetry:
+        if error.HasField("not_leader"):
+            leader = error.not_leader.leader
+            if not (leader.store_id and self.regions.update_leader(region.id, leader)):
+                self.regions.invalidate(region.id)
+            return RegionRetry(f"{region.describe()}: not leader")
+        if error.HasField("server_is_busy"):
+            return RegionRetry(
+                f"{region.describe()}: server is busy ({error.server_is_busy.reason})",
+                int(error.server_is_busy.backoff_ms),
+            )
+        if error.HasField("epoch_not_match"):
+            self.regions.invalidate(region.id)
+            for current in error.epoch_not_match.current_regions:
+                self.regions.invalidate(int(current.id))
+            return RegionRetry(f"{region.describe()}: epoch not match")
+        self.regions.invalidate(region.id)
+        return RegionRetry(f"{region.describe()}: {error.message or error.WhichOneof('_') or 'region error'}")
+
+
+def _min_end(request_end: bytes, region_end: bytes) -> bytes:
+    """The nearer of two exclusive ends, where empty means unbounded."""
+    if not region_end:
+        return request_end
+    if not request_end:
+        return region_end
+    return min(request_end, region_end)
+
+
+def _same(key: bytes) -> bytes:
+    return key
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()

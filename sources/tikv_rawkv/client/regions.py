@@ -1,0 +1,102 @@
+"""A cache of regions and store addresses, filled from PD and corrected by region errors."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+import grpc
+
+from sources.tikv_rawkv.client.pd import PDClient, RegionInfo, grpc_channel
+from sources.tikv_rawkv.client.proto import metapb_pb2
+
+__all__ = ["RegionCache"]
+
+
+class RegionCache:
+    """Regions by start key, store addresses and one gRPC channel per store. Thread-safe."""
+
+    def __init__(self, pd: PDClient) -> None:
+        self.pd = pd
+        self._lock = threading.Lock()
+        self._starts: list[bytes] = []
+        self._regions: list[RegionInfo] = []
+        self._addresses: dict[int, str] = {}
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def locate(self, region_key: bytes) -> RegionInfo:
+        """The region holding ``region_key``, from the cache or else from PD."""
+        with self._lock:
+            index = bisect.bisect_right(self._starts, region_key) - 1
+            if index >= 0 and self._regions[index].contains(region_key):
+                return self._regions[index]
+        region = self.pd.get_region(region_key)
+        self.insert(region)
+        return region
+
+    def insert(self, region: RegionInfo) -> None:
+        """Remembers ``region``, dropping the cached regions it overlaps (they are older)."""
+        with self._lock:
+            keep = [
+                r
+                for r in self._regions
+                if r.id != region.id
+                and not (
+                    (not region.end_key or r.start_key < region.end_key)
+                    and (not r.end_key or region.start_key < r.end_key)
+                )
+            ]
+            keep.append(region)
+            keep.sort(key=lambda r: r.start_key)
+            self._regions = keep
+            self._starts = [r.start_key for r in keep]
+
+    def invalidate(self, region_id: int) -> None:
+        with self._lock:
+            keep = [r for r in self._regions if r.id != region_id]
+            self._regions = keep
+            self._starts = [r.start_key for r in keep]
+
+    def update_leader(self, region_id: int, leader: metapb_pb2.Peer) -> bool:
+        """Points a cached region at its new leader; False when the region is not cached or the
+        leader is not one of its peers (then the region must be read from PD again)."""
+        with self._lock:
+            for index, region in enumerate(self._regions):
+                if region.id == region_id:
+                    if not any(p.store_id == leader.store_id for p in region.meta.peers):
+                        return False
+                    self._regions[index] = region.with_leader(leader)
+                    return True
+        return False
+
+    def leader_store(self, region: RegionInfo) -> tuple[int, metapb_pb2.Peer]:
+        """The store id and peer a request for ``region`` goes to (its leader, else its first peer)."""
+        peer = region.leader if region.leader is not None and region.leader.id else region.meta.peers[0]
+        return int(peer.store_id), peer
+
+    def channel_for_store(self, store_id: int) -> tuple[str, grpc.Channel]:
+        with self._lock:
+            address = self._addresses.get(store_id)
+        if address is None:
+            address = self.pd.get_store_address(store_id)
+        with self._lock:
+            self._addresses[store_id] = address
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = grpc_channel(address)
+            return address, channel
+
+    def forget_store(self, store_id: int) -> None:
+        """The store did not answer: its address is looked up again next time."""
+        with self._lock:
+            address = self._addresses.pop(store_id, None)
+            channel = self._channels.pop(address, None) if address is not None else None
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        with self._lock:
+            channels = list(self._channels.values())
+            self._channels.clear()
+        for channel in channels:
+            channel.close()

@@ -1,0 +1,308 @@
+"""The ``tikv_rawkv`` source: changes of a TiKV RawKV (API V2) key range, in resolved-ts order.
+
+How the push-based change feed meets the pull-based loop
+--------------------------------------------------------
+The EventFeed pushes rows region by region as TiKV applies them, plus resolved-ts: "nothing at
+or below this timestamp will still come for this region". The worker loop pulls: it asks
+``latest_offset`` how far a partition is complete and reads (start, end] ranges that must be the
+same records every time they are read. So, per partition (a sub-range of keys):
+
+* a :class:`~sources.tikv_rawkv.sorter.PartitionSorter` holds every row above the committed
+  checkpoint (in memory, spilling sorted runs to disk beyond ``sorter_memory_mb``);
+* ``latest_offset`` is ``{"ts": T}`` with T = the partition's resolved-ts (the minimum over its
+  region subscriptions, including spans being subscribed again) minus ``safety_interval_ms``,
+  capped so that about ``max_records`` rows lie in the range;
+* ``read(start, end)`` returns the held rows with start < ts <= end, sorted by (ts, key), each row
+  once (a span subscribed again sends rows above its resolved-ts twice);
+* ``commit`` (after the checkpoint is durable) lets the sorter forget rows at or below it and
+  moves the PD service GC safepoint to checkpoint - 1.
+
+The first ``latest_offset`` of a partition subscribes its regions from the offset it is given
+(the checkpoint, or the partition map's start timestamp), after checking that the cluster's GC
+safepoint is not above it; if the loop later rewinds below what the sorter holds (an offsets
+reset), the partition is subscribed again from there.
+
+Events
+------
+A PUT is ``op = c`` (RawKV cannot tell an insert from an overwrite; every PUT is an upsert) with
+``after = {key, value, expire_ts}``; a DELETE is ``op = d`` with ``after = None``. ``key`` is
+``{"key": <user key bytes>}`` without the ``r`` + keyspace prefix; ``expire_ts`` is the absolute
+expiry in seconds since the epoch (None without TTL). ``source.position`` is ``{"ts", "key"}``,
+``source.ts_us`` the write's timestamp (physical part) and ``source.extra["tikv_ts"]`` the full
+TSO timestamp. Topics are ``<cluster>.ks<keyspace_id>.rawkv``. A row that is not a RawKV change
+(a PUT with an empty value, an op type TiKV could not map from the value's meta flags, a key of
+another keyspace, a transactional log type) is yielded as :class:`Rejected` with its raw key and
+value, for the dead-letter destination.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from connector_core.config import ResolvedPath
+from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source
+from connector_core.errors import SourceUnavailableError
+from connector_core.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
+from connector_core.metrics import source_counter
+from sources.tikv_rawkv.client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
+from sources.tikv_rawkv.client.pd import PDClient
+from sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, RowRejectedError, TiKVClientError
+from sources.tikv_rawkv.feed import EventFeed
+from sources.tikv_rawkv.layout import PartitionLayout
+from sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
+
+__all__ = ["TiKVRawKVSource", "TiKVRawKVSourceConfig", "decode_key_setting"]
+
+log = logging.getLogger("cdcflow.sources.tikv_rawkv")
+
+
+class TiKVRawKVSourceConfig(PluginConfig):
+    pd_endpoints: list[str] = Field(min_length=1, description="PD addresses, host:port")
+    cluster: str = Field(default="tikv", description="the cluster's name in events: topics are <cluster>.ks<id>.rawkv")
+    keyspace_id: int = Field(default=0, ge=0, le=(1 << 24) - 1, description="the API V2 keyspace to follow")
+    start_key: str = Field(default="", description="first user key of the range (key_encoding)")
+    end_key: str = Field(default="", description="user key the range stops before; empty: the keyspace's end")
+    key_encoding: Literal["utf-8", "hex"] = Field(default="utf-8", description="how start_key and end_key are written")
+    partitions: int = Field(default=2, ge=1, description="sub-ranges, cut at region boundaries at the first start")
+    partition_map: ResolvedPath | None = Field(
+        default=None, description="where the partition map is kept; default state/<pipeline>.tikv-partitions.json"
+    )
+    start_ts: int | None = Field(default=None, ge=0, description="TSO timestamp to start from; default: PD's now")
+    safety_interval_ms: int = Field(
+        default=3000, ge=0, description="held back from resolved-ts (the leader-transfer hazard of TiKV-CDC)"
+    )
+    sorter_memory_mb: int = Field(default=256, ge=1, description="rows held in memory per partition before spilling")
+    spill_dir: ResolvedPath | None = Field(default=None, description="where sorted runs spill; default a temp folder")
+    gc_ttl_s: int = Field(default=86_400, ge=60, description="TTL of the PD service GC safepoint")
+    gc_refresh_s: float = Field(default=60.0, gt=0, description="the service GC safepoint moves at most this often")
+    request_timeout_s: float = Field(default=10.0, gt=0)
+
+
+def decode_key_setting(text: str, encoding: str) -> bytes:
+    return bytes.fromhex(text) if encoding == "hex" else text.encode()
+
+
+class _PartitionFeed:
+    def __init__(self, sorter: PartitionSorter, region_start: bytes, region_end: bytes) -> None:
+        self.sorter = sorter
+        self.region_start = region_start
+        self.region_end = region_end
+
+
+class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
+    type_name = "tikv_rawkv"
+    config_model = TiKVRawKVSourceConfig
+
+    def __init__(self, config: TiKVRawKVSourceConfig, context: PluginContext) -> None:
+        super().__init__(config, context)
+        self.codec = KeyCodec(2, config.keyspace_id)
+        self.start_key = decode_key_setting(config.start_key, config.key_encoding)
+        self.end_key = decode_key_setting(config.end_key, config.key_encoding)
+        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s)
+        self.service_id = f"cdcflow-{context.pipeline}-w{context.worker_id}"
+        self.schema = RowSchema(
+            f"{config.cluster}.ks{config.keyspace_id}.rawkv",
+            (Column("key", "blob", optional=False),),
+            (Column("key", "blob", optional=False), Column("value", "blob"), Column("expire_ts", "bigint")),
+        )
+        self._safety = config.safety_interval_ms << LOGICAL_BITS
+        self._lock = threading.Lock()
+        self._feeds: dict[str, _PartitionFeed] = {}
+        self._committed: dict[str, int] = {}
+        self._gc_refreshed_at = float("-inf")
+        self._layout: PartitionLayout | None = None
+        self._feed: EventFeed | None = None
+        self._spill_dir: Path | None = None
+        self._owns_spill_dir = False
+        self._late = source_counter(context.pipeline, "tikv_late_row")
+        self._rejected = source_counter(context.pipeline, "tikv_rejected_row")
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        try:
+            self.pd.connect()
+            map_path = self.config.partition_map or (
+                self.context.base_dir / "state" / f"{self.context.pipeline}.tikv-partitions.json"
+            )
+            self._layout = PartitionLayout.load_or_create(
+                map_path,
+                self.pd,
+                self.codec,
+                self.start_key,
+                self.end_key,
+                self.config.partitions,
+                lambda: self.config.start_ts if self.config.start_ts is not None else self.pd.get_ts(),
+            )
+        except TiKVClientError as exc:
+            raise SourceUnavailableError(f"TiKV source {self.context.pipeline}: {exc}") from exc
+        if self.config.spill_dir is not None:
+            self.config.spill_dir.mkdir(parents=True, exist_ok=True)
+            self._spill_dir = Path(tempfile.mkdtemp(prefix="tikv-sorter-", dir=self.config.spill_dir))
+        else:
+            self._spill_dir = Path(tempfile.mkdtemp(prefix="cdcflow-tikv-sorter-"))
+        self._owns_spill_dir = True
+        self._feed = EventFeed(self.pd, self.codec, self._on_rows)
+
+    def close(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
+        for partition_feed in self._feeds.values():
+            partition_feed.sorter.close()
+        self._feeds.clear()
+        self.pd.close()
+        if self._owns_spill_dir and self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+
+    # --- the contract --------------------------------------------------------------------------
+
+    def partitions(self) -> Sequence[Partition]:
+        assert self._layout is not None, "open() first"
+        return self._layout.partitions()
+
+    def initial_offset(self, partition: Partition) -> Offset:
+        assert self._layout is not None, "open() first"
+        return {"ts": self._layout.start_ts}
+
+    def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        start_ts = int(start["ts"])
+        partition_feed = self._following(partition, start_ts)
+        assert self._feed is not None
+        resolved = self._feed.resolved_ts(partition.id)
+        if resolved is None:
+            return {"ts": start_ts}
+        end = partition_feed.sorter.end_for(start_ts, resolved - self._safety, max_records)
+        return {"ts": end}
+
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        start_ts, end_ts = int(start["ts"]), int(end["ts"])
+        if end_ts <= start_ts:
+            return
+        partition_feed = self._feeds.get(partition.id)
+        if partition_feed is None or start_ts < partition_feed.sorter.base_ts:
+            raise SourceUnavailableError(
+                f"partition {partition.id}: rows above {start_ts} are no longer held; it is followed again"
+            )
+        late = partition_feed.sorter.late_rows
+        if late:
+            self._late.inc(late)
+            partition_feed.sorter.late_rows = 0
+            log.warning(
+                "partition %s: %d rows arrived after resolved-ts passed them; sent in the next range",
+                partition.id,
+                late,
+            )
+        now_ms = int(time.time() * 1000)
+        yield from (self._record(partition, item, now_ms) for item in partition_feed.sorter.read(start_ts, end_ts))
+
+    def watermark(self, partition: Partition, offset: Offset) -> int | None:
+        return ts_to_us(int(offset["ts"]))
+
+    def commit(self, offsets: Mapping[str, Offset]) -> None:
+        for partition_id, offset in offsets.items():
+            ts = int(offset["ts"])
+            self._committed[partition_id] = ts
+            partition_feed = self._feeds.get(partition_id)
+            if partition_feed is not None:
+                partition_feed.sorter.discard_through(ts)
+        if time.monotonic() - self._gc_refreshed_at >= self.config.gc_refresh_s:
+            self._refresh_gc_safe_point()
+
+    # --- following partitions ------------------------------------------------------------------
+
+    def _following(self, partition: Partition, start_ts: int) -> _PartitionFeed:
+        with self._lock:
+            partition_feed = self._feeds.get(partition.id)
+            if partition_feed is not None and start_ts >= partition_feed.sorter.base_ts:
+                return partition_feed
+            assert self._feed is not None and self._spill_dir is not None
+            if partition_feed is not None:
+                log.info("partition %s rewound to %d below what is held; following it again", partition.id, start_ts)
+                self._feed.unsubscribe(partition.id)
+                partition_feed.sorter.close()
+            self._check_gc_safe_point(partition, start_ts)
+            self._committed.setdefault(partition.id, start_ts)
+            self._committed[partition.id] = min(self._committed[partition.id], start_ts)
+            self._refresh_gc_safe_point()
+            region_start, region_end = self.codec.region_range(
+                bytes.fromhex(str(partition.info["start"])), bytes.fromhex(str(partition.info["end"]))
+            )
+            sorter = PartitionSorter(start_ts, self.config.sorter_memory_mb << 20, self._spill_dir)
+            partition_feed = self._feeds[partition.id] = _PartitionFeed(sorter, region_start, region_end)
+            self._feed.subscribe(partition.id, region_start, region_end, start_ts)
+            return partition_feed
+
+    def _on_rows(self, partition_id: str, items: list[Item]) -> None:
+        partition_feed = self._feeds.get(partition_id)
+        if partition_feed is not None:
+            partition_feed.sorter.add(items)
+
+    def _check_gc_safe_point(self, partition: Partition, start_ts: int) -> None:
+        try:
+            gc_safe_point = self.pd.get_gc_safe_point()
+        except TiKVClientError as exc:
+            raise SourceUnavailableError(f"partition {partition.id}: cannot read the GC safepoint: {exc}") from exc
+        if start_ts < gc_safe_point:
+            raise CheckpointBehindGCSafePointError(
+                f"partition {partition.id} would resume from ts {start_ts}, but the cluster's GC safepoint is "
+                f"{gc_safe_point}: changes between them may be gone. Restore the downstream from a backup taken "
+                f"after {gc_safe_point}, then reset this pipeline's offsets (cdcflow offsets reset) with start_ts "
+                f"set to that backup's timestamp"
+            )
+
+    def _refresh_gc_safe_point(self) -> None:
+        """Keeps PD's GC below the oldest checkpoint this process resumes from (checkpoint - 1)."""
+        if not self._committed:
+            return
+        safe_point = max(0, min(self._committed.values()) - 1)
+        try:
+            minimum = self.pd.update_service_gc_safe_point(self.service_id, self.config.gc_ttl_s, safe_point)
+        except TiKVClientError as exc:
+            log.warning("could not refresh the service GC safepoint %s: %s", self.service_id, exc)
+            return
+        self._gc_refreshed_at = time.monotonic()
+        if minimum > safe_point:
+            raise CheckpointBehindGCSafePointError(
+                f"PD refused service GC safepoint {safe_point} for {self.service_id}: GC may already have passed "
+                f"{minimum}; the checkpoint is behind it"
+            )
+
+    # --- events --------------------------------------------------------------------------------
+
+    def _record(self, partition: Partition, item: Item, now_ms: int) -> Record | Rejected:
+        source = SourceInfo(
+            system="tikv",
+            cluster=self.config.cluster,
+            keyspace=f"ks{self.config.keyspace_id}",
+            table="rawkv",
+            partition=partition.id,
+            position={"ts": item.ts, "key": item.key.hex()},
+            ts_us=ts_to_us(item.ts),
+            extra={"tikv_ts": item.ts},
+        )
+        if item.kind == PUT:
+            after = {"key": item.key, "value": item.value, "expire_ts": item.expire_ts or None}
+            return ChangeEvent(Op.CREATE, {"key": item.key}, None, after, source, now_ms, self.schema)
+        if item.kind == DELETE:
+            return ChangeEvent(Op.DELETE, {"key": item.key}, None, None, source, now_ms, self.schema)
+        self._rejected.inc()
+        raw = ChangeEvent(
+            Op.CREATE,
+            {"key": item.key},
+            None,
+            {"key": item.key, "value": item.value, "expire_ts": item.expire_ts or None},
+            source,
+            now_ms,
+            self.schema,
+        )
+        return Rejected(raw, RowRejectedError(f"partition {partition.id} ts {item.ts}: {item.reason}"), "source")

@@ -1,0 +1,519 @@
+"""The stand-in cluster's state: TSO, stores, regions, MVCC storage, feeds, GC safepoints.
+
+One lock guards everything, so a write, the feed rows it produces and a resolved-ts computed
+after it are ordered exactly as TiKV promises: a resolved-ts is sent only once every write with a
+smaller timestamp has been sent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sources.tikv_rawkv.client.codec import (
+    RawValue,
+    compose_ts,
+    decode_memcomparable,
+    decode_raw_value,
+    encode_memcomparable,
+    encode_raw_value,
+)
+from sources.tikv_rawkv.client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2
+
+ROWS_PER_EVENT = 1024
+
+
+class TSO:
+    """PD's timestamp oracle: physical milliseconds from the clock, a logical counter within one."""
+
+    def __init__(self) -> None:
+        self.physical = 0
+        self.logical = 0
+
+    def next(self, count: int = 1) -> int:
+        now = int(time.time() * 1000)
+        if now > self.physical:
+            self.physical, self.logical = now, 0
+        self.logical += count
+        if self.logical >= 1 << 18:
+            self.physical, self.logical = self.physical + 1, count
+        return compose_ts(self.physical, self.logical)
+
+
+@dataclass
+class Region:
+    id: int
+    start: bytes  # region-key space: memcomparable request keys
+    end: bytes
+    conf_ver: int
+    version: int
+    peers: dict[int, int]  # store id -> peer id
+    leader_store: int
+
+    def contains(self, region_key: bytes) -> bool:
+        return self.start <= region_key and (not self.end or region_key < self.end)
+
+    def meta(self) -> metapb_pb2.Region:
+        return metapb_pb2.Region(
+            id=self.id,
+            start_key=self.start,
+            end_key=self.end,
+            region_epoch=metapb_pb2.RegionEpoch(conf_ver=self.conf_ver, version=self.version),
+            peers=[metapb_pb2.Peer(id=p, store_id=s) for s, p in sorted(self.peers.items())],
+        )
+
+    def leader(self) -> metapb_pb2.Peer:
+        return metapb_pb2.Peer(id=self.peers[self.leader_store], store_id=self.leader_store)
+
+
+@dataclass
+class Subscription:
+    connection: FeedConnection
+    request_id: int
+    region_id: int
+    start: bytes  # region-key space, the requested span
+    end: bytes
+    initialized: bool = False
+
+    def observes(self, region_key: bytes) -> bool:
+        return self.start <= region_key and (not self.end or region_key < self.end)
+
+
+@dataclass(eq=False)
+class FeedConnection:
+    """One EventFeed stream to one store."""
+
+    store_id: int
+    outbox: queue.Queue[cdcpb_pb2.ChangeDataEvent | BaseException] = field(default_factory=queue.Queue)
+    subscriptions: list[Subscription] = field(default_factory=list)
+    closed: bool = False
+
+
+@dataclass
+class Version:
+    ts: int
+    value: bytes  # API V2 stored value: user value, optional expire ts, meta byte
+
+
+class Cluster:
+    def __init__(self, cluster_id: int, store_ids: list[int]) -> None:
+        self.lock = threading.RLock()
+        self.cluster_id = cluster_id
+        self.tso = TSO()
+        self.store_ids = store_ids
+        self.store_addresses: dict[int, str] = {}
+        self._ids = itertools.count(1000)
+        peers = {s: next(self._ids) for s in store_ids}
+        first = Region(next(self._ids), b"", b"", 1, 1, peers, store_ids[0])
+        self.regions: list[Region] = [first]
+        self.keys: list[bytes] = []  # sorted request keys
+        self.versions: dict[bytes, list[Version]] = {}
+        self.gc_safe_point = 0
+        self.service_safe_points: dict[str, tuple[int, float]] = {}
+        self.connections: list[FeedConnection] = []
+        self.injected: dict[tuple[int | None, str], int] = {}  # (store or None, kind) -> remaining count
+        self.resolved_ts_form = "batched"
+
+    # --- regions ---------------------------------------------------------------------------
+
+    def region_of(self, region_key: bytes) -> Region:
+        for region in self.regions:
+            if region.contains(region_key):
+                return region
+        raise AssertionError(f"no region holds {region_key.hex()}")
+
+    def region_by_id(self, region_id: int) -> Region | None:
+        return next((r for r in self.regions if r.id == region_id), None)
+
+    def split(self, request_key: bytes) -> list[int]:
+        """Splits the region holding ``request_key`` there; returns the two region ids."""
+        with self.lock:
+            at = encode_memcomparable(request_key)
+            old = self.region_of(at)
+            if old.start == at:
+                return [old.id]
+            new = Region(
+                next(self._ids),
+                at,
+                old.end,
+                old.conf_ver,
+                old.version + 1,
+                {s: next(self._ids) for s in old.peers},
+                old.leader_store,
+            )
+            old.end = at
+            old.version += 1
+            self.regions.append(new)
+            self.regions.sort(key=lambda r: r.start)
+            self._fail_subscriptions(old.id, _epoch_not_match([old, new]))
+            return [old.id, new.id]
+
+    def merge(self, left_id: int) -> int:
+        """Merges the region after ``left_id`` into it; returns the merged region's id."""
+        with self.lock:
+            left = self.region_by_id(left_id)
+            assert left is not None and left.end, f"region {left_id} has no right neighbour"
+            right = self.region_of(left.end)
+            left.end = right.end
+            left.version = max(left.version, right.version) + 1
+            self.regions.remove(right)
+            self._fail_subscriptions(
+                right.id, cdcpb_pb2.Error(region_not_found=errorpb_pb2.RegionNotFound(region_id=right.id))
+            )
+            self._fail_subscriptions(left.id, _epoch_not_match([left]))
+            return left.id
+
+    def transfer_leader(self, region_id: int, store_id: int) -> None:
+        with self.lock:
+            region = self.region_by_id(region_id)
+            assert region is not None and store_id in region.peers
+            region.leader_store = store_id
+            error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
+            self._fail_subscriptions(region.id, error, lambda s: s.connection.store_id != store_id)
+
+    # --- requests --------------------------------------------------------------------------
+
+    def check_request(
+        self, store_id: int, context: kvrpcpb_pb2.Context, keys: Iterable[bytes]
+    ) -> errorpb_pb2.Error | None:
+        """The region error TiKV would answer for this request at this store, if any."""
+        for kind in ("not_leader", "epoch_not_match", "server_is_busy"):
+            if self._take_injected(store_id, kind):
+                region = self.region_by_id(context.region_id)
+                if kind == "server_is_busy":
+                    return errorpb_pb2.Error(
+                        message="injected",
+                        server_is_busy=errorpb_pb2.ServerIsBusy(reason="injected busy", backoff_ms=5),
+                    )
+                if kind == "epoch_not_match" or region is None:
+                    return errorpb_pb2.Error(
+                        message="injected",
+                        epoch_not_match=errorpb_pb2.EpochNotMatch(current_regions=[r.meta() for r in self.regions]),
+                    )
+                return errorpb_pb2.Error(message="injected", not_leader=errorpb_pb2.NotLeader(region_id=region.id))
+        region = self.region_by_id(context.region_id)
+        if region is None:
+            return errorpb_pb2.Error(
+                message="region not found", region_not_found=errorpb_pb2.RegionNotFound(region_id=context.region_id)
+            )
+        if store_id not in region.peers:
+            return errorpb_pb2.Error(
+                message="store not match", store_not_match=errorpb_pb2.StoreNotMatch(request_store_id=store_id)
+            )
+        if region.leader_store != store_id:
+            return errorpb_pb2.Error(
+                message="not leader", not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader())
+            )
+        epoch = context.region_epoch
+        if epoch.version != region.version or epoch.conf_ver != region.conf_ver:
+            return _region_error_epoch([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
+        for key in keys:
+            region_key = encode_memcomparable(key)
+            if not region.contains(region_key):
+                return errorpb_pb2.Error(
+                    message="key not in region",
+                    key_not_in_region=errorpb_pb2.KeyNotInRegion(
+                        key=key, region_id=region.id, start_key=region.start, end_key=region.end
+                    ),
+                )
+        return None
+
+    def _take_injected(self, store_id: int, kind: str) -> bool:
+        for target in ((store_id, kind), (None, kind)):
+            remaining = self.injected.get(target, 0)
+            if remaining > 0:
+                self.injected[target] = remaining - 1
+                return True
+        return False
+
+    def inject(self, kind: str, store_id: int | None, count: int) -> None:
+        with self.lock:
+            if kind == "stream_break":
+                for connection in list(self.connections):
+                    if store_id is None or connection.store_id == store_id:
+                        self._close_connection(connection)
+                return
+            self.injected[(store_id, kind)] = self.injected.get((store_id, kind), 0) + count
+
+    # --- storage ---------------------------------------------------------------------------
+
+    def write(self, entries: list[tuple[bytes, RawValue]]) -> int:
+        """Stores one new version of each key at one fresh timestamp and feeds it to subscribers."""
+        with self.lock:
+            ts = self.tso.next()
+            rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]] = {}
+            for key, value in entries:
+                versions = self.versions.get(key)
+                if versions is None:
+                    versions = self.versions[key] = []
+                    bisect.insort(self.keys, key)
+                versions.append(Version(ts, encode_raw_value(value)))
+                self._feed(key, ts, value, rows)
+            self._flush_feed(rows)
+            return ts
+
+    def _feed(
+        self, key: bytes, ts: int, value: RawValue, rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]]
+    ) -> None:
+        if not self.connections:
+            return
+        region_key = encode_memcomparable(key)
+        region = self.region_of(region_key)
+        for connection in self.connections:
+            if connection.store_id != region.leader_store:
+                continue
+            for subscription in connection.subscriptions:
+                if subscription.region_id == region.id and subscription.observes(region_key):
+                    rows.setdefault(id(subscription), []).append((subscription, _row(key, ts, value)))
+
+    def _flush_feed(self, rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]]) -> None:
+        for pairs in rows.values():
+            subscription = pairs[0][0]
+            subscription.connection.outbox.put(
+                cdcpb_pb2.ChangeDataEvent(
+                    events=[
+                        cdcpb_pb2.Event(
+                            region_id=subscription.region_id,
+                            request_id=subscription.request_id,
+                            entries=cdcpb_pb2.Event.Entries(entries=[row for _, row in pairs]),
+                        )
+                    ]
+                )
+            )
+
+    def inject_row(self, row: cdcpb_pb2.Event.Row) -> None:
+        """Sends ``row`` as it is to the subscribers observing its key, storing nothing."""
+        with self.lock:
+            region_key = encode_memcomparable(bytes(row.key))
+            region = self.region_of(region_key)
+            for connection in self.connections:
+                for subscription in connection.subscriptions:
+                    if subscription.region_id == region.id and connection.store_id == region.leader_store:
+                        connection.outbox.put(
+                            cdcpb_pb2.ChangeDataEvent(
+                                events=[
+                                    cdcpb_pb2.Event(
+                                        region_id=region.id,
+                                        request_id=subscription.request_id,
+                                        entries=cdcpb_pb2.Event.Entries(entries=[row]),
+                                    )
+                                ]
+                            )
+                        )
+
+    def live_value(self, key: bytes, now_s: float) -> RawValue | None:
+        versions = self.versions.get(key)
+        if not versions:
+            return None
+        value = decode_raw_value(versions[-1].value)
+        if value.is_delete or (value.expire_ts is not None and value.expire_ts <= now_s):
+            return None
+        return value
+
+    def keys_in(self, start: bytes, end: bytes) -> list[bytes]:
+        """Stored request keys in [start, end) (``end`` empty: unbounded)."""
+        low = bisect.bisect_left(self.keys, start)
+        high = bisect.bisect_left(self.keys, end) if end else len(self.keys)
+        return self.keys[low:high]
+
+    # --- the change feed -------------------------------------------------------------------
+
+    def register(self, connection: FeedConnection, request: cdcpb_pb2.ChangeDataRequest) -> None:
+        with self.lock:
+            region = self.region_by_id(request.region_id)
+            error: cdcpb_pb2.Error | None = None
+            if self._take_injected(connection.store_id, "feed_busy"):
+                error = cdcpb_pb2.Error(server_is_busy=errorpb_pb2.ServerIsBusy(reason="injected busy"))
+            elif region is None:
+                error = cdcpb_pb2.Error(region_not_found=errorpb_pb2.RegionNotFound(region_id=request.region_id))
+            elif region.leader_store != connection.store_id:
+                error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
+            elif (request.region_epoch.version, request.region_epoch.conf_ver) != (region.version, region.conf_ver):
+                error = _epoch_not_match([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
+            elif request.kv_api != cdcpb_pb2.ChangeDataRequest.RawKV:
+                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="RawKV feeds only"))
+            if error is not None:
+                connection.outbox.put(
+                    cdcpb_pb2.ChangeDataEvent(
+                        events=[
+                            cdcpb_pb2.Event(region_id=request.region_id, request_id=request.request_id, error=error)
+                        ]
+                    )
+                )
+                return
+            assert region is not None
+            start = max(region.start, bytes(request.start_key))
+            end_candidates = [e for e in (region.end, bytes(request.end_key)) if e]
+            end = min(end_candidates) if end_candidates else b""
+            subscription = Subscription(connection, request.request_id, region.id, start, end)
+            connection.subscriptions.append(subscription)
+            self._incremental_scan(subscription, int(request.checkpoint_ts))
+            subscription.initialized = True
+
+    def deregister(self, connection: FeedConnection, request: cdcpb_pb2.ChangeDataRequest) -> None:
+        with self.lock:
+            connection.subscriptions = [
+                s
+                for s in connection.subscriptions
+                if not (s.region_id == request.region_id and s.request_id == request.request_id)
+            ]
+
+    def _incremental_scan(self, subscription: Subscription, checkpoint_ts: int) -> None:
+        rows: list[cdcpb_pb2.Event.Row] = []
+        for key in self._request_keys_observed(subscription):
+            for version in self.versions[key]:
+                if version.ts > checkpoint_ts:
+                    rows.append(_row(key, version.ts, decode_raw_value(version.value)))
+        rows.append(cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED))
+        for index in range(0, len(rows), ROWS_PER_EVENT):
+            subscription.connection.outbox.put(
+                cdcpb_pb2.ChangeDataEvent(
+                    events=[
+                        cdcpb_pb2.Event(
+                            region_id=subscription.region_id,
+                            request_id=subscription.request_id,
+                            entries=cdcpb_pb2.Event.Entries(entries=rows[index : index + ROWS_PER_EVENT]),
+                        )
+                    ]
+                )
+            )
+
+    def _request_keys_observed(self, subscription: Subscription) -> list[bytes]:
+        # Request keys sort like their memcomparable encodings, so the span is one slice of keys.
+        start = decode_memcomparable(subscription.start)[0] if subscription.start else b""
+        end = decode_memcomparable(subscription.end)[0] if subscription.end else b""
+        return self.keys_in(start, end)
+
+    def advance_resolved_ts(self) -> int:
+        """Sends every initialized subscription a resolved-ts: all its writes below it were sent."""
+        with self.lock:
+            resolved = self.tso.next()
+            for connection in self.connections:
+                live = [s for s in connection.subscriptions if s.initialized]
+                if not live:
+                    continue
+                if self.resolved_ts_form == "batched":
+                    connection.outbox.put(
+                        cdcpb_pb2.ChangeDataEvent(
+                            resolved_ts=cdcpb_pb2.ResolvedTs(regions=sorted({s.region_id for s in live}), ts=resolved)
+                        )
+                    )
+                else:
+                    connection.outbox.put(
+                        cdcpb_pb2.ChangeDataEvent(
+                            events=[
+                                cdcpb_pb2.Event(region_id=s.region_id, request_id=s.request_id, resolved_ts=resolved)
+                                for s in live
+                            ]
+                        )
+                    )
+            return resolved
+
+    def open_connection(self, store_id: int) -> FeedConnection:
+        with self.lock:
+            connection = FeedConnection(store_id)
+            self.connections.append(connection)
+            return connection
+
+    def _close_connection(self, connection: FeedConnection, error: BaseException | None = None) -> None:
+        connection.closed = True
+        if connection in self.connections:
+            self.connections.remove(connection)
+        connection.outbox.put(error or ConnectionAbortedError("stream broken"))
+
+    def close_connection(self, connection: FeedConnection) -> None:
+        with self.lock:
+            connection.closed = True
+            if connection in self.connections:
+                self.connections.remove(connection)
+
+    def _fail_subscriptions(self, region_id: int, error: cdcpb_pb2.Error, which: Any = None) -> None:
+        for connection in self.connections:
+            failed = [s for s in connection.subscriptions if s.region_id == region_id and (which is None or which(s))]
+            for subscription in failed:
+                connection.subscriptions.remove(subscription)
+                connection.outbox.put(
+                    cdcpb_pb2.ChangeDataEvent(
+                        events=[cdcpb_pb2.Event(region_id=region_id, request_id=subscription.request_id, error=error)]
+                    )
+                )
+
+    # --- GC --------------------------------------------------------------------------------
+
+    def update_service_safe_point(self, service_id: str, ttl_s: int, safe_point: int) -> int:
+        """PD's rule: a service safepoint below the GC safepoint or below the minimum of the other
+        services is not taken; the answer is the minimum in force afterwards."""
+        with self.lock:
+            now = time.time()
+            self.service_safe_points = {k: v for k, v in self.service_safe_points.items() if v[1] > now}
+            others = [v[0] for k, v in self.service_safe_points.items() if k != service_id]
+            if ttl_s <= 0:
+                self.service_safe_points.pop(service_id, None)
+            elif safe_point >= self.gc_safe_point and (not others or safe_point >= min(others)):
+                self.service_safe_points[service_id] = (safe_point, now + ttl_s)
+            updated = self._min_service_safe_point()
+            return updated if updated is not None else max(safe_point, self.gc_safe_point)
+
+    def _min_service_safe_point(self) -> int | None:
+        values = [v[0] for v in self.service_safe_points.values()]
+        return min(values) if values else None
+
+    def run_gc(self, target: int, ignore_services: bool = False) -> int:
+        """Moves the GC safepoint towards ``target`` (not past any service's unless told to) and
+        drops the versions no reader at or above it can see."""
+        with self.lock:
+            minimum = None if ignore_services else self._min_service_safe_point()
+            safe_point = target if minimum is None else min(target, minimum)
+            self.gc_safe_point = max(self.gc_safe_point, safe_point)
+            for key, versions in self.versions.items():
+                keep_from = 0
+                for index, version in enumerate(versions):
+                    if version.ts <= self.gc_safe_point:
+                        keep_from = index
+                self.versions[key] = versions[keep_from:]
+            return self.gc_safe_point
+
+    def history(self, start: bytes, end: bytes) -> dict[str, list[list[Any]]]:
+        """Every stored version of the request keys in [start, end): hex key -> [ts, op, value hex, expire]."""
+        with self.lock:
+            out: dict[str, list[list[Any]]] = {}
+            for key in self.keys_in(start, end):
+                rows = []
+                for version in self.versions[key]:
+                    value = decode_raw_value(version.value)
+                    rows.append([version.ts, "d" if value.is_delete else "p", value.user_value.hex(), value.expire_ts])
+                out[key.hex()] = rows
+            return out
+
+
+def _row(key: bytes, ts: int, value: RawValue) -> cdcpb_pb2.Event.Row:
+    return cdcpb_pb2.Event.Row(
+        start_ts=ts,
+        commit_ts=ts,
+        type=cdcpb_pb2.Event.COMMITTED,
+        op_type=cdcpb_pb2.Event.Row.DELETE if value.is_delete else cdcpb_pb2.Event.Row.PUT,
+        key=key,
+        value=value.user_value,
+        expire_ts_unix_secs=value.expire_ts or 0,
+    )
+
+
+def _adjacent(a: Region, b: Region) -> bool:
+    return a.end == b.start or b.end == a.start
+
+
+def _epoch_not_match(regions: list[Region]) -> cdcpb_pb2.Error:
+    return cdcpb_pb2.Error(epoch_not_match=errorpb_pb2.EpochNotMatch(current_regions=[r.meta() for r in regions]))
+
+
+def _region_error_epoch(regions: list[Region]) -> errorpb_pb2.Error:
+    return errorpb_pb2.Error(
+        message="epoch not match",
+        epoch_not_match=errorpb_pb2.EpochNotMatch(current_regions=[r.meta() for r in regions]),
+    )

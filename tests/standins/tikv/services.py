@@ -1,0 +1,382 @@
+"""gRPC handlers of the stand-in: PD, TiKV RawKV and ChangeData per store, and the test control."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from sources.tikv_rawkv.client.codec import RawValue, decode_raw_value, encode_memcomparable
+from sources.tikv_rawkv.client.proto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
+from tests.standins.tikv.cluster import Cluster
+
+log = logging.getLogger("standin.tikv")
+
+
+def _unary(handler: Callable[[Any, Any], Message], request_type: type[Message]) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(
+        handler, request_deserializer=request_type.FromString, response_serializer=lambda m: m.SerializeToString()
+    )
+
+
+# --- PD ----------------------------------------------------------------------------------------
+
+
+def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
+    def header() -> pdpb_pb2.ResponseHeader:
+        return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
+
+    def get_members(request: pdpb_pb2.GetMembersRequest, context: Any) -> Message:
+        member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[f"http://{pd_address}"])
+        return pdpb_pb2.GetMembersResponse(header=header(), members=[member], leader=member)
+
+    def tso(requests: Iterator[pdpb_pb2.TsoRequest], context: Any) -> Iterator[Message]:
+        for request in requests:
+            with cluster.lock:
+                ts = cluster.tso.next(max(1, request.count))
+            yield pdpb_pb2.TsoResponse(
+                header=header(),
+                count=request.count,
+                timestamp=pdpb_pb2.Timestamp(physical=ts >> 18, logical=ts & ((1 << 18) - 1)),
+            )
+
+    def get_store(request: pdpb_pb2.GetStoreRequest, context: Any) -> Message:
+        address = cluster.store_addresses.get(request.store_id)
+        if address is None:
+            return pdpb_pb2.GetStoreResponse(
+                header=pdpb_pb2.ResponseHeader(
+                    cluster_id=cluster.cluster_id, error=pdpb_pb2.Error(type=pdpb_pb2.UNKNOWN, message="no such store")
+                )
+            )
+        return pdpb_pb2.GetStoreResponse(header=header(), store=metapb_pb2.Store(id=request.store_id, address=address))
+
+    def get_all_stores(request: pdpb_pb2.GetAllStoresRequest, context: Any) -> Message:
+        return pdpb_pb2.GetAllStoresResponse(
+            header=header(),
+            stores=[metapb_pb2.Store(id=s, address=a) for s, a in sorted(cluster.store_addresses.items())],
+        )
+
+    def get_region(request: pdpb_pb2.GetRegionRequest, context: Any) -> Message:
+        with cluster.lock:
+            region = cluster.region_of(request.region_key)
+            return pdpb_pb2.GetRegionResponse(header=header(), region=region.meta(), leader=region.leader())
+
+    def get_region_by_id(request: pdpb_pb2.GetRegionByIDRequest, context: Any) -> Message:
+        with cluster.lock:
+            region = cluster.region_by_id(request.region_id)
+            if region is None:
+                return pdpb_pb2.GetRegionResponse(header=header())
+            return pdpb_pb2.GetRegionResponse(header=header(), region=region.meta(), leader=region.leader())
+
+    def scan_regions(request: pdpb_pb2.ScanRegionsRequest, context: Any) -> Message:
+        with cluster.lock:
+            found = [
+                r
+                for r in cluster.regions
+                if (not r.end or r.end > request.start_key) and (not request.end_key or r.start < request.end_key)
+            ]
+            if request.limit > 0:
+                found = found[: request.limit]
+            return pdpb_pb2.ScanRegionsResponse(
+                header=header(),
+                region_metas=[r.meta() for r in found],
+                leaders=[r.leader() for r in found],
+                regions=[pdpb_pb2.Region(region=r.meta(), leader=r.leader()) for r in found],
+            )
+
+    def get_gc_safe_point(request: pdpb_pb2.GetGCSafePointRequest, context: Any) -> Message:
+        return pdpb_pb2.GetGCSafePointResponse(header=header(), safe_point=cluster.gc_safe_point)
+
+    def update_gc_safe_point(request: pdpb_pb2.UpdateGCSafePointRequest, context: Any) -> Message:
+        return pdpb_pb2.UpdateGCSafePointResponse(header=header(), new_safe_point=cluster.run_gc(request.safe_point))
+
+    def update_service_gc_safe_point(request: pdpb_pb2.UpdateServiceGCSafePointRequest, context: Any) -> Message:
+        minimum = cluster.update_service_safe_point(request.service_id.decode(), request.TTL, request.safe_point)
+        return pdpb_pb2.UpdateServiceGCSafePointResponse(
+            header=header(), service_id=request.service_id, TTL=request.TTL, min_safe_point=minimum
+        )
+
+    return grpc.method_handlers_generic_handler(
+        "pdpb.PD",
+        {
+            "GetMembers": _unary(get_members, pdpb_pb2.GetMembersRequest),
+            "Tso": grpc.stream_stream_rpc_method_handler(
+                tso,
+                request_deserializer=pdpb_pb2.TsoRequest.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            ),
+            "GetStore": _unary(get_store, pdpb_pb2.GetStoreRequest),
+            "GetAllStores": _unary(get_all_stores, pdpb_pb2.GetAllStoresRequest),
+            "GetRegion": _unary(get_region, pdpb_pb2.GetRegionRequest),
+            "GetRegionByID": _unary(get_region_by_id, pdpb_pb2.GetRegionByIDRequest),
+            "ScanRegions": _unary(scan_regions, pdpb_pb2.ScanRegionsRequest),
+            "GetGCSafePoint": _unary(get_gc_safe_point, pdpb_pb2.GetGCSafePointRequest),
+            "UpdateGCSafePoint": _unary(update_gc_safe_point, pdpb_pb2.UpdateGCSafePointRequest),
+            "UpdateServiceGCSafePoint": _unary(update_service_gc_safe_point, pdpb_pb2.UpdateServiceGCSafePointRequest),
+        },
+    )
+
+
+# --- TiKV RawKV --------------------------------------------------------------------------------
+
+
+def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
+    def guarded(
+        response_type: type[Message], keys_of: Callable[[Any], list[bytes]], run: Callable[[Any, Any], None]
+    ) -> Callable[[Any, Any], Message]:
+        def handle(request: Any, context: Any) -> Message:
+            response = response_type()
+            keys = keys_of(request)
+            with cluster.lock:
+                if request.context.api_version != kvrpcpb_pb2.V2:
+                    response.error = "the stand-in serves API V2 only (api_version mismatch)"  # type: ignore[attr-defined]
+                    return response
+                if any(not k.startswith(b"r") for k in keys):
+                    response.error = "RawKV keys must start with 'r' under API V2"  # type: ignore[attr-defined]
+                    return response
+                region_error = cluster.check_request(store_id, request.context, keys)
+                if region_error is not None:
+                    response.region_error.CopyFrom(region_error)  # type: ignore[attr-defined]
+                    return response
+                run(request, response)
+            return response
+
+        return handle
+
+    def raw_get(request: kvrpcpb_pb2.RawGetRequest, response: kvrpcpb_pb2.RawGetResponse) -> None:
+        value = cluster.live_value(request.key, time.time())
+        if value is None:
+            response.not_found = True
+        else:
+            response.value = value.user_value
+
+    def raw_batch_get(request: kvrpcpb_pb2.RawBatchGetRequest, response: kvrpcpb_pb2.RawBatchGetResponse) -> None:
+        now = time.time()
+        for key in request.keys:
+            value = cluster.live_value(key, now)
+            if value is not None:
+                response.pairs.add(key=key, value=value.user_value)
+
+    def raw_put(request: kvrpcpb_pb2.RawPutRequest, response: kvrpcpb_pb2.RawPutResponse) -> None:
+        if not request.value:
+            response.error = "empty value is not allowed in RawKV"
+            return
+        cluster.write([(request.key, RawValue(request.value, _expire(request.ttl)))])
+
+    def raw_batch_put(request: kvrpcpb_pb2.RawBatchPutRequest, response: kvrpcpb_pb2.RawBatchPutResponse) -> None:
+        ttls = list(request.ttls)
+        if ttls and len(ttls) not in (1, len(request.pairs)):
+            response.error = f"ttls length {len(ttls)} does not match pairs length {len(request.pairs)}"
+            return
+        if any(not pair.value for pair in request.pairs):
+            response.error = "empty value is not allowed in RawKV"
+            return
+        entries = []
+        for index, pair in enumerate(request.pairs):
+            ttl = (ttls[0] if len(ttls) == 1 else ttls[index]) if ttls else 0
+            entries.append((pair.key, RawValue(pair.value, _expire(ttl))))
+        cluster.write(entries)
+
+    def raw_delete(request: kvrpcpb_pb2.RawDeleteRequest, response: kvrpcpb_pb2.RawDeleteResponse) -> None:
+        cluster.write([(request.key, RawValue(b"", is_delete=True))])
+
+    def raw_batch_delete(request: kvrpcpb_pb2.RawBatchDeleteRequest, response: Message) -> None:
+        cluster.write([(key, RawValue(b"", is_delete=True)) for key in request.keys])
+
+    def raw_scan(request: kvrpcpb_pb2.RawScanRequest, response: kvrpcpb_pb2.RawScanResponse) -> None:
+        region = cluster.region_by_id(request.context.region_id)
+        assert region is not None
+        now = time.time()
+        for key in cluster.keys_in(request.start_key, request.end_key):
+            if not region.contains(encode_memcomparable(key)):
+                break
+            value = cluster.live_value(key, now)
+            if value is None:
+                continue
+            response.kvs.add(key=key, value=b"" if request.key_only else value.user_value)
+            if len(response.kvs) >= (request.limit or 1 << 30):
+                break
+
+    def raw_delete_range(request: kvrpcpb_pb2.RawDeleteRangeRequest, response: Message) -> None:
+        now = time.time()
+        keys = [k for k in cluster.keys_in(request.start_key, request.end_key) if cluster.live_value(k, now)]
+        if keys:
+            cluster.write([(key, RawValue(b"", is_delete=True)) for key in keys])
+
+    def one_key(request: Any) -> list[bytes]:
+        return [request.key]
+
+    def many_keys(request: Any) -> list[bytes]:
+        return list(request.keys)
+
+    def pair_keys(request: Any) -> list[bytes]:
+        return [pair.key for pair in request.pairs]
+
+    def range_start(request: Any) -> list[bytes]:
+        return [request.start_key]
+
+    handlers = {
+        "RawGet": (kvrpcpb_pb2.RawGetRequest, kvrpcpb_pb2.RawGetResponse, one_key, raw_get),
+        "RawBatchGet": (kvrpcpb_pb2.RawBatchGetRequest, kvrpcpb_pb2.RawBatchGetResponse, many_keys, raw_batch_get),
+        "RawPut": (kvrpcpb_pb2.RawPutRequest, kvrpcpb_pb2.RawPutResponse, one_key, raw_put),
+        "RawBatchPut": (kvrpcpb_pb2.RawBatchPutRequest, kvrpcpb_pb2.RawBatchPutResponse, pair_keys, raw_batch_put),
+        "RawDelete": (kvrpcpb_pb2.RawDeleteRequest, kvrpcpb_pb2.RawDeleteResponse, one_key, raw_delete),
+        "RawBatchDelete": (
+            kvrpcpb_pb2.RawBatchDeleteRequest,
+            kvrpcpb_pb2.RawBatchDeleteResponse,
+            many_keys,
+            raw_batch_delete,
+        ),
+        "RawScan": (kvrpcpb_pb2.RawScanRequest, kvrpcpb_pb2.RawScanResponse, range_start, raw_scan),
+        "RawDeleteRange": (
+            kvrpcpb_pb2.RawDeleteRangeRequest,
+            kvrpcpb_pb2.RawDeleteRangeResponse,
+            range_start,
+            raw_delete_range,
+        ),
+    }
+    return grpc.method_handlers_generic_handler(
+        "tikvpb.Tikv",
+        {
+            name: _unary(guarded(response_type, keys_of, run), request_type)
+            for name, (request_type, response_type, keys_of, run) in handlers.items()
+        },
+    )
+
+
+def _expire(ttl_s: int) -> int | None:
+    return int(time.time()) + ttl_s if ttl_s else None
+
+
+# --- ChangeData --------------------------------------------------------------------------------
+
+
+def change_data_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
+    def event_feed(requests: Iterator[cdcpb_pb2.ChangeDataRequest], context: Any) -> Iterator[Message]:
+        connection = cluster.open_connection(store_id)
+
+        def receive() -> None:
+            try:
+                for request in requests:
+                    if request.HasField("deregister"):
+                        cluster.deregister(connection, request)
+                    else:
+                        cluster.register(connection, request)
+            except Exception:  # the client went away
+                pass
+            finally:
+                connection.outbox.put(EOFError())
+
+        threading.Thread(target=receive, name=f"feed-{store_id}", daemon=True).start()
+        try:
+            while context.is_active():
+                try:
+                    item = connection.outbox.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if isinstance(item, EOFError):
+                    return
+                if isinstance(item, BaseException):
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"injected stream break: {item}")
+                yield item
+        finally:
+            cluster.close_connection(connection)
+
+    return grpc.method_handlers_generic_handler(
+        "cdcpb.ChangeData",
+        {
+            "EventFeed": grpc.stream_stream_rpc_method_handler(
+                event_feed,
+                request_deserializer=cdcpb_pb2.ChangeDataRequest.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            ),
+        },
+    )
+
+
+# --- control (tests only) ----------------------------------------------------------------------
+
+
+def control_handler(cluster: Cluster) -> grpc.GenericRpcHandler:
+    def call(request: dict[str, Any], context: Any) -> dict[str, Any]:
+        command = request.pop("command")
+        try:
+            return {"result": _control(cluster, command, request)}
+        except Exception as exc:  # reported to the test, which fails with it
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    return grpc.method_handlers_generic_handler(
+        "cdcflow.standin.Control",
+        {
+            "Call": grpc.unary_unary_rpc_method_handler(
+                call, request_deserializer=json.loads, response_serializer=lambda d: json.dumps(d).encode()
+            ),
+        },
+    )
+
+
+def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
+    if command == "split":
+        return cluster.split(bytes.fromhex(args["key"]))
+    if command == "merge":
+        return cluster.merge(int(args["region_id"]))
+    if command == "transfer_leader":
+        cluster.transfer_leader(int(args["region_id"]), int(args["store_id"]))
+        return None
+    if command == "regions":
+        with cluster.lock:
+            return [
+                {
+                    "id": r.id,
+                    "start": r.start.hex(),
+                    "end": r.end.hex(),
+                    "version": r.version,
+                    "leader_store": r.leader_store,
+                    "stores": sorted(r.peers),
+                }
+                for r in cluster.regions
+            ]
+    if command == "inject":
+        cluster.inject(args["kind"], args.get("store_id"), int(args.get("count", 1)))
+        return None
+    if command == "inject_row":
+        cluster.inject_row(
+            cdcpb_pb2.Event.Row(
+                start_ts=int(args["ts"]),
+                commit_ts=int(args["ts"]),
+                type=cdcpb_pb2.Event.COMMITTED,
+                op_type=int(args["op_type"]),
+                key=bytes.fromhex(args["key"]),
+                value=bytes.fromhex(args["value"]),
+            )
+        )
+        return None
+    if command == "advance_resolved_ts":
+        return cluster.advance_resolved_ts()
+    if command == "resolved_ts_form":
+        cluster.resolved_ts_form = args["form"]
+        return None
+    if command == "run_gc":
+        return cluster.run_gc(int(args["safe_point"]), bool(args.get("ignore_services", False)))
+    if command == "gc_state":
+        with cluster.lock:
+            return {
+                "gc_safe_point": cluster.gc_safe_point,
+                "services": {k: [v[0], v[1]] for k, v in cluster.service_safe_points.items()},
+            }
+    if command == "history":
+        return cluster.history(bytes.fromhex(args.get("start", "")), bytes.fromhex(args.get("end", "")))
+    if command == "feed_subscriptions":
+        with cluster.lock:
+            return sum(len(c.subscriptions) for c in cluster.connections)
+    if command == "stored_value":
+        versions = cluster.versions.get(bytes.fromhex(args["key"]))
+        return None if not versions else decode_raw_value(versions[-1].value).user_value.hex()
+    raise ValueError(f"unknown control command {command!r}")
