@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from connector_core.events import ChangeEvent, Record, SchemaChangeEvent, canonical_json
+from connector_core.events import ChangeEvent, Record, SchemaChangeEvent
+from connector_core.jsontext import canonical_json
 
 __all__ = [
     "Checkpoint",

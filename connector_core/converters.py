@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import struct
@@ -18,6 +17,7 @@ from connector_core._avro_writer import AvroWriter, UnsupportedAvroSchemaError, 
 from connector_core.contract import Converter, PluginConfig, PluginContext
 from connector_core.errors import ConverterError, SchemaRegistryError
 from connector_core.events import Record, SchemaChangeEvent
+from connector_core.jsontext import compact_json, json_default
 from connector_core.schemas import avro_key_schema, avro_value_schema, connect_key_schema, connect_value_schema
 
 __all__ = [
@@ -47,15 +47,6 @@ class JsonConverterConfig(PluginConfig):
     schemas_enable: bool = Field(default=True, description="wrap as {schema, payload} (seed 001); false: payload only")
 
 
-def json_default(value: Any) -> Any:
-    """How cdcflow writes values JSON has no type for: bytes as base64, sets and tuples as lists."""
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode()
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
 class JsonConverter(Converter[JsonConverterConfig]):
     """``json``: Debezium-style ``{"schema": ..., "payload": ...}``; bytes are base64 text."""
 
@@ -67,7 +58,7 @@ class JsonConverter(Converter[JsonConverterConfig]):
         self._schema_text: dict[tuple[Any, ...], str] = {}
 
     def _encode(self, record: Record, part: str, payload: Any) -> bytes:
-        body = json.dumps(payload, default=json_default, separators=(",", ":"), ensure_ascii=False)
+        body = compact_json(payload)
         if not self.config.schemas_enable:
             return body.encode()
         cache_key = _schema_cache_key(record, part)

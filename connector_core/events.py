@@ -15,11 +15,12 @@ import enum
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import attrgetter
 from typing import Any
+
+from connector_core.jsontext import canonical_json
 
 __all__ = [
     "ChangeEvent",
@@ -29,26 +30,10 @@ __all__ = [
     "RowSchema",
     "SchemaChangeEvent",
     "SourceInfo",
-    "canonical_json",
     "raw_bytes_event",
 ]
 
 Row = dict[str, Any]
-
-
-def _canonical_encoder() -> Callable[[Any], str]:
-    # json.dumps builds a new encoder per call, which costs more than encoding a small dict;
-    # this one is built once (CPython's C encoder when present). Same output as
-    # json.dumps(value, sort_keys=True, separators=(",", ":")).
-    settings = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-    if c_make_encoder is None:
-        return settings.encode
-    encode_chunks = c_make_encoder(None, settings.default, encode_basestring_ascii, None, ":", ",", True, False, True)
-    return lambda value: "".join(encode_chunks(value, 0))
-
-
-canonical_json: Callable[[Any], str] = _canonical_encoder()
-"""JSON text with sorted keys and no spaces: equal values give equal text."""
 
 
 class Op(enum.StrEnum):

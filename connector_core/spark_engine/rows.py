@@ -10,12 +10,11 @@ table with that schema; sinks that want the cdcflow record back (every other sin
 from __future__ import annotations
 
 import functools
-import json
 import pickle
 from typing import Any
 
-from connector_core.converters import json_default
 from connector_core.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
+from connector_core.jsontext import canonical_json, compact_json
 
 __all__ = ["STREAM_COLUMNS", "STREAM_SCHEMA_DDL", "record_from_row", "record_to_row"]
 
@@ -60,7 +59,7 @@ def stream_arrow_schema() -> Any:
 def _json(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(value, default=json_default, separators=(",", ":"), ensure_ascii=False)
+    return compact_json(value)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -71,7 +70,7 @@ def _schema_json(schema: RowSchema) -> str:
 def record_to_row(record: Record, with_record: bool) -> tuple[Any, ...]:
     """``record`` as a tuple in :data:`STREAM_COLUMNS` order."""
     s = record.source
-    position = json.dumps(dict(s.position), sort_keys=True, separators=(",", ":"))
+    position = canonical_json(s.position if type(s.position) is dict else dict(s.position))
     schema = _schema_json(record.schema) if record.schema is not None else None
     blob = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) if with_record else None
     if isinstance(record, ChangeEvent):

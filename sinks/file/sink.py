@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import IO, Any
@@ -11,9 +10,9 @@ from pydantic import Field
 
 from connector_core.config import ResolvedPath
 from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink
-from connector_core.converters import json_default
 from connector_core.errors import SinkUnavailableError
 from connector_core.events import Record
+from connector_core.jsontext import compact_json
 
 __all__ = ["FileSink", "FileSinkConfig"]
 
@@ -50,7 +49,7 @@ class FileSink(Sink[FileSinkConfig]):
             }
             if record.headers:
                 line["headers"] = record.headers
-            lines.append(json.dumps(line, default=json_default, separators=(",", ":")) + "\n")
+            lines.append(compact_json(line) + "\n")
         self._handle.writelines(lines)
         return []
 

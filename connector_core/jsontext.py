@@ -1,0 +1,47 @@
+"""JSON text as cdcflow writes it: one place for its encoders and for the types JSON lacks.
+
+``json.dumps`` builds a new encoder on every call, which costs more than encoding a small
+document; the converters, the spark engine's rows and event sources encode one or more documents
+per record, so these encoders are built once (CPython's C encoder when it is there) and give the
+same text ``json.dumps`` would with the same settings.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
+from typing import Any
+
+__all__ = ["canonical_json", "compact_json", "json_default"]
+
+
+def json_default(value: Any) -> Any:
+    """How cdcflow writes values JSON has no type for: bytes as base64, sets and tuples as lists."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def _encoder(sort_keys: bool, ensure_ascii: bool, default: Callable[[Any], Any] | None) -> Callable[[Any], str]:
+    settings = json.JSONEncoder(sort_keys=sort_keys, ensure_ascii=ensure_ascii, default=default, separators=(",", ":"))
+    if c_make_encoder is None:
+        return settings.encode
+    quote = encode_basestring_ascii if ensure_ascii else encode_basestring
+    # No circular-reference markers: records are trees, and a cycle still ends in RecursionError.
+    chunks = c_make_encoder(None, settings.default, quote, None, ":", ",", sort_keys, False, True)
+    return lambda value: "".join(chunks(value, 0))
+
+
+canonical_json: Callable[[Any], str] = _encoder(sort_keys=True, ensure_ascii=True, default=None)
+"""Sorted keys, ASCII, no spaces: equal values give equal text (offsets, positions)."""
+
+compact_json: Callable[[Any], str] = _encoder(sort_keys=False, ensure_ascii=False, default=json_default)
+"""Keys in their order, UTF-8 text, bytes as base64: record payloads."""
