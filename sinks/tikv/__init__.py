@@ -1,3 +1,5 @@
-"""The downstream TiKV sink."""
+"""The downstream TiKV sink (see :mod:`sinks.tikv.sink`)."""
 
-__all__: list[str] = []
+from sinks.tikv.sink import TiKVSink, TiKVSinkConfig
+
+__all__ = ["TiKVSink", "TiKVSinkConfig"]

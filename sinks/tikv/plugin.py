@@ -1,10 +1,11 @@
-"""Registers the plugin types of ``sinks/tikv`` (none yet: the package is being built)."""
+"""Registers the ``tikv`` sink."""
 
 from typing import Any
 
 from plugins.hookspecs import hookimpl
+from sinks.tikv.sink import TiKVSink
 
 
 @hookimpl
 def cdcflow_sink_types() -> list[type[Any]]:
-    return []
+    return [TiKVSink]

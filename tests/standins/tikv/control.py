@@ -66,7 +66,7 @@ class StandinCluster:
 
     def call(self, command: str, **args: Any) -> Any:
         if self._channel is None:
-            self._channel = grpc.insecure_channel(self.pd)
+            self._channel = grpc.insecure_channel(self.pd, options=[("grpc.max_receive_message_length", 512 << 20)])
         stub = self._channel.unary_unary(
             "/cdcflow.standin.Control/Call",
             request_serializer=lambda d: json.dumps(d).encode(),

@@ -1,0 +1,258 @@
+"""The ``tikv`` sink: RawKV batch writes to a downstream cluster, per-key order kept.
+
+Records are spread over ``workers`` threads by a hash of their key, so every write of one key goes
+through one worker, in order. A worker gathers writes into a batch bounded by ``batch_max_entries``,
+``batch_max_bytes`` and ``batch_max_ms`` (and cut at every watermark advance and flush), then
+sends it as runs: consecutive PUTs as one ``RawBatchPut``, consecutive DELETEs as one
+``RawBatchDelete``, a run cut where a key repeats, so no two writes of a key are ever reordered or
+merged. A PUT's TTL is recomputed against the clock when it is sent (the upstream carries the
+absolute expiry): one already expired is written as a DELETE. Failed requests are retried with
+backoff; ``flush`` returns only when every write handed to ``write`` is acknowledged by TiKV.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from pydantic import Field
+
+from connector_core.config import RetryConfig
+from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink
+from connector_core.errors import (
+    RecordRejectedError,
+    RetriesExhaustedError,
+    SinkDeliveryError,
+    SinkUnavailableError,
+    TransientError,
+)
+from connector_core.events import ChangeEvent, Op, Record
+from connector_core.retry import Backoff
+from sources.tikv_rawkv.client import KeyCodec, PDClient, RawKVClient
+from sources.tikv_rawkv.exceptions import TiKVClientError
+
+__all__ = ["TiKVSink", "TiKVSinkConfig"]
+
+log = logging.getLogger("cdcflow.sinks.tikv")
+
+
+class TiKVSinkConfig(PluginConfig):
+    pd_endpoints: list[str] = Field(min_length=1, description="the downstream cluster's PD addresses")
+    api_version: Literal[1, 2] = Field(default=2, description="2: keys go to keyspace_id; 1: raw keys (V1TTL for TTLs)")
+    keyspace_id: int = Field(default=0, ge=0, le=(1 << 24) - 1, description="target keyspace (API V2)")
+    workers: int = Field(default=4, ge=1, le=256, description="concurrent writers; keys are hashed to them")
+    batch_max_entries: int = Field(default=4096, ge=1)
+    batch_max_bytes: int = Field(default=40 << 20, ge=1024)
+    batch_max_ms: int = Field(default=500, ge=1, description="a batch is sent at the latest this long after it began")
+    queue_max_batches: int = Field(default=64, ge=1, description="write() blocks when a worker has this many waiting")
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    retry: RetryConfig = Field(
+        default=RetryConfig(initial_backoff_ms=100, max_backoff_ms=5000, max_elapsed_s=120.0),
+        description="backoff of a failed batch before the flush fails (the pipeline then replays)",
+    )
+
+
+class _Write(NamedTuple):
+    key: bytes
+    value: bytes | None  # None: delete
+    expire_ts: int  # seconds since the epoch; 0: none
+
+
+class _Marker:
+    """A flush request: the worker sends what it holds and sets ``done`` (when ``wait`` is set)."""
+
+    def __init__(self, wait: bool) -> None:
+        self.done = threading.Event() if wait else None
+
+
+@dataclass
+class _Worker:
+    index: int
+    inbox: queue.Queue[list[_Write] | _Marker]
+    thread: threading.Thread | None = None
+
+
+class TiKVSink(Sink[TiKVSinkConfig]):
+    type_name = "tikv"
+    config_model = TiKVSinkConfig
+
+    def __init__(self, config: TiKVSinkConfig, context: PluginContext) -> None:
+        super().__init__(config, context)
+        self.codec = KeyCodec(config.api_version, config.keyspace_id if config.api_version == 2 else 0)
+        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s)
+        self.client = RawKVClient(self.pd, self.codec, config.request_timeout_s)
+        self._workers: list[_Worker] = []
+        self._error: BaseException | None = None
+        self._error_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watermark_us = -1
+        self.requests_sent = 0
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        try:
+            self.pd.connect()
+        except TiKVClientError as exc:
+            raise SinkUnavailableError(f"downstream TiKV: {exc}") from exc
+        for index in range(self.config.workers):
+            worker = _Worker(index, queue.Queue(self.config.queue_max_batches))
+            worker.thread = threading.Thread(target=self._run, args=(worker,), name=f"tikv-sink-{index}", daemon=True)
+            worker.thread.start()
+            self._workers.append(worker)
+
+    def close(self) -> None:
+        self._stopping.set()
+        for worker in self._workers:
+            if worker.thread is not None:
+                worker.thread.join(timeout=self.config.request_timeout_s)
+        self._workers.clear()
+        self.client.close()
+        self.pd.close()
+
+    # --- the contract --------------------------------------------------------------------------
+
+    def write(self, records: Sequence[Record]) -> list[Rejected]:
+        self._raise_if_failed(SinkUnavailableError)
+        rejected: list[Rejected] = []
+        shards: list[list[_Write]] = [[] for _ in self._workers]
+        count = len(self._workers)
+        for record in records:
+            write = self._to_write(record)
+            if isinstance(write, Rejected):
+                rejected.append(write)
+            else:
+                shards[hash(write.key) % count].append(write)
+        for worker, shard in zip(self._workers, shards, strict=True):
+            if shard:
+                worker.inbox.put(shard)
+        return rejected
+
+    def flush(self) -> list[Rejected]:
+        markers = [_Marker(wait=True) for _ in self._workers]
+        for worker, marker in zip(self._workers, markers, strict=True):
+            worker.inbox.put(marker)
+        for marker in markers:
+            assert marker.done is not None
+            marker.done.wait()
+        self._raise_if_failed(SinkDeliveryError)
+        return []
+
+    def on_watermark(self, watermark_us: int) -> None:
+        """Everything below the watermark has been handed over: send it now, don't wait for the timer."""
+        if watermark_us > self._watermark_us:
+            self._watermark_us = watermark_us
+            for worker in self._workers:
+                worker.inbox.put(_Marker(wait=False))
+
+    # --- records -------------------------------------------------------------------------------
+
+    def _to_write(self, record: Record) -> _Write | Rejected:
+        if not isinstance(record, ChangeEvent):
+            return Rejected(
+                record, RecordRejectedError("the tikv sink writes change events, not schema changes"), "sink"
+            )
+        key = record.key.get("key")
+        if not isinstance(key, bytes) or not key:
+            return Rejected(record, RecordRejectedError(f"the key must be non-empty bytes, found {key!r}"), "sink")
+        if record.op is Op.DELETE or record.after is None:
+            return _Write(key, None, 0)
+        value = record.after.get("value")
+        if not isinstance(value, bytes) or not value:
+            return Rejected(record, RecordRejectedError(f"RawKV values are non-empty bytes, found {value!r}"), "sink")
+        return _Write(key, value, int(record.after.get("expire_ts") or 0))
+
+    # --- workers -------------------------------------------------------------------------------
+
+    def _run(self, worker: _Worker) -> None:
+        pending: list[_Write] = []
+        pending_bytes = 0
+        deadline = float("inf")
+        limit_s = self.config.batch_max_ms / 1000
+        while not self._stopping.is_set():
+            try:
+                item = worker.inbox.get(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                if pending and time.monotonic() >= deadline:
+                    self._send(pending)
+                    pending, pending_bytes, deadline = [], 0, float("inf")
+                continue
+            if isinstance(item, _Marker):
+                if pending:
+                    self._send(pending)
+                    pending, pending_bytes, deadline = [], 0, float("inf")
+                if item.done is not None:
+                    item.done.set()
+                continue
+            if not pending:
+                deadline = time.monotonic() + limit_s
+            for write in item:
+                pending.append(write)
+                pending_bytes += len(write.key) + (len(write.value) if write.value else 0)
+                if len(pending) >= self.config.batch_max_entries or pending_bytes >= self.config.batch_max_bytes:
+                    self._send(pending)
+                    pending, pending_bytes, deadline = [], 0, time.monotonic() + limit_s
+
+    def _send(self, writes: list[_Write]) -> None:
+        if self._error is not None:
+            return  # the flush will fail and the pipeline replays these from its checkpoint
+        now_s = time.time()
+        for run_is_put, run in _runs(writes, now_s):
+            backoff = Backoff(self.config.retry)
+            while True:
+                try:
+                    if run_is_put:
+                        ttls = [max(1, int(w.expire_ts - now_s)) if w.expire_ts else 0 for w in run]
+                        self.client.batch_put([(w.key, w.value or b"") for w in run], ttls if any(ttls) else None)
+                    else:
+                        self.client.batch_delete([w.key for w in run])
+                    self.requests_sent += 1
+                    break
+                except TransientError as exc:
+                    try:
+                        delay = backoff.next_delay("tikv sink batch", exc)
+                    except RetriesExhaustedError as exhausted:
+                        self._fail(exhausted)
+                        return
+                    log.warning("downstream write failed (%s); retrying in %.2fs", exc, delay)
+                    if self._stopping.wait(delay):
+                        return
+                except Exception as exc:  # refused for good: the flush fails, nothing is committed
+                    self._fail(exc)
+                    return
+
+    def _fail(self, error: BaseException) -> None:
+        with self._error_lock:
+            if self._error is None:
+                self._error = error
+
+    def _raise_if_failed(self, error_type: type[SinkUnavailableError] | type[SinkDeliveryError]) -> None:
+        with self._error_lock:
+            error, self._error = self._error, None
+        if error is not None:
+            raise error_type(f"downstream TiKV did not acknowledge a batch: {type(error).__name__}: {error}") from error
+
+
+def _runs(writes: list[_Write], now_s: float) -> list[tuple[bool, list[_Write]]]:
+    """Consecutive PUTs or DELETEs, cut where a key repeats; expired PUTs become DELETEs."""
+    runs: list[tuple[bool, list[_Write]]] = []
+    current: list[_Write] = []
+    current_is_put = True
+    keys: set[bytes] = set()
+    for write in writes:
+        is_put = write.value is not None and not (write.expire_ts and write.expire_ts <= now_s)
+        if current and (is_put != current_is_put or write.key in keys):
+            runs.append((current_is_put, current))
+            current, keys = [], set()
+        if not current:
+            current_is_put = is_put
+        current.append(write if is_put else _Write(write.key, None, 0))
+        keys.add(write.key)
+    if current:
+        runs.append((current_is_put, current))
+    return runs

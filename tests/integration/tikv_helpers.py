@@ -1,0 +1,177 @@
+"""TiKV clusters for the tests: two stand-ins (upstream, downstream), or real ones.
+
+``CDCFLOW_TIKV_PD`` (and ``CDCFLOW_TIKV_DOWNSTREAM_PD``) switch the suite to real clusters: then
+nothing drives regions, errors or GC from the test, the steps that need the stand-in's control
+are skipped, and the checks that remain compare what the clusters hold.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sources.tikv_rawkv.client import KeyCodec, PDClient, RawKVClient
+from tests.standins.tikv.control import REPO, StandinCluster
+
+REAL_UPSTREAM = os.environ.get("CDCFLOW_TIKV_PD")
+REAL_DOWNSTREAM = os.environ.get("CDCFLOW_TIKV_DOWNSTREAM_PD")
+
+
+@dataclass
+class TiKVCluster:
+    """A PD endpoint, a RawKV client on keyspace 0, and the stand-in's control when there is one."""
+
+    pd: str
+    standin: StandinCluster | None
+
+    def __post_init__(self) -> None:
+        self.pd_client = PDClient([self.pd])
+        self.kv = RawKVClient(self.pd_client, KeyCodec(2, 0))
+
+    def control(self, command: str, **args: Any) -> Any:
+        if self.standin is None:
+            pytest.skip(f"{command} needs the stand-in's control service")
+        return self.standin.call(command, **args)
+
+    def split(self, user_key: bytes) -> None:
+        """Splits the region at ``user_key`` (keyspace 0); a no-op on a real cluster."""
+        if self.standin is not None:
+            self.standin.call("split", key=(b"r\x00\x00\x00" + user_key).hex())
+
+    def region_ids(self) -> list[int]:
+        return [int(r["id"]) for r in self.control("regions")]
+
+    def snapshot(self, start: bytes, end: bytes) -> dict[bytes, bytes]:
+        return dict(self.kv.scan_all(start, end))
+
+    def history(self, start: bytes, end: bytes) -> dict[bytes, list[tuple[str, str, bool]]]:
+        """Per key, its writes in timestamp order as (op, value hex, has TTL)."""
+        raw = self.control("history", start=(b"r\x00\x00\x00" + start).hex(), end=(b"r\x00\x00\x00" + end).hex())
+        return {
+            bytes.fromhex(k)[4:]: [(op, value, expire is not None) for _, op, value, expire in rows]
+            for k, rows in raw.items()
+        }
+
+    def close(self) -> None:
+        self.kv.close()
+        self.pd_client.close()
+
+
+def start_cluster(real_pd: str | None) -> Iterator[TiKVCluster]:
+    standin = None if real_pd else StandinCluster.start()
+    cluster = TiKVCluster(real_pd or standin.pd, standin)  # type: ignore[union-attr]
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+        if standin is not None:
+            standin.stop()
+
+
+def key_range(name: str) -> tuple[bytes, bytes]:
+    """A key range of its own for one test: ``<name>-<random>/`` up to ``0`` after it."""
+    prefix = f"{name}-{uuid.uuid4().hex[:8]}".encode()
+    return prefix + b"/", prefix + b"0"
+
+
+def pipeline_file(
+    folder: Path,
+    upstream: TiKVCluster,
+    downstream: TiKVCluster,
+    start: bytes,
+    end: bytes,
+    start_ts: int,
+    **source: Any,
+) -> Path:
+    name = f"tikv-{uuid.uuid4().hex[:8]}"
+    spec = {
+        "name": name,
+        "source": {
+            "type": "tikv_rawkv",
+            "pd_endpoints": [upstream.pd],
+            "start_key": start.decode(),
+            "end_key": end.decode(),
+            "partitions": 2,
+            "start_ts": start_ts,
+            "safety_interval_ms": 500,
+            **source,
+        },
+        "sink": {"type": "tikv", "pd_endpoints": [downstream.pd], "workers": 4, "batch_max_ms": 100},
+        "checkpoint": {"type": "file", "path": str(folder / "checkpoints"), "interval_ms": 500},
+        "engine": {"max_records_per_read": 20_000, "poll_interval_ms": 50},
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@dataclass(frozen=True)
+class Batch:
+    keys: list[bytes]
+    op: str  # "put", "ttl" or "delete"
+    values: list[bytes]
+
+
+def random_batches(rng: random.Random, start: bytes, keys: int, writes: int, batch_size: int) -> list[Batch]:
+    """``writes`` random writes over ``keys`` keys as batches of distinct keys and one op type;
+    values carry a per-key sequence number, so per-key order shows in what arrives."""
+    names = [start + b"k%06d" % i for i in range(keys)]
+    sequence = dict.fromkeys(names, 0)
+    batches = []
+    for _ in range(writes // batch_size):
+        chosen = rng.sample(names, batch_size)
+        op = rng.choices(["put", "ttl", "delete"], [0.6, 0.2, 0.2])[0]
+        values = []
+        for key in chosen:
+            sequence[key] += 1
+            values.append(b"%s=%d" % (key, sequence[key]))
+        batches.append(Batch(chosen, op, values))
+    return batches
+
+
+def apply_batch(kv: RawKVClient, batch: Batch) -> None:
+    if batch.op == "delete":
+        kv.batch_delete(batch.keys)
+    else:
+        kv.batch_put(list(zip(batch.keys, batch.values, strict=True)), [3600] if batch.op == "ttl" else None)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def start_worker(file: Path) -> subprocess.Popen[bytes]:
+    """``cdcflow run FILE`` in the background, its log in ``FILE.log`` (a pipe could fill and block it)."""
+    with (file.parent / f"{file.name}.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "connector_core.cli", "run", str(file)], cwd=REPO, stdout=log, stderr=log
+        )
+
+
+def stop_worker(process: subprocess.Popen[bytes], file: Path, kill: bool = False) -> str:
+    """Stops a ``cdcflow run`` process (SIGKILL or SIGTERM) and returns its log so far."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return (file.parent / f"{file.name}.log").read_text(errors="replace")
