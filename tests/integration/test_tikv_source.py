@@ -1,0 +1,140 @@
+"""The tikv_rawkv source in process against the stand-in: feed failures, resolved-ts forms, rejects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connector_core.contract import Offset, Partition, PluginContext, Rejected
+from connector_core.events import ChangeEvent, Op
+from connector_core.testing import check_source_contract
+from sources.tikv_rawkv.client.codec import encode_memcomparable
+from sources.tikv_rawkv.exceptions import RowRejectedError
+from sources.tikv_rawkv.source import TiKVRawKVSource, TiKVRawKVSourceConfig
+from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[TiKVCluster]:
+    yield from start_cluster(REAL_UPSTREAM)
+
+
+@pytest.fixture
+def source_for(upstream: TiKVCluster, tmp_path: Path) -> Iterator[object]:
+    opened: list[TiKVRawKVSource] = []
+
+    def make(start: bytes, end: bytes) -> TiKVRawKVSource:
+        config = TiKVRawKVSourceConfig(
+            type="tikv_rawkv",
+            pd_endpoints=[upstream.pd],
+            start_key=start.decode(),
+            end_key=end.decode(),
+            partitions=2,
+            start_ts=upstream.pd_client.get_ts(),
+            safety_interval_ms=0,
+        )
+        source = TiKVRawKVSource(config, PluginContext("tikv-source-test", tmp_path / "p.yaml"))
+        source.open()
+        opened.append(source)
+        return source
+
+    yield make
+    for source in opened:
+        source.close()
+
+
+class _Reader:
+    """Drives a source like the worker loop, without committing (so reads can be repeated)."""
+
+    def __init__(self, source: TiKVRawKVSource) -> None:
+        self.source = source
+        self.offsets: dict[str, Offset] = {p.id: source.initial_offset(p) for p in source.partitions()}
+        self.records: list[ChangeEvent | Rejected] = []
+
+    def poll(self, upstream: TiKVCluster) -> int:
+        if upstream.standin is not None:
+            upstream.control("advance_resolved_ts")
+        partitions: list[Partition] = list(self.source.partitions())
+        for partition in partitions:
+            start = self.offsets[partition.id]
+            end = self.source.latest_offset(partition, start, 10_000)
+            self.records.extend(self.source.read(partition, start, end))  # type: ignore[arg-type]
+            self.offsets[partition.id] = end
+        return len(self.records)
+
+
+def test_feed_survives_stream_breaks_busy_regions_splits_merges_and_per_region_resolved_ts(
+    upstream: TiKVCluster, source_for: object
+) -> None:
+    start, end = key_range("feed")
+    upstream.split(start + b"m")
+    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
+    reader = _Reader(source)
+    reader.poll(upstream)
+    written: list[tuple[bytes, bytes | None]] = []
+
+    def put(keys: range, tag: bytes) -> None:
+        pairs = [(start + b"k%04d" % n, tag + b"%d" % n) for n in keys]
+        upstream.kv.batch_put(pairs)
+        written.extend(pairs)
+
+    put(range(0, 200), b"a")
+    upstream.control("inject", kind="stream_break")
+    put(range(100, 300), b"b")
+    upstream.control("resolved_ts_form", form="region")
+    upstream.control("inject", kind="feed_busy", count=2)
+    upstream.split(start + b"k0150")
+    put(range(0, 50), b"c")
+    upstream.kv.batch_delete([start + b"k%04d" % n for n in range(250, 260)])
+    written.extend((start + b"k%04d" % n, None) for n in range(250, 260))
+    split_at = encode_memcomparable(b"r\x00\x00\x00" + start + b"k0150").hex()
+    region = next(r for r in upstream.control("regions") if r["end"] == split_at)
+    upstream.control("merge", region_id=region["id"])
+    put(range(300, 320), b"d")
+    upstream.control("resolved_ts_form", form="batched")
+    wait_until(lambda: reader.poll(upstream) >= len(written), 30, f"{len(written)} changes")
+
+    got = [
+        (r.key["key"], r.after["value"] if r.op is Op.CREATE and r.after else None)
+        for r in reader.records
+        if isinstance(r, ChangeEvent)
+    ]
+    assert sorted(got, key=repr) == sorted(written, key=repr)
+    last: dict[bytes, int] = {}
+    for record in reader.records:
+        assert isinstance(record, ChangeEvent)
+        ts = record.source.extra["tikv_ts"]
+        assert ts > last.get(record.key["key"], 0), "a key's changes went back in time"
+        last[record.key["key"]] = ts
+    report = check_source_contract(source, max_records=150)
+    assert report.records >= len(written)
+
+
+def test_rows_that_are_not_rawkv_changes_become_rejected_records_with_their_bytes(
+    upstream: TiKVCluster, source_for: object
+) -> None:
+    start, end = key_range("reject")
+    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
+    reader = _Reader(source)
+    reader.poll(upstream)
+    wait_until(lambda: upstream.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    ts = upstream.pd_client.get_ts()
+    prefix = b"r\x00\x00\x00"
+    upstream.control("inject_row", key=(prefix + start + b"empty").hex(), value="", op_type=1, ts=ts)
+    upstream.control("inject_row", key=(prefix + start + b"flag").hex(), value=b"raw".hex(), op_type=7, ts=ts)
+    upstream.control("inject_row", key=(b"r\x00\x00\x05" + start).hex(), value=b"x".hex(), op_type=1, ts=ts)
+    upstream.kv.put(start + b"fine", b"1")
+    wait_until(lambda: reader.poll(upstream) >= 4, 30, "the injected rows")
+
+    rejected = [r for r in reader.records if isinstance(r, Rejected)]
+    reasons = sorted(str(r.error).split(": ", 1)[1] for r in rejected)
+    assert [type(r.error) for r in rejected] == [RowRejectedError] * 3
+    assert all(r.stage == "source" for r in rejected)
+    assert any("empty value" in reason for reason in reasons)
+    assert any("unknown op type 7" in reason for reason in reasons)
+    assert any("keyspace 0" in reason for reason in reasons)
+    raw = {r.record.key["key"]: r.record.after["value"] for r in rejected if r.record.after}  # type: ignore[union-attr]
+    assert raw[prefix + start + b"flag"] == b"raw" and raw[b"r\x00\x00\x05" + start] == b"x"
+    assert [r.key["key"] for r in reader.records if isinstance(r, ChangeEvent)] == [start + b"fine"]
