@@ -1,3 +1,10 @@
-"""The ScyllaDB CDC source: generation- and stream-aware reading of CDC log tables."""
+"""The ScyllaDB CDC source: generation- and stream-aware reading of CDC log tables.
 
-__all__: list[str] = []
+``ScyllaCdcSource`` reads ScyllaDB's CDC log tables; ``ScyllaCdcWriter`` (in ``simulator``) writes
+what ScyllaDB's CDC writes into any CQL cluster, to test consumers without a ScyllaDB cluster.
+"""
+
+from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
+from sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
+
+__all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig", "ScyllaCdcWriter", "SimulatedKeyspaces"]

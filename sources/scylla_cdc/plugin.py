@@ -1,10 +1,11 @@
-"""Registers the plugin types of ``sources/scylla_cdc`` (none yet: the package is being built)."""
+"""Registers the ``scylla_cdc`` source."""
 
 from typing import Any
 
 from plugins.hookspecs import hookimpl
+from sources.scylla_cdc.source import ScyllaCdcSource
 
 
 @hookimpl
 def cdcflow_source_types() -> list[type[Any]]:
-    return []
+    return [ScyllaCdcSource]

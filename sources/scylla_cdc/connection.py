@@ -1,0 +1,46 @@
+"""Connecting to ScyllaDB (or a Cassandra node holding ScyllaDB's CDC tables) with cassandra-driver."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["connect"]
+
+
+def connect(
+    hosts: Sequence[str],
+    port: int,
+    *,
+    consistency: str,
+    username: str | None = None,
+    password: str | None = None,
+    local_dc: str | None = None,
+    protocol_version: int = 4,
+    timeout_s: float = 10.0,
+) -> tuple[Any, Any, object]:
+    """``(cluster, session, profile)``: rows as tuples, the configured consistency, token-aware
+    routing (each stream's rows live on the replicas of its token); the caller shuts it down."""
+    from cassandra import ConsistencyLevel
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import tuple_factory
+
+    child = DCAwareRoundRobinPolicy(local_dc=local_dc) if local_dc else RoundRobinPolicy()
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(child),
+        consistency_level=ConsistencyLevel.name_to_value[consistency],
+        request_timeout=timeout_s,
+        row_factory=tuple_factory,
+    )
+    auth = PlainTextAuthProvider(username, password) if username is not None else None
+    cluster = Cluster(
+        list(hosts),
+        port=port,
+        protocol_version=protocol_version,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        auth_provider=auth,
+        connect_timeout=timeout_s,
+    )
+    return cluster, cluster.connect(), EXEC_PROFILE_DEFAULT

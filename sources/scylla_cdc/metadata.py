@@ -1,0 +1,241 @@
+"""Reading the CDC description tables: which streams exist, and when each is read.
+
+Vnode keyspaces (seed 000, "Streams description tables"): generation timestamps come from
+``cdc_generation_timestamps``, and a generation's streams from ``cdc_streams_descriptions_v2``
+*only once its timestamp is there*: a node writes the streams first and the timestamp last, so a
+partition whose timestamp is missing may be partial. Clusters from before 4.4 (no v2 tables, or
+v2 tables whose rewrite has not finished: no ``key = 'rewritten'`` row in ``cdc_local``) are read
+from the v1 table ``cdc_streams_descriptions``, whose rows hold a whole generation each.
+
+Tablet keyspaces (seed 004): ``cdc_timestamps`` lists when a table's stream set changed and
+``cdc_streams`` the streams with their ``stream_state``; the whole history is rebuilt from it.
+
+Stream sets are ``frozen<set<blob>>`` on ScyllaDB; the seed's older text shows
+``set<tuple<bigint, bigint>>`` (the ``_first``/``_second`` pair): both are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from sources.scylla_cdc.exceptions import (
+    CdcMetadataUnavailableError,
+    GenerationMetadataError,
+    MetadataTablesMissingError,
+)
+from sources.scylla_cdc.stream_id import StreamId
+from sources.scylla_cdc.tablets import TabletStreamHistory
+
+__all__ = [
+    "GenerationReader",
+    "StreamRange",
+    "TabletStreamReader",
+    "VnodeGeneration",
+    "datetime_to_micros",
+    "stream_ids",
+]
+
+V2_TABLES = ("cdc_generation_timestamps", "cdc_streams_descriptions_v2")
+V1_TABLE = "cdc_streams_descriptions"
+TABLET_TABLES = ("cdc_timestamps", "cdc_streams")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def datetime_to_micros(value: datetime | int) -> int:
+    """A ``timestamp`` column value as µs since the epoch (the driver returns naive UTC datetimes)."""
+    if isinstance(value, int):
+        return value * 1000
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    delta = aware - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def stream_ids(values: Iterable[Any] | None) -> list[StreamId]:
+    """Stream IDs from a description column: blobs, or ``(first, second)`` pairs."""
+    found = []
+    for value in values or ():
+        if isinstance(value, bytes | bytearray | memoryview):
+            found.append(StreamId.from_bytes(value))
+        elif isinstance(value, tuple) and len(value) == 2:
+            found.append(StreamId.from_pair(int(value[0]), int(value[1])))
+        else:
+            raise GenerationMetadataError(f"a stream ID is a blob or a pair of bigints, found {value!r}")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRange:
+    """Streams read together: a token range of a generation (v2: the row of ``range_end``; v1:
+    the streams of one vnode index)."""
+
+    key: str
+    streams: tuple[StreamId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VnodeGeneration:
+    timestamp_us: int
+    ranges: tuple[StreamRange, ...]
+    expired_us: int | None = None
+
+
+def _unavailable(what: str, exc: Exception) -> CdcMetadataUnavailableError:
+    return CdcMetadataUnavailableError(f"reading {what}: {type(exc).__name__}: {exc}")
+
+
+class GenerationReader:
+    """Generations of vnode keyspaces from ``generations_keyspace`` (``system_distributed``)."""
+
+    def __init__(self, session: Any, keyspace: str, local_keyspace: str, profile: object) -> None:
+        self._session = session
+        self._keyspace = keyspace
+        self._local_keyspace = local_keyspace
+        self._profile = profile
+        self._described: dict[int, VnodeGeneration] = {}  # published generations never change
+        self.layout: Literal["v2", "v1"] | None = None
+
+    def _execute(self, query: str, parameters: Sequence[Any] = (), what: str = "") -> Any:
+        try:
+            return self._session.execute(query, parameters, execution_profile=self._profile)
+        except Exception as exc:
+            raise _unavailable(what or query, exc) from exc
+
+    def _tables(self, keyspace: str) -> set[str]:
+        rows = self._execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,), "system_schema.tables"
+        )
+        return {row[0] for row in rows}
+
+    def detect_layout(self) -> Literal["v2", "v1"] | None:
+        """v2 when its tables exist and the v1 rewrite is done; v1 when only the old table exists;
+        None when there is no description table at all (a cluster with only tablet keyspaces)."""
+        tables = self._tables(self._keyspace)
+        if all(name in tables for name in V2_TABLES):
+            rewritten = True
+            if V1_TABLE in tables and "cdc_local" in self._tables(self._local_keyspace):
+                rows = self._execute(
+                    f"SELECT key FROM {self._local_keyspace}.cdc_local WHERE key = 'rewritten'", (), "cdc_local"
+                )
+                rewritten = bool(list(rows))
+            self.layout = "v2" if rewritten else "v1"
+        elif V1_TABLE in tables:
+            self.layout = "v1"
+        else:
+            self.layout = None
+        return self.layout
+
+    def require_tables(self) -> None:
+        if self.detect_layout() is None:
+            raise MetadataTablesMissingError(self._keyspace, [*V2_TABLES, V1_TABLE])
+
+    def generations(self) -> list[VnodeGeneration]:
+        """Every published generation, oldest first."""
+        if self.layout is None and self.detect_layout() is None:
+            return []
+        if self.layout == "v1":
+            return self._v1_generations()
+        rows = self._execute(
+            f"SELECT time, expired FROM {self._keyspace}.cdc_generation_timestamps WHERE key = 'timestamps'",
+            (),
+            "cdc_generation_timestamps",
+        )
+        published = sorted((datetime_to_micros(r[0]), r[1]) for r in rows)
+        generations = []
+        for timestamp_us, expired in published:
+            known = self._described.get(timestamp_us)
+            if known is None:
+                known = self._v2_generation(timestamp_us)
+                self._described[timestamp_us] = known
+            expired_us = datetime_to_micros(expired) if expired is not None else None
+            generations.append(VnodeGeneration(known.timestamp_us, known.ranges, expired_us))
+        return generations
+
+    def _v2_generation(self, timestamp_us: int) -> VnodeGeneration:
+        rows = self._execute(
+            f"SELECT range_end, streams FROM {self._keyspace}.cdc_streams_descriptions_v2 WHERE time = %s",
+            (timestamp_us // 1000,),
+            "cdc_streams_descriptions_v2",
+        )
+        ranges = tuple(StreamRange(f"r{range_end}", tuple(stream_ids(streams))) for range_end, streams in sorted(rows))
+        if not ranges:
+            raise GenerationMetadataError(
+                f"generation {timestamp_us // 1000} is in cdc_generation_timestamps but has no streams in "
+                "cdc_streams_descriptions_v2"
+            )
+        return VnodeGeneration(timestamp_us, ranges)
+
+    def _v1_generations(self) -> list[VnodeGeneration]:
+        rows = self._execute(f"SELECT time, streams, expired FROM {self._keyspace}.{V1_TABLE}", (), V1_TABLE)
+        generations = []
+        for time, streams, expired in sorted(rows, key=lambda r: r[0]):
+            by_vnode: dict[int, list[StreamId]] = {}
+            for stream in stream_ids(streams):
+                by_vnode.setdefault(stream.vnode_index if stream.version == 1 else -1, []).append(stream)
+            ranges = tuple(StreamRange(f"v{index}", tuple(sorted(group))) for index, group in sorted(by_vnode.items()))
+            expired_us = datetime_to_micros(expired) if expired is not None else None
+            generations.append(VnodeGeneration(datetime_to_micros(time), ranges, expired_us))
+        return generations
+
+
+class TabletStreamReader:
+    """Stream histories of tablet tables from ``tablets_keyspace`` (``system``)."""
+
+    def __init__(self, session: Any, keyspace: str, profile: object) -> None:
+        self._session = session
+        self._keyspace = keyspace
+        self._profile = profile
+        self._available: bool | None = None
+        self._newest: dict[tuple[str, str], int | None] = {}
+        self._histories: dict[tuple[str, str], TabletStreamHistory] = {}
+
+    def _execute(self, query: str, parameters: Sequence[Any], what: str) -> Any:
+        try:
+            return self._session.execute(query, parameters, execution_profile=self._profile)
+        except Exception as exc:
+            raise _unavailable(what, exc) from exc
+
+    def available(self) -> bool:
+        if self._available is None:
+            rows = self._execute(
+                "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s",
+                (self._keyspace,),
+                "system_schema.tables",
+            )
+            names = {row[0] for row in rows}
+            self._available = all(name in names for name in TABLET_TABLES)
+        return self._available
+
+    def newest_timestamp(self, keyspace: str, table: str) -> int | None:
+        """The timestamp of the table's current stream set, None for a table without tablet streams."""
+        if not self.available():
+            return None
+        rows = self._execute(
+            f"SELECT timestamp FROM {self._keyspace}.cdc_timestamps WHERE keyspace_name = %s AND table_name = %s "
+            "LIMIT 1",
+            (keyspace, table),
+            "cdc_timestamps",
+        )
+        found = [datetime_to_micros(row[0]) for row in rows]
+        return found[0] if found else None
+
+    def history(self, keyspace: str, table: str) -> TabletStreamHistory | None:
+        """The table's stream history, re-read only when ``cdc_timestamps`` shows a new set."""
+        newest = self.newest_timestamp(keyspace, table)
+        key = (keyspace, table)
+        if newest is None:
+            return None
+        if self._newest.get(key) != newest or key not in self._histories:
+            rows = self._execute(
+                f"SELECT timestamp, stream_state, stream_id FROM {self._keyspace}.cdc_streams "
+                "WHERE keyspace_name = %s AND table_name = %s",
+                (keyspace, table),
+                "cdc_streams",
+            )
+            self._histories[key] = TabletStreamHistory.from_rows(
+                (datetime_to_micros(ts), int(state), StreamId.from_bytes(stream)) for ts, state, stream in rows
+            )
+            self._newest[key] = newest
+        return self._histories[key]

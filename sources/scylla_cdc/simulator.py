@@ -1,0 +1,873 @@
+"""A writer of ScyllaDB's CDC, written from the design: tables, generations and log rows as a
+ScyllaDB cluster would write them, into any CQL cluster (a real Cassandra node in cdcflow's tests).
+
+ScyllaDB cannot run everywhere a CDC consumer is built or tested. This module writes what its CDC
+would: the description tables of vnode keyspaces (``cdc_generation_timestamps``,
+``cdc_streams_descriptions_v2``, the v1 ``cdc_streams_descriptions``, the internal
+``cdc_generation_descriptions_v2`` and ``cdc_local``) and of tablet keyspaces (``cdc_timestamps``,
+``cdc_streams``, the internal ``cdc_streams_state`` and ``cdc_streams_history``), each with
+ScyllaDB's columns and types, in keyspaces of your choice (a Cassandra node refuses tables in its
+own ``system*`` keyspaces); CDC log tables ``<table>_scylla_cdc_log`` with quoted ``cdc$``
+columns; and for each base write, the base write itself plus the log rows ScyllaDB writes: the
+stream from :meth:`CdcMetadata.get_stream` (or the tablet's stream), one ``cdc$time`` per write,
+pre-images, deltas and post-images numbered by ``cdc$batch_seq_no``, ``cdc$end_of_batch``,
+``cdc$ttl``, the log TTL. Generations come from a simulated ring: :meth:`join_node` refines its
+vnodes and publishes a generation operating ``2 x ring_delay`` later; writes outside the
+generation leeway are refused with :class:`WriteRejectedError`, as ScyllaDB refuses them.
+
+Point a consumer at it (``generations_keyspace``/``tablets_keyspace`` naming the keyspaces used
+here) to test it against every case of the design without a ScyllaDB cluster.
+
+Not simulated: static columns, removing list elements (Cassandra cannot address them by timeuuid),
+pre/post-images of non-frozen lists, counters, LWT.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sources.scylla_cdc.exceptions import WriteRejectedError
+from sources.scylla_cdc.generations import (
+    DEFAULT_GENERATION_LEEWAY_US,
+    CdcMetadata,
+    TopologyDescription,
+    make_new_generation_description,
+    split_ring,
+)
+from sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
+from sources.scylla_cdc.log_reader import LOG_SUFFIX
+from sources.scylla_cdc.stream_id import StreamId
+from sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
+from sources.scylla_cdc.timeuuids import timeuuid_at
+from sources.scylla_cdc.tokens import partition_token
+
+__all__ = [
+    "Add",
+    "DeletePartition",
+    "DeleteRange",
+    "DeleteRow",
+    "Insert",
+    "Overwrite",
+    "Remove",
+    "ScyllaCdcWriter",
+    "SetFields",
+    "SimulatedKeyspaces",
+    "Update",
+]
+
+Row = dict[str, Any]
+
+
+# --- what a base write does to one column -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Add:
+    """Add elements to a non-frozen set (a set), map (a dict) or list (appended values)."""
+
+    elements: Any
+
+
+@dataclass(frozen=True)
+class Remove:
+    """Remove elements of a non-frozen set, or keys of a non-frozen map."""
+
+    elements: Any
+
+
+@dataclass(frozen=True)
+class Overwrite:
+    """Replace a whole non-frozen collection or user type (``SET c = ...``); None deletes it."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class SetFields:
+    """Set fields of a non-frozen user type (``SET u.f = ...``); a None value deletes the field."""
+
+    fields: Mapping[str, Any]
+
+
+# --- base writes -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Insert:
+    row: Row  # the whole primary key and any columns
+
+
+@dataclass(frozen=True)
+class Update:
+    key: Row  # the whole primary key
+    values: Row  # column -> value, None (deletion), or an Add/Remove/Overwrite/SetFields
+
+
+@dataclass(frozen=True)
+class DeleteRow:
+    key: Row
+
+
+@dataclass(frozen=True)
+class DeletePartition:
+    partition_key: Row
+
+
+@dataclass(frozen=True)
+class DeleteRange:
+    """Delete rows of one partition by a clustering range: ``prefix`` fixes leading clustering
+    columns, ``start``/``end`` bound the next one as ``(value, inclusive)`` or None (unbounded)."""
+
+    partition_key: Row
+    prefix: Row = field(default_factory=dict)
+    start: tuple[Any, bool] | None = None
+    end: tuple[Any, bool] | None = None
+
+
+Operation = Insert | Update | DeleteRow | DeletePartition | DeleteRange
+
+
+@dataclass(frozen=True)
+class SimulatedKeyspaces:
+    """Where the simulated ``system_distributed``, ``system_distributed_everywhere`` and
+    ``system`` keyspaces live."""
+
+    distributed: str
+    everywhere: str
+    local: str
+
+    @classmethod
+    def prefixed(cls, prefix: str) -> SimulatedKeyspaces:
+        return cls(f"{prefix}_system_distributed", f"{prefix}_system_distributed_everywhere", f"{prefix}_system")
+
+    def all(self) -> tuple[str, str, str]:
+        return (self.distributed, self.everywhere, self.local)
+
+
+@dataclass
+class _Table:
+    keyspace: str
+    name: str
+    partition_key: list[tuple[str, str]]
+    clustering: list[tuple[str, str]]
+    columns: dict[str, str]  # non-key column -> CQL type
+    preimage: bool | Literal["full"]
+    postimage: bool
+    ttl_s: int
+    tablets: TabletStreamHistory | None
+    table_id: uuid.UUID | None = None
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.keyspace}.{self.name}"
+
+    @property
+    def key_names(self) -> list[str]:
+        return [n for n, _ in self.partition_key + self.clustering]
+
+
+def _kind(type_text: str, user_types: set[str]) -> str:
+    """atomic, set, map, list or udt (the non-frozen kinds get three log columns)."""
+    text = type_text.strip().lower()
+    for kind in ("set", "map", "list"):
+        if text.startswith(kind + "<"):
+            return kind
+    return "udt" if text in user_types else "atomic"
+
+
+def _inner(type_text: str) -> str:
+    return type_text[type_text.index("<") + 1 : type_text.rindex(">")]
+
+
+def _split_args(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += char == "<"
+        depth -= char == ">"
+        current += char
+    return [*parts, current.strip()]
+
+
+def log_columns(type_text: str, kind: str) -> tuple[str, str | None]:
+    """The log value column's type and the deleted-elements column's type of a base column."""
+    if kind == "atomic":
+        return type_text, None
+    if kind == "set":
+        return f"frozen<{type_text}>", f"frozen<set<{_inner(type_text)}>>"
+    if kind == "map":
+        key = _split_args(_inner(type_text))[0]
+        return f"frozen<{type_text}>", f"frozen<set<{key}>>"
+    if kind == "list":
+        return f"frozen<map<timeuuid, {_inner(type_text)}>>", "frozen<set<timeuuid>>"
+    return f"frozen<{type_text}>", "frozen<set<smallint>>"
+
+
+class ScyllaCdcWriter:
+    """Writes ScyllaDB's CDC metadata and log rows through a cassandra-driver ``session``.
+
+    ``clock`` is the coordinator's clock (seconds); ``client_clock_offset_s`` shifts the
+    timestamps clients give their writes (a client whose clock is behind writes in the past).
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        keyspaces: SimulatedKeyspaces,
+        *,
+        shards: int = 2,
+        sharding_ignore_msb: int = 12,
+        ring_delay_s: float = 30.0,
+        generation_leeway_us: int = DEFAULT_GENERATION_LEEWAY_US,
+        layout: Literal["v2", "v1"] = "v2",
+        replication: str = "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        seed: int | None = None,
+        clock: Callable[[], float] = time.time,
+        client_clock_offset_s: float = 0.0,
+    ) -> None:
+        self.session = session
+        self.keyspaces = keyspaces
+        self.shards = shards
+        self.sharding_ignore_msb = sharding_ignore_msb
+        self.ring_delay_s = ring_delay_s
+        self.layout = layout
+        self.replication = replication
+        self.rng = random.Random(seed)
+        self.clock = clock
+        self.client_clock_offset_s = client_clock_offset_s
+        self.metadata = CdcMetadata(generation_leeway_us=generation_leeway_us)
+        self.ring: list[int] = []
+        self._tables: dict[str, _Table] = {}
+        self._prepared: dict[str, Any] = {}
+        self._user_types: dict[str, set[str]] = {}
+        self._generation_uuid = uuid.uuid4()
+
+    # --- clocks ------------------------------------------------------------------------------------
+
+    def coordinator_now_us(self) -> int:
+        return int(self.clock() * 1_000_000)
+
+    def client_timestamp_us(self) -> int:
+        return int((self.clock() + self.client_clock_offset_s) * 1_000_000)
+
+    # --- metadata tables -----------------------------------------------------------------------------
+
+    def create_metadata_tables(self) -> None:
+        """The keyspaces and ScyllaDB's description tables, with its column names and types."""
+        for keyspace in self.keyspaces.all():
+            self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {self.replication}")
+        distributed, everywhere, local = self.keyspaces.all()
+        statements = [
+            f"CREATE TABLE IF NOT EXISTS {everywhere}.cdc_generation_descriptions_v2 (id uuid, range_end bigint, "
+            "ignore_msb tinyint, num_ranges int static, streams frozen<set<blob>>, PRIMARY KEY (id, range_end))",
+            f"CREATE TABLE IF NOT EXISTS {local}.cdc_local (key text PRIMARY KEY, streams_timestamp timestamp, "
+            "uuid uuid)",
+            f"CREATE TABLE IF NOT EXISTS {local}.cdc_timestamps (keyspace_name text, table_name text, "
+            "timestamp timestamp, PRIMARY KEY ((keyspace_name, table_name), timestamp)) "
+            "WITH CLUSTERING ORDER BY (timestamp DESC)",
+            f"CREATE TABLE IF NOT EXISTS {local}.cdc_streams (keyspace_name text, table_name text, "
+            "timestamp timestamp, stream_state tinyint, stream_id blob, "
+            "PRIMARY KEY ((keyspace_name, table_name), timestamp, stream_state, stream_id))",
+            f"CREATE TABLE IF NOT EXISTS {local}.cdc_streams_state (table_id uuid, last_token bigint, "
+            "stream_id blob, timestamp timestamp static, PRIMARY KEY (table_id, last_token))",
+            f"CREATE TABLE IF NOT EXISTS {local}.cdc_streams_history (table_id uuid, timestamp timestamp, "
+            "stream_state tinyint, last_token bigint, stream_id blob, "
+            "PRIMARY KEY (table_id, timestamp, stream_state, last_token))",
+            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions (time timestamp PRIMARY KEY, "
+            "streams frozen<set<blob>>, expired timestamp)",
+            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_descriptions (time timestamp PRIMARY KEY, "
+            "description frozen<list<frozen<tuple<bigint, frozen<list<blob>>, tinyint>>>>, expired timestamp)",
+        ]
+        if self.layout == "v2":
+            statements += [
+                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_timestamps (key text, time timestamp, "
+                "expired timestamp, PRIMARY KEY (key, time)) WITH CLUSTERING ORDER BY (time DESC)",
+                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions_v2 (time timestamp, "
+                "range_end bigint, streams frozen<set<blob>>, PRIMARY KEY (time, range_end))",
+            ]
+        for statement in statements:
+            self.session.execute(statement)
+        if self.layout == "v2":
+            # Bootstrapping nodes insert it too, so a new cluster never rewrites v1 descriptions.
+            self.session.execute(f"INSERT INTO {local}.cdc_local (key) VALUES ('rewritten')")
+
+    def drop_keyspaces(self) -> None:
+        for keyspace in self.keyspaces.all():
+            self.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+
+    # --- generations ---------------------------------------------------------------------------------
+
+    def bootstrap(self, vnodes: int = 16, timestamp_us: int | None = None) -> int:
+        """The first node: its ring and the first generation, operating from ``timestamp_us``
+        (default now); returns the generation's timestamp (µs, whole milliseconds)."""
+        self.ring = split_ring(vnodes, self.rng)
+        start = timestamp_us if timestamp_us is not None else self.coordinator_now_us()
+        return self._new_generation(start)
+
+    def join_node(self, vnodes: int = 16, publish: bool = True) -> int:
+        """A node joins: its tokens refine the vnodes, and the new generation starts operating
+        ``2 x ring_delay`` from now. ``publish=False`` stops after the streams are written and
+        before the timestamp is, as a node failing in between would (see :meth:`publish`)."""
+        self.ring = sorted(set(self.ring) | set(split_ring(vnodes, self.rng)))
+        start = self.coordinator_now_us() + int(2 * self.ring_delay_s * 1_000_000)
+        return self._new_generation(start, publish)
+
+    def _new_generation(self, start_us: int, publish: bool = True) -> int:
+        start_us -= start_us % 1000  # generation timestamps are `timestamp` columns: milliseconds
+        description = make_new_generation_description(self.ring, self.shards, self.sharding_ignore_msb, self.rng)
+        self._store_internal(description)
+        self.metadata.insert(start_us, description)
+        self._describe(start_us, description)
+        if publish:
+            self.publish(start_us)
+        return start_us
+
+    def _store_internal(self, description: TopologyDescription) -> None:
+        generation_id = uuid.uuid4()
+        insert = self._prepare(
+            f"INSERT INTO {self.keyspaces.everywhere}.cdc_generation_descriptions_v2 "
+            "(id, range_end, ignore_msb, num_ranges, streams) VALUES (?, ?, ?, ?, ?)"
+        )
+        for entry in description.entries:
+            self.session.execute(
+                insert,
+                (
+                    generation_id,
+                    entry.token_range_end,
+                    entry.sharding_ignore_msb,
+                    len(description.entries),
+                    {s.raw for s in entry.streams},
+                ),
+            )
+        self._generation_uuid = generation_id
+
+    def _describe(self, start_us: int, description: TopologyDescription) -> None:
+        """The user-facing streams, written before the timestamp that makes them readable."""
+        distributed = self.keyspaces.distributed
+        ms = start_us // 1000
+        if self.layout == "v1":
+            self.session.execute(
+                f"INSERT INTO {distributed}.cdc_streams_descriptions (time, streams) VALUES (%s, %s)",
+                (ms, {s.raw for s in description.streams()}),
+            )
+            self.session.execute(
+                f"INSERT INTO {distributed}.cdc_generation_descriptions (time, description) VALUES (%s, %s)",
+                (
+                    ms,
+                    [
+                        (e.token_range_end, [s.raw for s in e.streams], e.sharding_ignore_msb)
+                        for e in description.entries
+                    ],
+                ),
+            )
+            return
+        insert = self._prepare(
+            f"INSERT INTO {distributed}.cdc_streams_descriptions_v2 (time, range_end, streams) VALUES (?, ?, ?)"
+        )
+        for entry in description.entries:
+            self.session.execute(insert, (ms, entry.token_range_end, {s.raw for s in entry.streams}))
+
+    def publish(self, start_us: int) -> None:
+        """The last step of a generation's publication: its timestamp in ``cdc_generation_timestamps``."""
+        if self.layout == "v2":
+            self.session.execute(
+                f"INSERT INTO {self.keyspaces.distributed}.cdc_generation_timestamps (key, time) "
+                "VALUES ('timestamps', %s)",
+                (start_us // 1000,),
+            )
+        self.session.execute(
+            f"INSERT INTO {self.keyspaces.local}.cdc_local (key, streams_timestamp, uuid) VALUES ('cdc_local', %s, %s)",
+            (start_us // 1000, self._generation_uuid),
+        )
+
+    # --- tables ----------------------------------------------------------------------------------------
+
+    def create_table(
+        self,
+        keyspace: str,
+        table: str,
+        partition_key: Sequence[tuple[str, str]],
+        clustering: Sequence[tuple[str, str]] = (),
+        columns: Sequence[tuple[str, str]] = (),
+        *,
+        preimage: bool | Literal["full"] = False,
+        postimage: bool = False,
+        ttl_s: int = 86_400,
+        tablets: int | None = None,
+    ) -> None:
+        """A base table with CDC on: the table, its log table and, with ``tablets`` (a power of
+        two), a tablet stream set operating from now."""
+        self._user_types.setdefault(keyspace, self._known_user_types(keyspace))
+        spec = _Table(
+            keyspace,
+            table,
+            list(partition_key),
+            list(clustering),
+            dict(columns),
+            preimage,
+            postimage,
+            ttl_s,
+            None,
+        )
+        definitions = [f"{n} {t}" for n, t in (*partition_key, *clustering, *columns)]
+        key = ", ".join(n for n, _ in partition_key)
+        primary = ", ".join([f"({key})", *(n for n, _ in clustering)])
+        self.session.execute(f"CREATE TABLE {keyspace}.{table} ({', '.join(definitions)}, PRIMARY KEY ({primary}))")
+        log_definitions = [
+            '"cdc$stream_id" blob',
+            '"cdc$time" timeuuid',
+            '"cdc$batch_seq_no" int',
+            '"cdc$operation" tinyint',
+            '"cdc$ttl" bigint',
+            '"cdc$end_of_batch" boolean',
+            *(f"{n} {t}" for n, t in (*partition_key, *clustering)),
+        ]
+        for name, type_text in columns:
+            log_definitions += self._log_definitions(keyspace, name, type_text)
+        if tablets is not None:
+            log_definitions.append('"cdc$closed_time" timestamp static')
+        self.session.execute(
+            f"CREATE TABLE {keyspace}.{table}{LOG_SUFFIX} ({', '.join(log_definitions)}, "
+            'PRIMARY KEY ("cdc$stream_id", "cdc$time", "cdc$batch_seq_no"))'
+        )
+        self._tables[spec.qualified] = spec
+        if tablets is not None:
+            spec.table_id = self._table_id(keyspace, table)
+            now = self.coordinator_now_us()
+            now -= now % 1000
+            streams = tablet_stream_ids(tablets, self.rng)
+            spec.tablets = TabletStreamHistory.starting(now, streams)
+            self._store_tablet_state(spec, now, streams)
+
+    def _log_definitions(self, keyspace: str, name: str, type_text: str) -> list[str]:
+        value_type, elements_type = log_columns(type_text, _kind(type_text, self._user_types[keyspace]))
+        definitions = [f"{name} {value_type}", f'"{DELETED_PREFIX}{name}" boolean']
+        if elements_type is not None:
+            definitions.append(f'"{DELETED_ELEMENTS_PREFIX}{name}" {elements_type}')
+        return definitions
+
+    def add_column(self, table: str, name: str, type_text: str) -> None:
+        """``ALTER TABLE ... ADD``: the base table and, as ScyllaDB does, its log table."""
+        spec = self._tables[table]
+        self.session.execute(f"ALTER TABLE {table} ADD {name} {type_text}")
+        for definition in self._log_definitions(spec.keyspace, name, type_text):
+            self.session.execute(f"ALTER TABLE {table}{LOG_SUFFIX} ADD {definition}")
+        spec.columns[name] = type_text
+
+    def _known_user_types(self, keyspace: str) -> set[str]:
+        rows = self.session.execute("SELECT type_name FROM system_schema.types WHERE keyspace_name = %s", (keyspace,))
+        return {row[0] for row in rows}
+
+    def _table_id(self, keyspace: str, table: str) -> uuid.UUID:
+        rows = list(
+            self.session.execute(
+                "SELECT id FROM system_schema.tables WHERE keyspace_name = %s AND table_name = %s", (keyspace, table)
+            )
+        )
+        return uuid.UUID(str(rows[0][0]))
+
+    # --- tablet stream sets ------------------------------------------------------------------------------
+
+    def _store_tablet_state(self, spec: _Table, timestamp_us: int, streams: Sequence[StreamId]) -> None:
+        local = self.keyspaces.local
+        for stream in streams:
+            self.session.execute(
+                f"INSERT INTO {local}.cdc_streams_state (table_id, last_token, stream_id, timestamp) "
+                "VALUES (%s, %s, %s, %s)",
+                (spec.table_id, stream.token, stream.raw, timestamp_us // 1000),
+            )
+        self._publish_stream_set(spec, timestamp_us, closed=(), opened=streams)
+
+    def _publish_stream_set(
+        self, spec: _Table, timestamp_us: int, closed: Sequence[StreamId], opened: Sequence[StreamId]
+    ) -> None:
+        """The user-facing view of one stream-set timestamp (ScyllaDB's virtual tables)."""
+        assert spec.tablets is not None
+        local = self.keyspaces.local
+        ms = timestamp_us // 1000
+        insert = self._prepare(
+            f"INSERT INTO {local}.cdc_streams (keyspace_name, table_name, timestamp, stream_state, stream_id) "
+            "VALUES (?, ?, ?, ?, ?)"
+        )
+        rows = [(StreamState.CURRENT, s) for s in spec.tablets.streams_at(timestamp_us)]
+        rows += [(StreamState.CLOSED, s) for s in closed] + [(StreamState.OPENED, s) for s in opened]
+        for state, stream in rows:
+            self.session.execute(insert, (spec.keyspace, spec.name, ms, int(state), stream.raw))
+        self.session.execute(
+            f"INSERT INTO {local}.cdc_timestamps (keyspace_name, table_name, timestamp) VALUES (%s, %s, %s)",
+            (spec.keyspace, spec.name, ms),
+        )
+
+    def change_tablets(self, table: str, tablet_count: int, delay_s: float = 0.0) -> int:
+        """Split or merge the log table's tablets: every stream closes and ``tablet_count`` new
+        ones open ``delay_s`` from now; closed streams get ``cdc$closed_time``. Returns the
+        timestamp of the new stream set (µs, whole milliseconds)."""
+        spec = self._tables[table]
+        assert spec.tablets is not None, f"{table} is not in a tablet keyspace"
+        at = self.coordinator_now_us() + int(delay_s * 1_000_000)
+        at -= at % 1000
+        closed = list(spec.tablets.streams_at(at))
+        opened = tablet_stream_ids(tablet_count, self.rng)
+        local = self.keyspaces.local
+        for state, streams in ((StreamState.CLOSED, closed), (StreamState.OPENED, opened)):
+            for stream in streams:
+                self.session.execute(
+                    f"INSERT INTO {local}.cdc_streams_history (table_id, timestamp, stream_state, last_token, "
+                    "stream_id) VALUES (%s, %s, %s, %s, %s)",
+                    (spec.table_id, at // 1000, int(state), stream.token, stream.raw),
+                )
+        spec.tablets.change(at, closed, opened)
+        self._publish_stream_set(spec, at, closed, opened)
+        for stream in closed:
+            self.session.execute(
+                f'UPDATE {table}{LOG_SUFFIX} USING TTL {spec.ttl_s} SET "cdc$closed_time" = %s '
+                'WHERE "cdc$stream_id" = %s',
+                (at // 1000, stream.raw),
+            )
+        return at
+
+    # --- base writes -------------------------------------------------------------------------------------
+
+    def _prepare(self, query: str) -> Any:
+        prepared = self._prepared.get(query)
+        if prepared is None:
+            prepared = self._prepared[query] = self.session.prepare(query)
+        return prepared
+
+    def token_of(self, table: str, partition_key: Mapping[str, Any]) -> int:
+        """The Murmur3 token of a partition key, from the bytes the driver routes the key by."""
+        spec = self._tables[table]
+        names = [n for n, _ in spec.partition_key]
+        select = self._prepare(f"SELECT {names[0]} FROM {table} WHERE " + " AND ".join(f"{n} = ?" for n in names))
+        return partition_token(select.bind([partition_key[n] for n in names]).routing_key)
+
+    def streams_for(self, table: str, timestamp_us: int, token: int) -> list[StreamId]:
+        """The streams a write logs into: the generation's (or tablet set's) stream; with tablets,
+        a write within the generation leeway of a stream-set change is logged in both sets."""
+        spec = self._tables[table]
+        if spec.tablets is None:
+            return [self.metadata.get_stream(timestamp_us, token)]
+        streams = [spec.tablets.get_stream(timestamp_us, token)]
+        leeway = self.metadata.generation_leeway_us
+        for change in spec.tablets.timestamps()[1:]:
+            if abs(timestamp_us - change) < leeway:
+                other = change - 1 if timestamp_us >= change else change
+                neighbour = spec.tablets.get_stream(other, token)
+                if neighbour not in streams:
+                    streams.append(neighbour)
+        return streams
+
+    def _check_write(self, spec: _Table, timestamp_us: int) -> None:
+        now = self.coordinator_now_us()
+        if spec.tablets is None:
+            self.metadata.check_write(timestamp_us, now)
+        elif timestamp_us >= now + self.metadata.generation_leeway_us:
+            raise WriteRejectedError(f"write timestamp {timestamp_us} is beyond the leeway past {now}")
+
+    def write(
+        self, table: str, operations: Sequence[Operation], *, timestamp_us: int | None = None, ttl_s: int | None = None
+    ) -> int:
+        """One base write (a batch of ``operations`` on one partition, one timestamp), applied to
+        the base table and logged as ScyllaDB logs it. Returns the write's timestamp (µs)."""
+        spec = self._tables[table]
+        stamp = timestamp_us if timestamp_us is not None else self.client_timestamp_us()
+        self._check_write(spec, stamp)
+        partition_keys = {tuple(_partition_key_of(spec, op).items()) for op in operations}
+        if len(partition_keys) != 1:
+            raise ValueError("one write touches one partition; use several writes for several partitions")
+        partition_key = dict(next(iter(partition_keys)))
+        token = self.token_of(table, partition_key)
+        before = {self._row_key(spec, op): self._read_row(spec, op) for op in operations if _row_level(op)}
+        for op in operations:
+            self._apply(spec, op, stamp, ttl_s)
+        after = {self._row_key(spec, op): self._read_row(spec, op) for op in operations if _row_level(op)}
+        rows = self._log_rows(spec, operations, before, after, ttl_s, stamp)
+        for stream in self.streams_for(table, stamp, token):
+            self._insert_log_rows(spec, stream, stamp, rows)
+        return stamp
+
+    def insert(self, table: str, row: Row, **options: Any) -> int:
+        return self.write(table, [Insert(row)], **options)
+
+    def update(self, table: str, key: Row, values: Row, **options: Any) -> int:
+        return self.write(table, [Update(key, values)], **options)
+
+    def delete_row(self, table: str, key: Row, **options: Any) -> int:
+        return self.write(table, [DeleteRow(key)], **options)
+
+    def delete_partition(self, table: str, partition_key: Row, **options: Any) -> int:
+        return self.write(table, [DeletePartition(partition_key)], **options)
+
+    # --- applying to the base table ------------------------------------------------------------------------
+
+    def _apply(self, spec: _Table, op: Operation, stamp: int, ttl_s: int | None) -> None:
+        using = f"USING TIMESTAMP {stamp}" + (f" AND TTL {ttl_s}" if ttl_s else "")
+        if isinstance(op, Insert):
+            names = list(op.row)
+            self.session.execute(
+                self._prepare(f"INSERT INTO {spec.qualified} ({', '.join(names)}) VALUES ({_marks(names)}) {using}"),
+                [_base_value(op.row[n]) for n in names],
+            )
+        elif isinstance(op, Update):
+            assignments, values = [], []
+            for name, change in op.values.items():
+                kind = _kind(spec.columns[name], self._user_types[spec.keyspace])
+                if isinstance(change, Add):
+                    assignments.append(f"{name} = {name} + ?")
+                    values.append(list(change.elements) if kind == "list" else change.elements)
+                elif isinstance(change, Remove):
+                    assignments.append(f"{name} = {name} - ?")
+                    values.append(set(change.elements))
+                elif isinstance(change, SetFields):
+                    for field_name, field_value in change.fields.items():
+                        assignments.append(f"{name}.{field_name} = ?")
+                        values.append(field_value)
+                else:
+                    assignments.append(f"{name} = ?")
+                    values.append(_base_value(change.value if isinstance(change, Overwrite) else change))
+            where = " AND ".join(f"{n} = ?" for n in spec.key_names)
+            self.session.execute(
+                self._prepare(f"UPDATE {spec.qualified} {using} SET {', '.join(assignments)} WHERE {where}"),
+                [*values, *(op.key[n] for n in spec.key_names)],
+            )
+        elif isinstance(op, DeleteRow | DeletePartition):
+            key = op.key if isinstance(op, DeleteRow) else op.partition_key
+            names = list(key)
+            where = " AND ".join(f"{n} = ?" for n in names)
+            self.session.execute(
+                self._prepare(f"DELETE FROM {spec.qualified} USING TIMESTAMP {stamp} WHERE {where}"),
+                [key[n] for n in names],
+            )
+        else:
+            self._apply_range(spec, op, stamp)
+
+    def _apply_range(self, spec: _Table, op: DeleteRange, stamp: int) -> None:
+        conditions = [f"{n} = ?" for n in op.partition_key] + [f"{n} = ?" for n in op.prefix]
+        values = [*op.partition_key.values(), *op.prefix.values()]
+        bounded = spec.clustering[len(op.prefix)][0]
+        for bound, sign in ((op.start, ">"), (op.end, "<")):
+            if bound is not None:
+                conditions.append(f"{bounded} {sign}{'=' if bound[1] else ''} ?")
+                values.append(bound[0])
+        self.session.execute(
+            self._prepare(f"DELETE FROM {spec.qualified} USING TIMESTAMP {stamp} WHERE {' AND '.join(conditions)}"),
+            values,
+        )
+
+    def _row_key(self, spec: _Table, op: Operation) -> tuple[Any, ...]:
+        source = op.row if isinstance(op, Insert) else op.key if isinstance(op, Update | DeleteRow) else {}
+        return tuple(source.get(n) for n in spec.key_names)
+
+    def _read_row(self, spec: _Table, op: Operation) -> Row | None:
+        if not (spec.preimage or spec.postimage):
+            return None
+        key = dict(zip(spec.key_names, self._row_key(spec, op), strict=True))
+        where = " AND ".join(f"{n} = ?" for n in spec.key_names)
+        result = self.session.execute(
+            self._prepare(f"SELECT * FROM {spec.qualified} WHERE {where}"), [key[n] for n in spec.key_names]
+        )
+        rows = list(result)
+        if not rows:
+            return None
+        return dict(zip(result.column_names, rows[0], strict=True))
+
+    # --- log rows --------------------------------------------------------------------------------------------
+
+    def _log_rows(
+        self,
+        spec: _Table,
+        operations: Sequence[Operation],
+        before: Mapping[tuple[Any, ...], Row | None],
+        after: Mapping[tuple[Any, ...], Row | None],
+        ttl_s: int | None,
+        stamp: int,
+    ) -> list[Row]:
+        """Pre-images, then deltas, then post-images, as ScyllaDB orders one write's rows."""
+        pre, deltas, post = [], [], []
+        for op in operations:
+            if _row_level(op) and spec.preimage:
+                image = before.get(self._row_key(spec, op))
+                if image is not None:
+                    pre.append(self._image(spec, op, image, 0, full=spec.preimage == "full"))
+            deltas.extend(self._deltas(spec, op, ttl_s, stamp))
+            if isinstance(op, Insert | Update) and spec.postimage:
+                image = after.get(self._row_key(spec, op))
+                if image is not None:
+                    post.append(self._image(spec, op, image, 9, full=True))
+        return pre + deltas + post
+
+    def _image(self, spec: _Table, op: Operation, state: Row, operation: int, full: bool) -> Row:
+        touched = set(op.values if isinstance(op, Update) else op.row if isinstance(op, Insert) else spec.columns)
+        row: Row = {"cdc$operation": operation, **{n: state.get(n) for n in spec.key_names}}
+        for name, type_text in spec.columns.items():
+            if not full and name not in touched:
+                continue
+            kind = _kind(type_text, self._user_types[spec.keyspace])
+            if kind == "list" and state.get(name) is not None:
+                raise ValueError(f"{spec.qualified}.{name}: images of non-frozen lists are not simulated")
+            value = state.get(name)
+            if value is None:
+                row[DELETED_PREFIX + name] = True
+            else:
+                row[name] = _frozen(value)
+        return row
+
+    def _deltas(self, spec: _Table, op: Operation, ttl_s: int | None, stamp: int) -> list[Row]:
+        if isinstance(op, DeleteRow):
+            return [{"cdc$operation": 3, **op.key}]
+        if isinstance(op, DeletePartition):
+            return [{"cdc$operation": 4, **op.partition_key}]
+        if isinstance(op, DeleteRange):
+            return self._range_rows(spec, op)
+        operation = 2 if isinstance(op, Insert) else 1
+        key = {n: (op.row if isinstance(op, Insert) else op.key)[n] for n in spec.key_names}
+        values = {n: v for n, v in op.row.items() if n not in key} if isinstance(op, Insert) else dict(op.values)
+        dead: Row = {}
+        live: Row = {}
+        for name, change in values.items():
+            self._delta_columns(spec, name, change, dead, live, stamp)
+        if not ttl_s or not dead or not live:
+            merged = {"cdc$operation": operation, **key, **dead, **live}
+            if ttl_s and live:
+                merged["cdc$ttl"] = ttl_s
+            return [merged]
+        # TTLs are only for live cells: dead ones are logged in a row of their own without it.
+        return [
+            {"cdc$operation": operation, **key, **dead},
+            {"cdc$operation": operation, **key, **live, "cdc$ttl": ttl_s},
+        ]
+
+    def _delta_columns(self, spec: _Table, name: str, change: Any, dead: Row, live: Row, stamp: int) -> None:
+        kind = _kind(spec.columns[name], self._user_types[spec.keyspace])
+        deleted, elements = DELETED_PREFIX + name, DELETED_ELEMENTS_PREFIX + name
+        if isinstance(change, Add):
+            live[name] = _list_cells(change.elements, stamp) if kind == "list" else _frozen(change.elements)
+        elif isinstance(change, Remove):
+            dead[elements] = set(change.elements)
+        elif isinstance(change, SetFields):
+            fields = self._field_names(spec, name)
+            removed = {fields.index(f) for f, v in change.fields.items() if v is None}
+            kept = {f: v for f, v in change.fields.items() if v is not None}
+            if removed:
+                dead[elements] = removed
+            if kept:
+                live[name] = tuple(kept.get(f) for f in fields)
+        else:
+            value = change.value if isinstance(change, Overwrite) else change
+            if kind != "atomic":
+                # Overwriting a collection is a collection-wide tombstone plus the new elements.
+                live[deleted] = True
+                if value is not None and len(value) > 0:
+                    live[name] = _list_cells(value, stamp) if kind == "list" else _frozen(value)
+            elif value is None:
+                dead[deleted] = True
+            else:
+                live[name] = value
+
+    def _field_names(self, spec: _Table, column: str) -> list[str]:
+        rows = self.session.execute(
+            "SELECT field_names FROM system_schema.types WHERE keyspace_name = %s AND type_name = %s",
+            (spec.keyspace, spec.columns[column]),
+        )
+        return list(next(iter(rows))[0])
+
+    def _range_rows(self, spec: _Table, op: DeleteRange) -> list[Row]:
+        bounded = spec.clustering[len(op.prefix)][0]
+        base = {**op.partition_key, **op.prefix}
+        left = {"cdc$operation": 5, **base}
+        if op.start is not None:
+            left["cdc$operation"] = 5 if op.start[1] else 6
+            left[bounded] = op.start[0]
+        right = {"cdc$operation": 7, **base}
+        if op.end is not None:
+            right["cdc$operation"] = 7 if op.end[1] else 8
+            right[bounded] = op.end[0]
+        return [left, right]
+
+    def _insert_log_rows(self, spec: _Table, stream: StreamId, stamp: int, rows: Sequence[Row]) -> None:
+        batch, _ = self._log_batch(spec, stream, stamp, rows)
+        self.session.execute(batch)
+
+    # --- bulk loading -------------------------------------------------------------------------------------
+
+    def insert_many(self, table: str, rows: Iterable[Row], concurrency: int = 64) -> list[int]:
+        """Inserts without images, many in flight at once (for benchmarks). Returns their timestamps."""
+        from cassandra.concurrent import execute_concurrent
+
+        spec = self._tables[table]
+        if spec.preimage or spec.postimage:
+            raise ValueError("insert_many does not read images; use insert")
+        statements: list[tuple[Any, Any]] = []
+        stamps = []
+        for row in rows:
+            stamp = self.client_timestamp_us()
+            self._check_write(spec, stamp)
+            stamps.append(stamp)
+            names = list(row)
+            base = self._prepare(
+                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) USING TIMESTAMP ?"
+            )
+            statements.append((base, [*(_base_value(row[n]) for n in names), stamp]))
+            token = self.token_of(table, row)
+            for stream in self.streams_for(table, stamp, token):
+                statements.append(self._log_batch(spec, stream, stamp, self._deltas(spec, Insert(row), None, stamp)))
+        execute_concurrent(self.session, statements, concurrency=concurrency)
+        return stamps
+
+    def _log_batch(self, spec: _Table, stream: StreamId, stamp: int, rows: Sequence[Row]) -> tuple[Any, Any]:
+        """One write's log rows as one unlogged batch: a single mutation of the stream's partition."""
+        from cassandra.query import BatchStatement, BatchType
+
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        time_uuid = timeuuid_at(stamp, self.rng.getrandbits(64))
+        for seq, row in enumerate(rows):
+            columns = {"cdc$stream_id": stream.raw, "cdc$time": time_uuid, "cdc$batch_seq_no": seq, **row}
+            if seq == len(rows) - 1:
+                columns["cdc$end_of_batch"] = True
+            names = sorted(columns)
+            quoted = ", ".join(f'"{n}"' for n in names)
+            statement = self._prepare(
+                f"INSERT INTO {spec.qualified}{LOG_SUFFIX} ({quoted}) VALUES ({', '.join('?' for _ in names)}) "
+                "USING TTL ? AND TIMESTAMP ?"
+            )
+            batch.add(statement, [columns[n] for n in names] + [spec.ttl_s, stamp])
+        return batch, None
+
+
+def _partition_key_of(spec: _Table, op: Operation) -> Row:
+    source = op.row if isinstance(op, Insert) else op.key if isinstance(op, Update | DeleteRow) else op.partition_key
+    return {n: source[n] for n, _ in spec.partition_key}
+
+
+def _marks(names: Sequence[str]) -> str:
+    return ", ".join("?" for _ in names)
+
+
+def _row_level(op: Operation) -> bool:
+    return isinstance(op, Insert | Update | DeleteRow)
+
+
+def _base_value(value: Any) -> Any:
+    return value.value if isinstance(value, Overwrite) else value
+
+
+def _frozen(value: Any) -> Any:
+    """A collection value as its frozen log column takes it."""
+    if isinstance(value, set | frozenset):
+        return set(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _list_cells(values: Iterable[Any], stamp: int) -> dict[uuid.UUID, Any]:
+    """List elements keyed by fresh time UUIDs (ScyllaDB generates them at the write's time)."""
+    return {timeuuid_at(stamp, index): value for index, value in enumerate(values)}

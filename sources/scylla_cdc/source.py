@@ -1,0 +1,576 @@
+"""The ``scylla_cdc`` source: ScyllaDB's CDC log tables, read stream group by stream group.
+
+Partitions are stream groups of one table: in a vnode keyspace, the streams of one token range
+of one generation (its row of ``cdc_streams_descriptions_v2``); in a tablet keyspace, up to
+``tablet_streams_per_partition`` streams opened at the same timestamp. Each stream is read only
+within its operating interval: ``[generation, next generation)`` for vnodes, ``[opened, closed)``
+for tablets (a write near a stream-set change may be logged in both an old and a new stream;
+the bounds keep exactly one), where ``closed`` also comes from ``cdc$closed_time`` in the rows.
+
+A partition is read continuously up to its watermark, ``now - confidence_window`` (clamped to its
+end, and to the last metadata refresh so a generation published since cannot be missed), in
+windows of at most ``window_ms``; an empty window is followed by a probe for the next row, so an
+empty stretch of any length costs one query. A window holding more than ``max_buffered_rows`` is
+halved until it fits: that bounds memory whatever the write rate.
+
+Offsets: ``{"ts": T}`` means every row with a ``cdc$time`` at or before ``T`` (µs) is done;
+``{"ts": T, "after": [time, stream, seq]}`` means every row before ``T`` is done, and those at ``T``
+up to that base write, in the order (time UUID, stream): a read cycle holding more rows than the
+engine allows is cut between two base writes, never inside one.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
+from connector_core.events import Record
+from connector_core.metrics import source_counter
+from sources.scylla_cdc.connection import connect
+from sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
+from sources.scylla_cdc.log_events import LogRow, batch_events, batches
+from sources.scylla_cdc.log_reader import LogTableReader, WindowTooLargeError
+from sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
+from sources.scylla_cdc.stream_id import StreamId
+
+__all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
+
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
+_MAX_TAIL = b"\xff" * 17  # sorts after every (time UUID, stream) pair of a microsecond
+Bound = tuple[int, bytes, bytes, int]
+
+
+class ScyllaCdcSourceConfig(PluginConfig):
+    hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1, description="contact points")
+    port: int = Field(default=9042, ge=1, le=65535)
+    username: str | None = Field(default=None, description="for PasswordAuthenticator; null: no authentication")
+    password: str | None = Field(default=None, description="use ${ENV_VAR} to keep it out of the file")
+    local_dc: str | None = Field(default=None, description="read from this datacenter's replicas first")
+    protocol_version: int = Field(default=4, ge=3, le=5, description="CQL protocol (ScyllaDB speaks 4)")
+    cluster: str = Field(default="scylla", description="the server name: topics are <cluster>.<keyspace>.<table>")
+    tables: list[str] = Field(min_length=1, description="base tables to follow, as keyspace.table (CDC enabled)")
+    start: str = Field(
+        default="earliest",
+        description="where partitions without a checkpoint start: earliest (all the log holds), latest "
+        "(now minus the confidence window, when the pipeline first starts), or an ISO-8601 time / epoch ms",
+    )
+    confidence_window_ms: int = Field(
+        default=30_000,
+        ge=1,
+        description="how old a change must be before it is read: covers replicas that have not applied "
+        "a write yet (at least the cluster's write timeout), client clock skew and the 5 s generation "
+        "leeway. 30 s is the default of scylla-cdc-java, scylla-cdc-go and the Kafka connector "
+        "(scylla.confidence.window.size) and scylla-cdc-rust's safety_interval. Latency is this plus "
+        "about poll_interval_ms: windows are read continuously up to now minus this",
+    )
+    cluster_write_timeout_ms: int = Field(
+        default=2_000,
+        ge=1,
+        description="the cluster's write_request_timeout_in_ms (ScyllaDB's default 2000): a write can "
+        "still land that long after its timestamp, so the confidence window must not be shorter",
+    )
+    window_ms: int = Field(
+        default=30_000,
+        ge=1,
+        description="the widest time span one query reads when catching up (ScyllaDB's consumers read "
+        "30 s windows: scylla.query.time.window.size, QueryTimeWindowSize; rust: 60 s); empty stretches "
+        "are skipped by probing for the next row, not window by window",
+    )
+    poll_interval_ms: int = Field(
+        default=1_000,
+        ge=1,
+        description="a partition is queried again once its watermark moved this much: one query per "
+        "partition per second; ScyllaDB's consumers sleep 10 s between polls (Go, rust)",
+    )
+    page_size: int = Field(
+        default=5_000,
+        ge=1,
+        description="rows per CQL page; 5000 is the drivers' default that the Kafka connector keeps "
+        "(scylla.query.options.fetch.size = 0)",
+    )
+    max_buffered_rows: int = Field(
+        default=50_000,
+        ge=1,
+        description="memory ceiling: rows one window may hold (ten pages); a fuller window is halved "
+        "until it fits, and one read cycle holds at most this many rows",
+    )
+    metadata_refresh_ms: int = Field(
+        default=5_000,
+        ge=1,
+        description="how often generations and tablet stream sets are re-read. A generation starts 2 x "
+        "ring_delay (60 s) after it is published, so it is known long before it operates; "
+        "scylla-cdc-go polls every 15 s",
+    )
+    consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = Field(
+        default="QUORUM", description="for log and description reads (the Kafka connector's default)"
+    )
+    generations_keyspace: str = Field(
+        default="system_distributed",
+        description="where cdc_generation_timestamps and cdc_streams_descriptions(_v2) are",
+    )
+    tablets_keyspace: str = Field(default="system", description="where cdc_timestamps, cdc_streams and cdc_local are")
+    tablet_streams_per_partition: int = Field(
+        default=16, ge=1, description="tablet keyspaces: streams opened together are read in groups of this size"
+    )
+    log_ttl_s: int | None = Field(
+        default=None,
+        ge=0,
+        description="the log's TTL (the table's cdc ttl option, 86400 by default): history older than it "
+        "holds nothing and is skipped; null: read it from system_schema.scylla_tables when there; 0: none",
+    )
+
+    @field_validator("tables")
+    @classmethod
+    def _qualified(cls, tables: list[str]) -> list[str]:
+        for name in tables:
+            if not _TABLE_NAME.match(name):
+                raise ValueError(f"{name!r} is not keyspace.table")
+        return tables
+
+    @field_validator("start")
+    @classmethod
+    def _start_format(cls, value: str) -> str:
+        _parse_start(value, 0)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ScyllaCdcSourceConfig:
+        if self.confidence_window_ms < self.cluster_write_timeout_ms:
+            raise ValueError(
+                f"confidence_window_ms ({self.confidence_window_ms}) is shorter than cluster_write_timeout_ms "
+                f"({self.cluster_write_timeout_ms}): a write could become visible after its window was read"
+            )
+        if self.max_buffered_rows < self.page_size:
+            raise ValueError(f"max_buffered_rows ({self.max_buffered_rows}) must hold a page ({self.page_size})")
+        return self
+
+
+def _parse_start(value: str, now_us: int) -> int | None:
+    """The first timestamp (µs) to read; None for earliest."""
+    if value == "earliest":
+        return None
+    if value == "latest":
+        return now_us
+    if value.isdigit():
+        return int(value) * 1000
+    try:
+        return datetime_to_micros(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError as exc:
+        raise ValueError(f"start must be earliest, latest, an ISO-8601 time or epoch ms, found {value!r}") from exc
+
+
+@dataclass(frozen=True)
+class _Stream:
+    stream: StreamId
+    opened_us: int
+    closed_us: int | None
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A partition: streams of one table read together."""
+
+    id: str
+    table: str  # keyspace.table
+    streams: tuple[_Stream, ...]
+    start_us: int
+    end_us: int | None  # exclusive; None while any stream may still get rows
+
+    def partition(self) -> Partition:
+        return Partition(
+            self.id, {"table": self.table, "streams": [s.stream.hex() for s in self.streams], "start_us": self.start_us}
+        )
+
+
+@dataclass(frozen=True)
+class _Position:
+    ts: int
+    after: tuple[bytes, bytes, int] | None = None  # (time UUID, stream, seq) of the last row read at ts
+
+    @classmethod
+    def of(cls, offset: Offset) -> _Position:
+        after = offset.get("after")
+        if after is None:
+            return cls(int(offset["ts"]))
+        import uuid
+
+        time_text, stream_hex, seq = after
+        return cls(int(offset["ts"]), (uuid.UUID(time_text).bytes, bytes.fromhex(stream_hex), int(seq)))
+
+    def offset(self) -> Offset:
+        if self.after is None:
+            return {"ts": self.ts}
+        import uuid
+
+        time_bytes, stream, seq = self.after
+        return {"ts": self.ts, "after": [str(uuid.UUID(bytes=time_bytes)), stream.hex(), seq]}
+
+    @property
+    def bound(self) -> Bound:
+        if self.after is None:
+            return (self.ts, _MAX_TAIL, b"", 0)
+        return (self.ts, *self.after)
+
+    @property
+    def query_after_us(self) -> int:
+        """The exclusive lower time bound of a query that must still see the rest of ``ts``."""
+        return self.ts if self.after is None else self.ts - 1
+
+
+def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bool:
+    """The row is inside its stream's ``[opened, closed)``: a copy logged in a stream outside its
+    lifetime (a write next to a stream-set change) is read from the other stream."""
+    bounds = lifetimes.get(row.stream)
+    if bounds is None:
+        return False
+    opened, closed = bounds
+    return opened <= row.ts_us and (closed is None or row.ts_us < closed)
+
+
+@dataclass
+class _Cache:
+    """What ``latest_offset`` read, for the ``read`` of the same range that follows it."""
+
+    partition: str
+    start: str
+    end: str
+    batches: list[list[LogRow]] = field(default_factory=list)
+
+
+class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
+    """``scylla_cdc``: changes from ScyllaDB CDC log tables, generation- and stream-aware."""
+
+    type_name = "scylla_cdc"
+    config_model = ScyllaCdcSourceConfig
+
+    def __init__(self, config: ScyllaCdcSourceConfig, context: PluginContext) -> None:
+        super().__init__(config, context)
+        self._cluster: Any = None
+        self._session: Any = None
+        self._profile: object = None
+        self._readers: dict[str, LogTableReader] = {}
+        self._generations: GenerationReader | None = None
+        self._tablets: TabletStreamReader | None = None
+        self._tablet_tables: set[str] = set()
+        self._groups: dict[str, _Group] = {}
+        self._listed: list[str] = []
+        self._closed_seen: dict[bytes, int] = {}  # cdc$closed_time read from a stream's rows
+        self._ttl_us: dict[str, int | None] = {}
+        self._metadata_at_us = 0  # metadata is complete up to here: read before this time
+        self._metadata_due = 0.0
+        self._start_us: int | None = None
+        self._spans: dict[str, int] = {}
+        self._cache: _Cache | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        config = self.config
+        try:
+            self._cluster, self._session, self._profile = connect(
+                config.hosts,
+                config.port,
+                consistency=config.consistency,
+                username=config.username,
+                password=config.password,
+                local_dc=config.local_dc,
+                protocol_version=config.protocol_version,
+            )
+        except Exception as exc:
+            raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
+        self._generations = GenerationReader(
+            self._session, config.generations_keyspace, config.tablets_keyspace, self._profile
+        )
+        self._tablets = TabletStreamReader(self._session, config.tablets_keyspace, self._profile)
+        for name in config.tables:
+            keyspace, table = name.split(".")
+            self._readers[name] = LogTableReader(
+                self._cluster, self._session, self._profile, config.cluster, keyspace, table, config.page_size
+            )
+            self._ttl_us[name] = self._log_ttl_us(keyspace, table)
+            if self._tablets.newest_timestamp(keyspace, table) is not None:
+                self._tablet_tables.add(name)
+        if len(self._tablet_tables) < len(config.tables) and self._generations.detect_layout() is None:
+            raise MetadataTablesMissingError(config.generations_keyspace, ["cdc_generation_timestamps"])
+        self._start_us = _parse_start(config.start, self._now_us() - config.confidence_window_ms * 1000)
+        self._refresh_metadata()
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+
+    @staticmethod
+    def _now_us() -> int:
+        return time.time_ns() // 1000
+
+    def _log_ttl_us(self, keyspace: str, table: str) -> int | None:
+        if self.config.log_ttl_s is not None:
+            return self.config.log_ttl_s * 1_000_000 or None
+        try:
+            rows = self._session.execute(
+                "SELECT cdc FROM system_schema.scylla_tables WHERE keyspace_name = %s AND table_name = %s",
+                (keyspace, table),
+                execution_profile=self._profile,
+            )
+        except Exception:
+            return None  # not ScyllaDB: nothing says how long the log keeps rows
+        for (options,) in rows:
+            if options and int(options.get("ttl", 0)) > 0:
+                return int(options["ttl"]) * 1_000_000
+        return None
+
+    # --- metadata ----------------------------------------------------------------------------
+
+    def _refresh_metadata_if_due(self) -> None:
+        if time.monotonic() >= self._metadata_due:
+            self._refresh_metadata()
+
+    def _refresh_metadata(self) -> None:
+        """Re-read generations and stream sets and rebuild the groups; everything published before
+        this call started is in them, so reads may go up to that moment."""
+        assert self._generations is not None and self._tablets is not None
+        started_us = self._now_us()
+        groups: dict[str, _Group] = {}
+        vnode_tables = [t for t in self.config.tables if t not in self._tablet_tables]
+        if vnode_tables:
+            generations = self._generations.generations()
+            for index, generation in enumerate(generations):
+                end = generations[index + 1].timestamp_us if index + 1 < len(generations) else None
+                for table in vnode_tables:
+                    for stream_range in generation.ranges:
+                        group_id = f"{table}/g{generation.timestamp_us // 1000}/{stream_range.key}"
+                        streams = tuple(_Stream(s, generation.timestamp_us, end) for s in stream_range.streams)
+                        groups[group_id] = _Group(group_id, table, streams, generation.timestamp_us, end)
+        for table in sorted(self._tablet_tables):
+            keyspace, name = table.split(".")
+            history = self._tablets.history(keyspace, name)
+            if history is not None:
+                lifetimes = [(life.stream, life.opened_us, life.closed_us) for life in history.lifetimes()]
+                groups.update(self._tablet_groups(table, lifetimes))
+        self._groups.update(groups)
+        self._listed = list(groups)
+        self._metadata_at_us = started_us
+        self._metadata_due = time.monotonic() + self.config.metadata_refresh_ms / 1000
+
+    def _tablet_groups(self, table: str, lifetimes: Sequence[tuple[StreamId, int, int | None]]) -> dict[str, _Group]:
+        by_opening: dict[int, list[_Stream]] = {}
+        for stream, opened, closed in lifetimes:
+            by_opening.setdefault(opened, []).append(_Stream(stream, opened, self._closed_bound(stream, closed)))
+        groups = {}
+        size = self.config.tablet_streams_per_partition
+        for opened, streams in sorted(by_opening.items()):
+            streams.sort(key=lambda s: (s.stream.token, s.stream.raw))
+            for number, first in enumerate(range(0, len(streams), size)):
+                chunk = tuple(streams[first : first + size])
+                ends = [s.closed_us for s in chunk]
+                end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+                group_id = f"{table}/t{opened // 1000}/{number}"
+                groups[group_id] = _Group(group_id, table, chunk, opened, end)
+        return groups
+
+    def _closed_bound(self, stream: StreamId, closed: int | None) -> int | None:
+        seen = self._closed_seen.get(stream.raw)
+        if seen is None:
+            return closed
+        return seen if closed is None else min(seen, closed)
+
+    def _note_closed_times(self, group: _Group, rows: Sequence[LogRow]) -> _Group:
+        """``cdc$closed_time`` in a stream's rows closes it even before the metadata shows it."""
+        changed = False
+        for row in rows:
+            if row.closed_time_us is not None and self._closed_seen.get(row.stream) != row.closed_time_us:
+                self._closed_seen[row.stream] = row.closed_time_us
+                changed = True
+        if not changed:
+            return group
+        streams = tuple(
+            _Stream(s.stream, s.opened_us, self._closed_bound(s.stream, s.closed_us)) for s in group.streams
+        )
+        ends = [s.closed_us for s in streams]
+        end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+        updated = _Group(group.id, group.table, streams, group.start_us, end)
+        self._groups[group.id] = updated
+        self._metadata_due = 0.0  # a stream closed: learn its successors now
+        return updated
+
+    # --- partitions and offsets --------------------------------------------------------------
+
+    def partitions(self) -> Sequence[Partition]:
+        self._refresh_metadata_if_due()
+        now = self._now_us()
+        listed = []
+        for group_id in self._listed:
+            group = self._groups[group_id]
+            if group.end_us is not None and self._expired_before(group.table, now) >= group.end_us:
+                continue  # its rows expired: nothing left to read
+            listed.append(group.partition())
+        return listed
+
+    def _group(self, partition: Partition) -> _Group:
+        group = self._groups.get(partition.id)
+        if group is None:
+            self._refresh_metadata()
+            group = self._groups.get(partition.id)
+        if group is None:
+            raise CdcMetadataUnavailableError(f"partition {partition.id} is not in the CDC metadata (yet)")
+        return group
+
+    def _expired_before(self, table: str, now_us: int) -> int:
+        ttl = self._ttl_us.get(table)
+        return now_us - ttl if ttl is not None else -(1 << 62)
+
+    def initial_offset(self, partition: Partition) -> Offset:
+        group = self._group(partition)
+        begin = group.start_us
+        if self._start_us is not None:
+            begin = max(begin, self._start_us)
+        if group.end_us is not None:
+            begin = min(begin, group.end_us)
+        return {"ts": begin - 1}
+
+    def watermark(self, partition: Partition, offset: Offset) -> int | None:
+        position = _Position.of(offset)
+        return position.ts if position.after is not None else position.ts + 1
+
+    def is_finished(self, partition: Partition, offset: Offset) -> bool:
+        group = self._group(partition)
+        if group.end_us is None:
+            return False
+        position = _Position.of(offset)
+        if position.after is None and position.ts >= group.end_us - 1:
+            return True
+        return self._expired_before(group.table, self._now_us()) >= group.end_us
+
+    def _upper(self, group: _Group) -> tuple[int, bool]:
+        """How far the group may be read now, and whether that is its end (not the live edge)."""
+        live = min(self._now_us() - self.config.confidence_window_ms * 1000, self._metadata_at_us)
+        if group.end_us is not None and group.end_us - 1 <= live:
+            return group.end_us - 1, True
+        return live, False
+
+    def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        self._refresh_metadata_if_due()
+        group = self._group(partition)
+        if self.is_finished(partition, start):
+            return start
+        position = _Position.of(start)
+        upper, at_end = self._upper(group)
+        floor = self._expired_before(group.table, self._now_us()) - 1
+        if position.after is None and position.ts < min(floor, upper):
+            position = _Position(min(floor, upper))  # rows older than the TTL are gone: skip them
+        elif position.after is None:
+            if position.ts >= upper:
+                return start
+            if not at_end and upper - position.ts < self.config.poll_interval_ms * 1000:
+                return start  # let the watermark move a poll interval before querying again
+        budget = min(max_records or self.config.max_buffered_rows, self.config.max_buffered_rows)
+        kept: list[list[LogRow]] = []
+        count = 0
+        end = position
+        for batch, reached in self._batches(group, position, _Position(upper)):
+            end = reached
+            if batch is not None:
+                kept.append(batch)
+                count += len(batch)
+                if count >= budget:
+                    break
+        self._cache = _Cache(partition.id, offset_key(start), offset_key(end.offset()), kept)
+        return end.offset()
+
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        now_ms = time.time_ns() // 1_000_000
+        cache = self._cache
+        if cache is not None and (cache.partition, cache.start, cache.end) == (
+            partition.id,
+            offset_key(start),
+            offset_key(end),
+        ):
+            self._cache = None
+            found: Iterator[list[LogRow]] = iter(cache.batches)
+        else:
+            group = self._group(partition)
+            found = (b for b, _ in self._batches(group, _Position.of(start), _Position.of(end)) if b is not None)
+        reader = self._readers[self._group(partition).table]
+        for batch in found:
+            yield from batch_events(reader.layout, batch, partition.id, now_ms)
+
+    # --- reading windows ---------------------------------------------------------------------
+
+    def _batches(
+        self, group: _Group, start: _Position, end: _Position
+    ) -> Iterator[tuple[list[LogRow] | None, _Position]]:
+        """The base writes of ``group`` in ``(start, end]`` in read order, each with the position
+        it completes, and ``(None, position)`` each time a window or an empty stretch is crossed."""
+        reader = self._readers[group.table]
+        position = start
+        while position.bound < end.bound:
+            after_us = position.query_after_us
+            lifetimes = self._lifetimes(group, after_us, end.ts)
+            if not lifetimes:
+                break  # every stream closed before this: nothing more can come
+            streams = list(lifetimes)
+            rows, up_to = self._window(group, reader, streams, after_us, end.ts)
+            if rows:
+                group = self._note_closed_times(group, rows)
+                lifetimes = self._lifetimes(group, after_us, end.ts)
+            kept = sorted(
+                (r for r in rows if position.bound < r.sort_key <= end.bound and _alive(lifetimes, r)),
+                key=lambda r: r.sort_key,
+            )
+            for batch in batches(kept):
+                last = batch[-1]
+                yield batch, _Position(last.ts_us, (last.time.bytes, last.stream, last.seq))
+            if up_to >= end.ts:
+                break
+            position = _Position(up_to)
+            yield None, position
+            if not rows:  # an empty window: jump straight to the next row, however far
+                self._counted("probe")
+                following = reader.first_time_after(streams, up_to, end.ts)
+                if following is None:
+                    break
+                position = _Position(following - 1)
+                yield None, position
+        yield None, end
+
+    @staticmethod
+    def _lifetimes(group: _Group, after_us: int, up_to_us: int) -> dict[bytes, tuple[int, int | None]]:
+        """The streams that may hold rows in ``(after_us, up_to_us]``, with their ``[opened, closed)``."""
+        return {
+            s.stream.raw: (s.opened_us, s.closed_us)
+            for s in group.streams
+            if s.opened_us <= up_to_us and (s.closed_us is None or s.closed_us > after_us + 1)
+        }
+
+    def _window(
+        self, group: _Group, reader: LogTableReader, streams: list[bytes], after_us: int, limit_us: int
+    ) -> tuple[list[LogRow], int]:
+        """Rows of one window starting after ``after_us``: as wide as the group's last good span,
+        halved while it holds more than ``max_buffered_rows``."""
+        widest = self.config.window_ms * 1000
+        span = self._spans.get(group.id, widest)
+        while True:
+            up_to = min(after_us + span, limit_us)
+            try:
+                rows = reader.window(streams, after_us, up_to, self.config.max_buffered_rows if span > 1 else None)
+            except WindowTooLargeError:
+                span = max(1, (up_to - after_us) // 2)
+                self._counted("window_split")
+                continue
+            # A window far from full may widen again, up to window_ms.
+            self._spans[group.id] = min(widest, span * 2) if len(rows) < self.config.max_buffered_rows // 4 else span
+            return rows, up_to
+
+    def _counted(self, what: str) -> None:
+        source_counter(self.context.pipeline, what).inc()
+
+    def commit(self, offsets: Mapping[str, Offset]) -> None:
+        """Nothing to move: the log keeps rows for their TTL whatever consumers did."""

@@ -1,0 +1,206 @@
+"""Log rows to change events, on the examples of ScyllaDB's CDC documentation; and the source's
+config rules."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from connector_core.contract import Rejected
+from connector_core.events import ChangeEvent, Op
+from sources.cassandra_commitlog.cqltypes import build_type
+from sources.scylla_cdc.exceptions import LogRowError
+from sources.scylla_cdc.log_events import LogLayout, LogRow, batch_events, batches
+from sources.scylla_cdc.source import ScyllaCdcSourceConfig
+from sources.scylla_cdc.timeuuids import micros_of
+
+STREAM = bytes.fromhex("7ffe0c687fcce86e0783343730000001")
+TIME = uuid.UUID("84d18fd6-3eea-11eb-81e4-bb608d1b47fc")
+
+
+def layout(**columns: str) -> LogLayout:
+    """``pk int, ck int`` and the given columns, with their log types (and cdc$deleted_* flags)."""
+    types = {"pk": "int", "ck": "int", **columns}
+    for name in columns:
+        if not name.startswith("cdc$"):
+            types[f"cdc$deleted_{name}"] = "boolean"
+    return LogLayout(
+        "scy",
+        "ks",
+        "t",
+        ("pk",),
+        ("ck",),
+        tuple(sorted(n for n in columns if not n.startswith("cdc$"))),
+        {name: build_type(text, {"ut": (["a", "b", "c"], ["int", "int", "int"])}) for name, text in types.items()},
+    )
+
+
+def row(seq: int, operation: int, ttl: int | None = None, time: uuid.UUID = TIME, **values: Any) -> LogRow:
+    return LogRow(STREAM, time, micros_of(time), seq, operation, ttl, None, None, values)
+
+
+def events(table: LogLayout, rows: list[LogRow]) -> list[ChangeEvent]:
+    found = list(batch_events(table, rows, "p", 0))
+    assert all(isinstance(e, ChangeEvent) for e in found), found
+    return [e for e in found if isinstance(e, ChangeEvent)]
+
+
+def test_a_pre_image_becomes_before_and_the_delta_after() -> None:
+    # cdc-preimages: a pre-image row (operation 0) then the update's delta (operation 1).
+    table = layout(v1="int", v2="frozen<map<int, int>>")
+    [event] = events(table, [row(0, 0, pk=0, ck=0, v2={1: 1, 2: 2}), row(1, 1, pk=0, ck=0, v2={2: 3, 3: 4})])
+    assert event.op is Op.UPDATE
+    assert event.key == {"pk": 0, "ck": 0}
+    assert event.before == {"pk": 0, "ck": 0, "v2": {1: 1, 2: 2}}
+    assert event.after == {"pk": 0, "ck": 0, "v2": {2: 3, 3: 4}}  # the delta: v1 was not touched
+    assert event.source.ts_us == micros_of(TIME)
+    assert json.loads(event.source.to_payload()["position"]) == {"seq": 1, "stream": STREAM.hex(), "time": str(TIME)}
+
+
+def test_a_post_image_is_the_whole_row_after_the_write() -> None:
+    table = layout(v1="int", v2="int")
+    [event] = events(table, [row(0, 2, pk=1, ck=2, v1=5), row(1, 9, pk=1, ck=2, v1=5, v2=7)])
+    assert event.op is Op.CREATE
+    assert event.before is None
+    assert event.after == {"pk": 1, "ck": 2, "v1": 5, "v2": 7}
+
+
+def test_images_are_matched_to_the_delta_of_their_own_row() -> None:
+    # A batch writing two rows of one partition: all pre-images, then deltas, then post-images.
+    table = layout(v="int")
+    rows = [
+        row(0, 0, pk=0, ck=1, v=10),
+        row(1, 0, pk=0, ck=2, v=20),
+        row(2, 1, pk=0, ck=2, v=21),
+        row(3, 1, pk=0, ck=1, v=11),
+        row(4, 9, pk=0, ck=2, v=21),
+        row(5, 9, pk=0, ck=1, v=11),
+    ]
+    first, second = events(table, rows)
+    assert (first.key, first.before, first.after) == (
+        {"pk": 0, "ck": 2},
+        {"pk": 0, "ck": 2, "v": 20},
+        {"pk": 0, "ck": 2, "v": 21},
+    )
+    assert (second.key, second.before, second.after) == (
+        {"pk": 0, "ck": 1},
+        {"pk": 0, "ck": 1, "v": 10},
+        {"pk": 0, "ck": 1, "v": 11},
+    )
+
+
+def test_a_column_set_to_null_is_none_and_untouched_columns_are_absent() -> None:
+    table = layout(a="int", b="int", c="int")
+    [event] = events(table, [row(0, 1, pk=0, ck=0, a=3, **{"cdc$deleted_b": True})])
+    assert event.after == {"pk": 0, "ck": 0, "a": 3, "b": None}
+
+
+def test_ttl_splits_dead_and_live_cells_into_two_deltas_as_documented() -> None:
+    # cdc-log-table: UPDATE ... USING TTL 5 SET a = 0, b = null gives two rows in one batch.
+    table = layout(a="int", b="int")
+    dead, live = events(table, [row(0, 1, pk=0, ck=0, **{"cdc$deleted_b": True}), row(1, 1, 5, pk=0, ck=0, a=0)])
+    assert dead.after == {"pk": 0, "ck": 0, "b": None} and dead.headers is None
+    assert live.after == {"pk": 0, "ck": 0, "a": 0}
+    assert live.headers == {"cdc.ttl": json.dumps({"a": 5})}
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "expected"),
+    [
+        # cdc-row-range-deletions: DELETE ... WHERE pk = 0 AND ck <= 2 AND ck > 0
+        ((6, 0), (7, 2), {"start": {"ck": 0}, "start_inclusive": False, "end": {"ck": 2}, "end_inclusive": True}),
+        # ... AND ck < 3: the left bound is unbounded (null clustering value, operation 5)
+        ((5, None), (8, 3), {"start": {}, "start_inclusive": True, "end": {"ck": 3}, "end_inclusive": False}),
+    ],
+)
+def test_a_range_deletion_is_one_delete_event_with_its_bounds(
+    left: tuple[int, int | None], right: tuple[int, int], expected: dict[str, Any]
+) -> None:
+    table = layout(v="int")
+    [event] = events(table, [row(0, left[0], pk=0, ck=left[1]), row(1, right[0], pk=0, ck=right[1])])
+    assert (event.op, event.key, event.after) == (Op.DELETE, {"pk": 0}, None)
+    assert event.headers is not None
+    assert event.headers["cdc.deletion"] == "range"
+    assert json.loads(event.headers["cdc.range"]) == expected
+
+
+def test_row_and_partition_deletions_are_delete_events() -> None:
+    table = layout(v="int")
+    row_delete, partition_delete = events(table, [row(0, 3, pk=0, ck=4)]) + events(table, [row(0, 4, pk=9)])
+    assert (row_delete.op, row_delete.key, row_delete.headers) == (
+        Op.DELETE,
+        {"pk": 0, "ck": 4},
+        {"cdc.deletion": "row"},
+    )
+    assert (partition_delete.key, partition_delete.headers) == ({"pk": 9}, {"cdc.deletion": "partition"})
+
+
+def test_collections_overwritten_and_elements_removed() -> None:
+    # cdc-advanced-types: overwriting a map sets the value and cdc$deleted_v; removing keys fills
+    # cdc$deleted_elements_v.
+    table = layout(v="frozen<map<int, text>>", **{"cdc$deleted_elements_v": "frozen<set<int>>"})
+    overwritten, removed = events(
+        table, [row(0, 1, pk=0, ck=0, v={1: "v1", 2: "v2"}, **{"cdc$deleted_v": True})]
+    ) + events(table, [row(0, 1, pk=0, ck=0, **{"cdc$deleted_elements_v": {3, 1, 2}})])
+    assert overwritten.after == {"pk": 0, "ck": 0, "v": {1: "v1", 2: "v2"}}
+    assert overwritten.headers == {"cdc.replaced": '["v"]'}
+    assert removed.after == {"pk": 0, "ck": 0}
+    assert removed.headers == {"cdc.removed": json.dumps({"v": [1, 2, 3]})}
+
+
+def test_list_elements_are_keyed_by_timeuuid_and_udt_fields_by_index() -> None:
+    key = uuid.UUID("cc5baec0-2fec-11eb-af55-000000000001")
+    table = layout(
+        l="frozen<map<timeuuid, int>>",
+        u="frozen<ut>",
+        **{"cdc$deleted_elements_l": "frozen<set<timeuuid>>", "cdc$deleted_elements_u": "frozen<set<smallint>>"},
+    )
+    [added] = events(table, [row(0, 1, pk=0, ck=0, l={key: 1})])
+    assert added.after == {"pk": 0, "ck": 0, "l": {str(key): 1}}
+    [removed] = events(
+        table, [row(0, 1, pk=0, ck=0, **{"cdc$deleted_elements_l": {key}, "cdc$deleted_elements_u": {2, 0}})]
+    )
+    assert removed.headers == {"cdc.removed": json.dumps({"l": [str(key)], "u": [0, 2]}, sort_keys=True)}
+
+
+def test_unknown_operations_and_images_without_a_delta_are_rejected_not_dropped() -> None:
+    table = layout(v="int")
+    found = list(batch_events(table, [row(0, 11, pk=0, ck=0, v=1), row(1, 9, pk=0, ck=5, v=2)], "p", 0))
+    rejected = [r for r in found if isinstance(r, Rejected)]
+    assert len(found) == len(rejected) == 2
+    assert all(r.stage == "source" and isinstance(r.error, LogRowError) for r in rejected)
+    assert "unknown cdc$operation 11" in str(rejected[0].error)
+    assert "post-image with no delta" in str(rejected[1].error)
+    assert rejected[1].record.after == {"pk": 0, "ck": 5, "v": 2}  # type: ignore[union-attr]
+
+
+def test_rows_are_cut_into_base_writes_by_stream_and_time() -> None:
+    other_time = uuid.UUID("84d2059c-3eea-11eb-f572-692d1e15a146")
+    rows = [row(0, 2), row(1, 2), row(0, 2, time=other_time)]
+    rows.append(LogRow(b"\x01" * 16, other_time, micros_of(other_time), 0, 2, None, None, None, {}))
+    assert [len(b) for b in batches(rows)] == [2, 1, 1]
+
+
+def config(**fields: Any) -> ScyllaCdcSourceConfig:
+    return ScyllaCdcSourceConfig.model_validate({"type": "scylla_cdc", "tables": ["ks.t"], **fields})
+
+
+def test_the_confidence_window_cannot_be_shorter_than_the_write_timeout() -> None:
+    with pytest.raises(ValidationError, match="shorter than cluster_write_timeout_ms"):
+        config(confidence_window_ms=1000)
+    assert config(confidence_window_ms=1000, cluster_write_timeout_ms=500).confidence_window_ms == 1000
+
+
+@pytest.mark.parametrize("start", ["earliest", "latest", "2024-05-01T10:00:00Z", "1714557600000"])
+def test_start_accepts_earliest_latest_a_time_or_epoch_ms(start: str) -> None:
+    assert config(start=start).start == start
+
+
+@pytest.mark.parametrize(("field", "value"), [("start", "yesterday"), ("tables", ["no_keyspace"])])
+def test_bad_fields_are_named(field: str, value: Any) -> None:
+    with pytest.raises(ValidationError, match=field):
+        config(**{field: value})
