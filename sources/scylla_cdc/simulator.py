@@ -542,6 +542,16 @@ class ScyllaCdcWriter:
             prepared = self._prepared[query] = self.session.prepare(query)
         return prepared
 
+    def partition_key_names(self, table: str) -> list[str]:
+        return [n for n, _ in self._tables[table].partition_key]
+
+    def value_columns(self, table: str) -> list[str]:
+        """The table's non-key columns, in the order they were added."""
+        return list(self._tables[table].columns)
+
+    def logs_post_images(self, table: str) -> bool:
+        return self._tables[table].postimage
+
     def token_of(self, table: str, partition_key: Mapping[str, Any]) -> int:
         """The Murmur3 token of a partition key, from the bytes the driver routes the key by."""
         spec = self._tables[table]

@@ -1,0 +1,231 @@
+"""ScyllaDB's CDC on the real Cassandra node: the writer from the seed, what it wrote, what arrived.
+
+ScyllaDB cannot run here. :class:`ScyllaCdcWriter` writes ScyllaDB's CDC metadata and log tables
+into keyspaces of the real node; :class:`Expectations` records every base write with the stream
+the design puts it in, so a test can check that each one reached Kafka with its content, op and
+stream, in per-stream order.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
+from tests.integration.kafka_helpers import read_topics, start_worker, topics_with_prefix
+
+
+@pytest.fixture
+def scylla_writer(cassandra_session: Any, keyspace: str) -> Iterator[ScyllaCdcWriter]:
+    """A writer whose simulated system keyspaces are named after the test's keyspace, with a short
+    ring delay (a joining node's generation starts 2 s later) and a 2 s generation leeway."""
+    writer = ScyllaCdcWriter(
+        cassandra_session,
+        SimulatedKeyspaces.prefixed(keyspace),
+        shards=4,
+        ring_delay_s=1.0,
+        generation_leeway_us=2_000_000,
+        seed=hash(keyspace) & 0xFFFF,
+    )
+    writer.create_metadata_tables()
+    yield writer
+    writer.drop_keyspaces()
+
+
+def source_section(writer: ScyllaCdcWriter, tables: list[str], **overrides: Any) -> dict[str, Any]:
+    section: dict[str, Any] = {
+        "type": "scylla_cdc",
+        "hosts": ["127.0.0.1"],
+        "cluster": "scy",
+        "tables": tables,
+        "confidence_window_ms": 3000,
+        "cluster_write_timeout_ms": 1000,
+        "poll_interval_ms": 200,
+        "metadata_refresh_ms": 300,
+        "generations_keyspace": writer.keyspaces.distributed,
+        "tablets_keyspace": writer.keyspaces.local,
+    }
+    section.update(overrides)
+    return section
+
+
+def pipeline(folder: Path, prefix: str, bootstrap: str, source: dict[str, Any], engine: str = "") -> Path:
+    """A worker pipeline into the real Kafka, topics ``<prefix>.<keyspace>.<table>``."""
+    file = folder / "scylla.yaml"
+    file.write_text(
+        f"name: scylla-{prefix}\n"
+        f"source: {json.dumps({**source, 'cluster': prefix})}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: 10}}\n"
+        "checkpoint: {type: file, path: ckpt, interval_ms: 300}\n"
+        f"engine: {{partition_refresh_ms: 500, poll_interval_ms: 100{engine}}}\n"
+    )
+    return file
+
+
+def start_logged(file: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """``cdcflow run`` whose log lines collect in the returned list."""
+    process = start_worker(file)
+    lines: list[str] = []
+
+    def collect() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            lines.append(raw.decode(errors="replace"))
+
+    threading.Thread(target=collect, daemon=True).start()
+    return process, lines
+
+
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, process: subprocess.Popen[bytes] | None
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the worker exited with {process.returncode} before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class Arrived:
+    """One event as Kafka holds it."""
+
+    topic: str
+    kafka_partition: int
+    offset: int
+    table: str
+    op: str
+    key: dict[str, Any]
+    after: dict[str, Any] | None
+    before: dict[str, Any] | None
+    ts_us: int
+    stream: str
+    source_partition: str
+    headers: dict[str, bytes]
+
+    @property
+    def identity(self) -> tuple[str, str, int, str]:
+        return (self.table, json.dumps(self.key, sort_keys=True), self.ts_us, self.op)
+
+
+def arrived(bootstrap: str, prefix: str) -> list[Arrived]:
+    found = []
+    for record in read_topics(bootstrap, topics_with_prefix(bootstrap, prefix + ".")):
+        if record.value is None:
+            continue
+        payload = json.loads(record.value)["payload"]
+        source = payload["source"]
+        position = json.loads(source["position"])
+        key = json.loads(record.key)["payload"] if record.key else {}
+        found.append(
+            Arrived(
+                record.topic,
+                record.partition,
+                record.offset,
+                source["table"],
+                payload["op"],
+                key,
+                payload["after"],
+                payload["before"],
+                source["ts_us"],
+                position["stream"],
+                source["partition"],
+                record.headers,
+            )
+        )
+    return found
+
+
+@dataclass
+class Expectations:
+    """Every base write made through :meth:`write`, with its stream and the event it must become."""
+
+    writer: ScyllaCdcWriter
+    written: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def write(
+        self,
+        table: str,
+        op: str,
+        key: dict[str, Any],
+        values: dict[str, Any] | None = None,
+        timestamp_us: int | None = None,
+    ) -> int:
+        """``op``: c (insert key + values), u (update values), d (row delete)."""
+        if op == "c":
+            stamp = self.writer.insert(table, {**key, **(values or {})}, timestamp_us=timestamp_us)
+        elif op == "u":
+            stamp = self.writer.update(table, key, values or {}, timestamp_us=timestamp_us)
+        else:
+            stamp = self.writer.delete_row(table, key, timestamp_us=timestamp_us)
+        partition_key = {n: key[n] for n in self.writer.partition_key_names(table)}
+        token = self.writer.token_of(table, partition_key)
+        streams = [s.hex() for s in self.writer.streams_for(table, stamp, token)]
+        after = None if op == "d" else {**key, **(values or {})}
+        if after is not None and self.writer.logs_post_images(table):
+            # the post-image is the whole row (the tests insert fresh rows: absent columns are null)
+            after = {**dict.fromkeys(self.writer.value_columns(table)), **after}
+        with self.lock:
+            self.written.append(
+                {"table": table, "op": op, "key": key, "after": after, "ts_us": stamp, "streams": streams}
+            )
+        return stamp
+
+    def identities(self) -> set[tuple[str, str, int, str]]:
+        with self.lock:
+            return {
+                (w["table"].split(".")[1], json.dumps(w["key"], sort_keys=True), w["ts_us"], w["op"])
+                for w in self.written
+            }
+
+    def missing(self, events: list[Arrived]) -> set[tuple[str, str, int, str]]:
+        return self.identities() - {e.identity for e in events}
+
+    def check(self, events: list[Arrived], exactly_once: bool = False) -> None:
+        """Every write arrived with its op, content and stream; per key, first arrivals keep write
+        order; with ``exactly_once`` (no crash) nothing arrived twice."""
+        assert not self.missing(events), f"{len(self.missing(events))} writes never arrived"
+        by_identity: dict[tuple[str, str, int, str], list[Arrived]] = defaultdict(list)
+        for event in events:
+            by_identity[event.identity].append(event)
+        with self.lock:
+            written = list(self.written)
+        for write in written:
+            identity = (
+                write["table"].split(".")[1],
+                json.dumps(write["key"], sort_keys=True),
+                write["ts_us"],
+                write["op"],
+            )
+            first = by_identity[identity][0]
+            assert first.after == write["after"], (write, first)
+            assert first.stream == write["streams"][0] or first.stream in write["streams"], (write, first)
+            if exactly_once:
+                assert len(by_identity[identity]) == 1, f"{identity} arrived {len(by_identity[identity])} times"
+        assert_first_arrivals_in_write_order(events)
+
+
+def assert_first_arrivals_in_write_order(events: list[Arrived]) -> None:
+    """Within a Kafka partition, a key's events first arrive in the order of their timestamps
+    (a replay after a crash repeats older events after newer ones: those are not first arrivals)."""
+    seen: set[tuple[str, str, int, str]] = set()
+    last: dict[tuple[str, int, str], int] = {}
+    for event in sorted(events, key=lambda e: (e.topic, e.kafka_partition, e.offset)):
+        if event.identity in seen:
+            continue
+        seen.add(event.identity)
+        where = (event.topic, event.kafka_partition, json.dumps(event.key, sort_keys=True))
+        assert event.ts_us >= last.get(where, -1), f"{where} went back to {event.ts_us} from {last[where]}"
+        last[where] = event.ts_us
