@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import grpc
 
 from sources.tikv_rawkv.client.codec import KeyCodec, decode_memcomparable
-from sources.tikv_rawkv.client.pd import PDClient, RegionInfo
+from sources.tikv_rawkv.client.pd import PDClient, RegionInfo, serialize_message
 from sources.tikv_rawkv.client.proto import cdcpb_pb2
 from sources.tikv_rawkv.client.regions import RegionCache
 from sources.tikv_rawkv.exceptions import TiKVClientError
@@ -71,7 +71,7 @@ class _StoreStream:
         self.alive = True
         method = channel.stream_stream(
             "/cdcpb.ChangeData/EventFeed",
-            request_serializer=lambda m: m.SerializeToString(),
+            request_serializer=serialize_message,
             response_deserializer=cdcpb_pb2.ChangeDataEvent.FromString,
         )
         self.call = method(self._outgoing())

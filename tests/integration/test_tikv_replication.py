@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sources.tikv_rawkv.client.codec import encode_memcomparable
 from tests.integration.tikv_helpers import (
     REAL_DOWNSTREAM,
     REAL_UPSTREAM,
@@ -50,15 +51,17 @@ def test_100k_random_writes_with_splits_and_a_leader_change_replicate_in_order(
     batches = random_batches(random.Random(6), start, keys=20_000, writes=100_000, batch_size=1000)
     worker = start_worker(file)
     try:
+        if upstream.standin is not None:  # region changes must happen while the feed is subscribed
+            wait_until(lambda: upstream.control("feed_subscriptions") >= 4, 60, "the worker to subscribe")
         for number, batch in enumerate(batches):
             apply_batch(upstream.kv, batch)
             if number == 30 and upstream.standin is not None:
                 upstream.split(start + b"k002500")
                 upstream.split(start + b"k012500")
             if number == 60 and upstream.standin is not None:
-                regions = upstream.control("regions")
-                moved = next(r for r in regions if r["leader_store"] == 1)
-                upstream.control("transfer_leader", region_id=moved["id"], store_id=2)
+                boundary = encode_memcomparable(b"r\x00\x00\x00" + start + b"k010000").hex()
+                moved = next(r for r in upstream.control("regions") if r["start"] == boundary)
+                upstream.control("transfer_leader", region_id=moved["id"], store_id=moved["leader_store"] % 3 + 1)
         wait_until(lambda: _converged(upstream, downstream, start, end), 120, "downstream to equal upstream")
     finally:
         log = stop_worker(worker, file)

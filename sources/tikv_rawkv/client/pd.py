@@ -15,7 +15,7 @@ from sources.tikv_rawkv.client.codec import compose_ts
 from sources.tikv_rawkv.client.proto import metapb_pb2, pdpb_pb2
 from sources.tikv_rawkv.exceptions import PDError, TiKVUnavailableError
 
-__all__ = ["PDClient", "RegionInfo", "grpc_channel", "strip_scheme"]
+__all__ = ["PDClient", "RegionInfo", "grpc_channel", "serialize_message", "strip_scheme"]
 
 log = logging.getLogger("cdcflow.tikv.pd")
 
@@ -125,7 +125,7 @@ class PDClient:
     def _unary(self, channel: grpc.Channel, method: str, request: Message, response_type: type[ResponseT]) -> ResponseT:
         call = channel.unary_unary(
             f"/pdpb.PD/{method}",
-            request_serializer=_serialize,
+            request_serializer=serialize_message,
             response_deserializer=response_type.FromString,
         )
         response: ResponseT = call(request, timeout=self.timeout_s)
@@ -160,7 +160,7 @@ class PDClient:
         channel = self._channel
         assert channel is not None
         stream = channel.stream_stream(
-            "/pdpb.PD/Tso", request_serializer=_serialize, response_deserializer=pdpb_pb2.TsoResponse.FromString
+            "/pdpb.PD/Tso", request_serializer=serialize_message, response_deserializer=pdpb_pb2.TsoResponse.FromString
         )
         request = pdpb_pb2.TsoRequest(header=pdpb_pb2.RequestHeader(cluster_id=self.cluster_id), count=1)
         try:
@@ -272,7 +272,8 @@ class PDClient:
         return pdpb_pb2.RequestHeader(cluster_id=self.cluster_id)
 
 
-def _serialize(message: Message) -> bytes:
+def serialize_message(message: Message) -> bytes:
+    """The gRPC request serializer of every cdcflow TiKV call."""
     return message.SerializeToString()
 
 

@@ -20,7 +20,7 @@ from connector_core.config import RetryConfig
 from connector_core.errors import RetriesExhaustedError
 from connector_core.retry import Backoff
 from sources.tikv_rawkv.client.codec import KeyCodec, decode_memcomparable
-from sources.tikv_rawkv.client.pd import PDClient, RegionInfo
+from sources.tikv_rawkv.client.pd import PDClient, RegionInfo, serialize_message
 from sources.tikv_rawkv.client.proto import errorpb_pb2, kvrpcpb_pb2
 from sources.tikv_rawkv.client.regions import RegionCache
 from sources.tikv_rawkv.exceptions import RegionErrorsExhaustedError, TiKVServerError, TiKVUnavailableError
@@ -296,7 +296,7 @@ class RawKVClient:
             context.keyspace_id = self.codec.keyspace_id
         call = channel.unary_unary(
             f"/tikvpb.Tikv/{method}",
-            request_serializer=_serialize,
+            request_serializer=serialize_message,
             response_deserializer=response_type.FromString,
         )
         try:
@@ -348,7 +348,3 @@ def _min_end(request_end: bytes, region_end: bytes) -> bytes:
 
 def _same(key: bytes) -> bytes:
     return key
-
-
-def _serialize(message: Message) -> bytes:
-    return message.SerializeToString()
