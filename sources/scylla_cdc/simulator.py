@@ -359,7 +359,9 @@ class ScyllaCdcWriter:
                 (ms, {s.raw for s in description.streams()}),
             )
             self.session.execute(
-                f"INSERT INTO {distributed}.cdc_generation_descriptions (time, description) VALUES (%s, %s)",
+                self._prepare(
+                    f"INSERT INTO {distributed}.cdc_generation_descriptions (time, description) VALUES (?, ?)"
+                ),
                 (
                     ms,
                     [

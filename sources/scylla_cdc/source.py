@@ -285,6 +285,15 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             )
         except Exception as exc:
             raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
+        try:
+            self._discover()
+        except BaseException:
+            self.close()
+            raise
+
+    def _discover(self) -> None:
+        """Each table's log, layout (vnodes or tablets) and TTL, and the metadata to read them by."""
+        config = self.config
         self._generations = GenerationReader(
             self._session, config.generations_keyspace, config.tablets_keyspace, self._profile
         )
@@ -559,6 +568,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         span = self._spans.get(group.id, widest)
         while True:
             up_to = min(after_us + span, limit_us)
+            self._counted("window_query")
             try:
                 rows = reader.window(streams, after_us, up_to, self.config.max_buffered_rows if span > 1 else None)
             except WindowTooLargeError:
