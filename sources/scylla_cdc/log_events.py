@@ -52,6 +52,8 @@ PRE_IMAGE, UPDATE, INSERT, ROW_DELETE, PARTITION_DELETE, POST_IMAGE = 0, 1, 2, 3
 _LEFT_BOUNDS = {5: True, 6: False}  # inclusive?
 _RIGHT_BOUNDS = {7: True, 8: False}
 _ROW_LEVEL = (UPDATE, INSERT, ROW_DELETE)
+# Native types whose driver value differs from the event value (datetime -> ms, UUID -> text...).
+_DRIVER_FORMS = frozenset({"timestamp", "date", "time", "decimal", "uuid", "timeuuid", "inet", "duration"})
 
 
 def _version() -> str:
@@ -97,21 +99,27 @@ class LogLayout:
     value_columns: tuple[str, ...]
     types: Mapping[str, CqlType]
     row_schema: RowSchema = field(init=False, compare=False)
+    key_columns: tuple[str, ...] = field(init=False, compare=False)
+    _converted: frozenset[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "key_columns", self.partition_key + self.clustering)
         key = tuple(Column(name, self.types[name].text, optional=False) for name in self.key_columns)
         values = tuple(Column(name, self.types[name].text) for name in self.value_columns)
         object.__setattr__(
             self, "row_schema", RowSchema(f"{self.cluster}.{self.keyspace}.{self.table}", key, key + values)
         )
-
-    @property
-    def key_columns(self) -> tuple[str, ...]:
-        return self.partition_key + self.clustering
+        # The driver already returns event values for most native types (int, text, double...).
+        object.__setattr__(
+            self,
+            "_converted",
+            frozenset(n for n, t in self.types.items() if t.kind != "native" or t.text in _DRIVER_FORMS),
+        )
 
     def value(self, name: str, raw: Any) -> Any:
-        column_type = self.types.get(name)
-        return raw if column_type is None or raw is None else from_driver(raw, column_type)
+        if raw is None or name not in self._converted:
+            return raw
+        return from_driver(raw, self.types[name])
 
 
 def batches(rows: Sequence[LogRow]) -> Iterator[list[LogRow]]:
@@ -224,14 +232,16 @@ def batch_events(
     post: dict[str, LogRow] = {}
     deltas: list[_Delta] = []
     pending_left: LogRow | None = None
-    for row in sorted(batch, key=lambda r: r.seq):
+    # Images are matched to deltas by the row's key as text; a batch without images needs no text.
+    has_images = any(r.operation in (PRE_IMAGE, POST_IMAGE) for r in batch)
+    for row in sorted(batch, key=lambda r: r.seq) if len(batch) > 1 else batch:
         operation = row.operation
         if operation in (PRE_IMAGE, POST_IMAGE):
             images = pre if operation == PRE_IMAGE else post
             images.setdefault(_key_text(_key(layout, row, layout.key_columns)), row)
         elif operation in _ROW_LEVEL:
             key = _key(layout, row, layout.key_columns)
-            deltas.append(_Delta([row], key, _key_text(key)))
+            deltas.append(_Delta([row], key, _key_text(key) if has_images else ""))
         elif operation == PARTITION_DELETE:
             deltas.append(_Delta([row], _key(layout, row, layout.partition_key), None))
         elif operation in _LEFT_BOUNDS:

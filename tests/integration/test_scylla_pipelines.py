@@ -220,8 +220,10 @@ def test_sigkill_mid_window_and_mid_switch_loses_nothing(
         process.wait()
         kills += 1
     thread.join()
-    process = start_logged(file)[0]
+    process, log = start_logged(file)
     try:
+        # The last run must be up (its signal handlers in place) and Kafka must hold every write.
+        wait_for(lambda: any(" running: " in line for line in log), 60, "the last run to start", process)
         total = len(expected.written)
         wait_for(lambda: not expected.missing(arrived(kafka_bootstrap, topic_prefix)), 90, f"{total} writes", process)
     finally:

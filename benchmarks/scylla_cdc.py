@@ -1,0 +1,231 @@
+"""The scylla_cdc source on ScyllaDB's CDC tables written into the local Cassandra node.
+
+Three figures (``all`` runs them in turn):
+
+* ``throughput``: events/s the source reads from the log tables (256 streams by default:
+  64 vnodes x 4 shards), in process, from a backlog of ``--rows`` inserts; also per CPU second.
+* ``latency``: base write to Kafka record (the record's timestamp, set when the sink produced it;
+  ``linger_ms`` 5) through ``cdcflow run``, p50/p99, for each ``--confidence`` window (ms), writing
+  ``--rate`` rows/s for ``--seconds``.
+* ``catchup``: a generation that started a day ago, ``--sparse-rows`` rows spread over the day, read
+  from ``start: earliest``: wall time and CQL queries, against the 2,880 30-second windows per
+  stream group a window-by-window consumer issues.
+
+    bash scripts/services.sh start kafka cassandra
+    python benchmarks/scylla_cdc.py all
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from connector_core.contract import PluginContext
+from connector_core.events import ChangeEvent
+from connector_core.metrics import METRICS_REGISTRY
+from sources.cassandra_commitlog.cluster import connect
+from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
+from sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
+
+REPO = Path(__file__).resolve().parents[1]
+BOOTSTRAP = "127.0.0.1:9092"
+DAY_US = 86_400_000_000
+
+
+class Setup:
+    """A data keyspace, simulated system keyspaces and one CDC table, dropped afterwards."""
+
+    def __init__(self, session: Any, vnodes: int, shards: int, generation_start_us: int | None = None) -> None:
+        self.session = session
+        self.keyspace = f"bench{uuid.uuid4().hex[:8]}"
+        session.execute(
+            f"CREATE KEYSPACE {self.keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+        )
+        self.writer = ScyllaCdcWriter(session, SimulatedKeyspaces.prefixed(self.keyspace), shards=shards, seed=1)
+        self.writer.create_metadata_tables()
+        self.writer.bootstrap(vnodes=vnodes, timestamp_us=generation_start_us)
+        self.table = f"{self.keyspace}.orders"
+        self.writer.create_table(
+            self.keyspace, "orders", [("id", "int")], [], [("total", "int"), ("note", "text"), ("placed", "timestamp")]
+        )
+
+    def source_config(self, **overrides: Any) -> dict[str, Any]:
+        return {
+            "type": "scylla_cdc",
+            "cluster": "bench",
+            "tables": [self.table],
+            "generations_keyspace": self.writer.keyspaces.distributed,
+            "tablets_keyspace": self.writer.keyspaces.local,
+            **overrides,
+        }
+
+    def drop(self) -> None:
+        self.writer.drop_keyspaces()
+        self.session.execute(f"DROP KEYSPACE IF EXISTS {self.keyspace}")
+
+
+def row(i: int) -> dict[str, Any]:
+    return {"id": i, "total": i * 7, "note": f"order number {i} " + "x" * 60, "placed": 1_700_000_000_000 + i}
+
+
+def drain(source: ScyllaCdcSource) -> int:
+    events = 0
+    for partition in source.partitions():
+        start = source.initial_offset(partition)
+        while (end := source.latest_offset(partition, start, 50_000)) != start:
+            events += sum(1 for e in source.read(partition, start, end) if isinstance(e, ChangeEvent))
+            start = end
+    return events
+
+
+def open_source(config: dict[str, Any], pipeline: str) -> ScyllaCdcSource:
+    source = ScyllaCdcSource(ScyllaCdcSourceConfig.model_validate(config), PluginContext(pipeline, Path("b.yaml")))
+    source.open()
+    return source
+
+
+def throughput(session: Any, args: argparse.Namespace) -> None:
+    setup = Setup(session, args.vnodes, args.shards, generation_start_us=int(time.time() * 1e6) - 60_000_000)
+    try:
+        loaded = time.monotonic()
+        for first in range(0, args.rows, 5000):
+            setup.writer.insert_many(setup.table, (row(i) for i in range(first, min(first + 5000, args.rows))))
+        print(f"loaded {args.rows} base writes into 256 streams in {time.monotonic() - loaded:.1f} s")
+        time.sleep(1.2)
+        source = open_source(
+            setup.source_config(confidence_window_ms=1000, cluster_write_timeout_ms=1000), "bench-throughput"
+        )
+        try:
+            wall, cpu = time.monotonic(), time.process_time()
+            events = drain(source)
+            wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+        finally:
+            source.close()
+        streams = args.vnodes * args.shards
+        print(
+            f"throughput: {events} events from {streams} streams in {wall:.2f} s: {events / wall:,.0f} events/s, "
+            f"{events / cpu:,.0f} per CPU-second of the reader"
+        )
+    finally:
+        setup.drop()
+
+
+def consume_latencies(topic: str, expected: int, timeout_s: float) -> list[float]:
+    consumer = Consumer(
+        {"bootstrap.servers": BOOTSTRAP, "group.id": f"b{uuid.uuid4().hex}", "enable.auto.commit": False}
+    )
+    metadata = consumer.list_topics(topic, timeout=30)
+    consumer.assign([TopicPartition(topic, n, 0) for n in metadata.topics[topic].partitions])
+    latencies: list[float] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(latencies) < expected and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None or message.value() is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(str(message.error()))
+                continue
+            written_us = json.loads(message.value())["payload"]["source"]["ts_us"]
+            latencies.append(message.timestamp()[1] - written_us / 1000)
+    finally:
+        consumer.close()
+    return latencies
+
+
+def latency(session: Any, args: argparse.Namespace) -> None:
+    for confidence in (int(c) for c in args.confidence.split(",")):
+        setup = Setup(session, args.vnodes, args.shards)
+        prefix = f"bench{uuid.uuid4().hex[:6]}"
+        folder = Path(tempfile.mkdtemp(prefix="scylla-latency-"))
+        source = setup.source_config(
+            cluster=prefix, confidence_window_ms=confidence, cluster_write_timeout_ms=min(confidence, 1000)
+        )
+        (folder / "p.yaml").write_text(
+            f"name: {prefix}\nsource: {json.dumps(source)}\n"
+            f"sink: {{type: kafka, bootstrap_servers: '{BOOTSTRAP}', linger_ms: 5}}\n"
+            "checkpoint: {type: file, path: ckpt, interval_ms: 1000}\n"
+        )
+        worker = subprocess.Popen([sys.executable, "-m", "connector_core.cli", "run", str(folder / "p.yaml")], cwd=REPO)
+        try:
+            time.sleep(3)  # the worker starts and lists its partitions
+            count = int(args.rate * args.seconds)
+            began = time.monotonic()
+            for i in range(count):
+                setup.writer.insert(setup.table, row(i))
+                time.sleep(max(0.0, began + (i + 1) / args.rate - time.monotonic()))
+            latencies = sorted(consume_latencies(f"{prefix}.{setup.table}", count, confidence / 1000 + 60))
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=60)
+            setup.drop()
+        p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1]
+        print(
+            f"latency, confidence {confidence} ms: {len(latencies)}/{count} arrived, p50 {p50:,.0f} ms, "
+            f"p99 {p99:,.0f} ms (p50 - confidence {p50 - confidence:,.0f} ms)"
+        )
+
+
+def catchup(session: Any, args: argparse.Namespace) -> None:
+    now = int(time.time() * 1e6)
+    setup = Setup(session, args.vnodes, args.shards, generation_start_us=now - DAY_US)
+    try:
+        rng = random.Random(1)
+        for i in range(args.sparse_rows):
+            setup.writer.insert(setup.table, row(i), timestamp_us=now - DAY_US + rng.randrange(DAY_US - 5_000_000))
+        pipeline = f"bench-catchup-{setup.keyspace}"
+        source = open_source(setup.source_config(), pipeline)
+        try:
+            wall = time.monotonic()
+            events = drain(source)
+            wall = time.monotonic() - wall
+        finally:
+            source.close()
+
+        def count(what: str) -> int:
+            labels = {"pipeline": pipeline, "what": what}
+            return int(METRICS_REGISTRY.get_sample_value("cdcflow_source_counted_total", labels) or 0)
+
+        queries = count("window_query") + count("probe")
+        print(
+            f"catch-up over a day: {events}/{args.sparse_rows} events from {args.vnodes} stream groups in "
+            f"{wall:.2f} s with {queries} queries (30 s windows: {2880 * args.vnodes:,} queries)"
+        )
+    finally:
+        setup.drop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["throughput", "latency", "catchup", "all"])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--vnodes", type=int, default=64)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--confidence", default="1000,3000,10000", help="confidence windows (ms) to measure")
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--sparse-rows", type=int, default=500)
+    args = parser.parse_args()
+    cluster, session = connect(["127.0.0.1"])
+    try:
+        for what in ("throughput", "latency", "catchup"):
+            if args.what in (what, "all"):
+                globals()[what](session, args)
+    finally:
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
