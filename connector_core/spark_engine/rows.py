@@ -9,7 +9,6 @@ table with that schema; sinks that want the cdcflow record back (every other sin
 
 from __future__ import annotations
 
-import functools
 import pickle
 from typing import Any
 
@@ -62,9 +61,15 @@ def _json(value: Any) -> str | None:
     return compact_json(value)
 
 
-@functools.lru_cache(maxsize=1024)
+_schema_texts: dict[str, str] = {}
+
+
 def _schema_json(schema: RowSchema) -> str:
-    return schema.to_json()
+    # By fingerprint: hashing the schema itself walks every column, per row.
+    text = _schema_texts.get(schema.fingerprint)
+    if text is None:
+        text = _schema_texts[schema.fingerprint] = schema.to_json()
+    return text
 
 
 def record_to_row(record: Record, with_record: bool) -> tuple[Any, ...]:
