@@ -57,10 +57,13 @@ def test_steady_stream_over_many_streams_and_two_tables(
     )
     expected = Expectations(writer)
     rng = random.Random(3)
-    file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, source_section(writer, [orders, events_table]))
+    # Two worker processes split the stream groups of both tables.
+    file = pipeline(
+        tmp_path, topic_prefix, kafka_bootstrap, source_section(writer, [orders, events_table]), ", workers: 2"
+    )
     process, log = start_logged(file)
     try:
-        wait_for(lambda: any(" running: " in line for line in log), 60, "the worker to start", process)
+        wait_for(lambda: sum(" running: " in line for line in log) >= 2, 60, "both workers to start", process)
         for i in range(300):
             expected.write(orders, "c", {"id": i}, {"total": i, "note": f"order {i}"})
             if i % 3 == 0:

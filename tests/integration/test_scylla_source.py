@@ -141,6 +141,24 @@ def test_a_day_of_mostly_empty_history_costs_a_few_queries(keyspace: str, scylla
     assert windows + probes <= 8 * 3 + len(stamps) * 3
 
 
+def test_history_older_than_the_log_ttl_is_skipped(keyspace: str, scylla_writer: ScyllaCdcWriter) -> None:
+    writer = scylla_writer
+    now = writer.coordinator_now_us()
+    writer.bootstrap(vnodes=2, timestamp_us=now - 2 * 86_400_000_000)
+    table = f"{keyspace}.t"
+    writer.create_table(keyspace, "t", [("id", "int")], [], [("v", "int")])
+    writer.insert(table, {"id": 1, "v": 1}, timestamp_us=now - 30 * 3_600_000_000)  # expired on ScyllaDB
+    writer.insert(table, {"id": 2, "v": 2}, timestamp_us=now - 600_000_000)
+    source = open_source(writer, [table], "ttl", log_ttl_s=86_400)
+    try:
+        events = drain(source)
+    finally:
+        source.close()
+    # Reading starts at the TTL horizon: the row older than it (still on this Cassandra node, gone
+    # on ScyllaDB) is not read.
+    assert [e.after["id"] for e in events if e.after] == [2]
+
+
 def test_a_window_fuller_than_the_ceiling_is_halved_and_nothing_is_lost(
     keyspace: str, scylla_writer: ScyllaCdcWriter
 ) -> None:
