@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from cassandra_to_kafka_latency import _consume as consume  # benchmarks/ is on the path of its scripts
 
 from connector_core.contract import PluginContext
 from connector_core.events import ChangeEvent
@@ -121,30 +121,6 @@ def throughput(session: Any, args: argparse.Namespace) -> None:
         setup.drop()
 
 
-def consume_latencies(topic: str, expected: int, timeout_s: float) -> list[float]:
-    consumer = Consumer(
-        {"bootstrap.servers": BOOTSTRAP, "group.id": f"b{uuid.uuid4().hex}", "enable.auto.commit": False}
-    )
-    metadata = consumer.list_topics(topic, timeout=30)
-    consumer.assign([TopicPartition(topic, n, 0) for n in metadata.topics[topic].partitions])
-    latencies: list[float] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(latencies) < expected and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None or message.value() is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(str(message.error()))
-                continue
-            written_us = json.loads(message.value())["payload"]["source"]["ts_us"]
-            latencies.append(message.timestamp()[1] - written_us / 1000)
-    finally:
-        consumer.close()
-    return latencies
-
-
 def latency(session: Any, args: argparse.Namespace) -> None:
     for confidence in (int(c) for c in args.confidence.split(",")):
         setup = Setup(session, args.vnodes, args.shards)
@@ -166,7 +142,8 @@ def latency(session: Any, args: argparse.Namespace) -> None:
             for i in range(count):
                 setup.writer.insert(setup.table, row(i))
                 time.sleep(max(0.0, began + (i + 1) / args.rate - time.monotonic()))
-            latencies = sorted(consume_latencies(f"{prefix}.{setup.table}", count, confidence / 1000 + 60))
+            consumed = consume(BOOTSTRAP, f"{prefix}.{setup.table}", count, confidence / 1000 + 60)
+            latencies = sorted(kafka_ms - written_us / 1000 for written_us, kafka_ms in consumed)
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=60)

@@ -41,6 +41,13 @@ def scylla_writer(cassandra_session: Any, keyspace: str) -> Iterator[ScyllaCdcWr
     writer.drop_keyspaces()
 
 
+def orders_table(writer: ScyllaCdcWriter, keyspace: str, vnodes: int = 4) -> str:
+    """A cluster of one node with ``vnodes`` vnodes and a table ``orders (id int, total int)``."""
+    writer.bootstrap(vnodes=vnodes)
+    writer.create_table(keyspace, "orders", [("id", "int")], [], [("total", "int")])
+    return f"{keyspace}.orders"
+
+
 def source_section(writer: ScyllaCdcWriter, tables: list[str], **overrides: Any) -> dict[str, Any]:
     section: dict[str, Any] = {
         "type": "scylla_cdc",

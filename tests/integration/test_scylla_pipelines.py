@@ -17,6 +17,7 @@ from sources.scylla_cdc.simulator import Add, DeleteRange, ScyllaCdcWriter
 from tests.integration.scylla_helpers import (
     Expectations,
     arrived,
+    orders_table,
     pipeline,
     scylla_writer,
     source_section,
@@ -109,9 +110,7 @@ def test_generation_switch_with_writes_inside_the_leeway(
     tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, keyspace: str, scylla_writer: ScyllaCdcWriter
 ) -> None:
     writer = scylla_writer
-    writer.bootstrap(vnodes=4)
-    table = f"{keyspace}.orders"
-    writer.create_table(keyspace, "orders", [("id", "int")], [], [("total", "int")])
+    table = orders_table(writer, keyspace)
     expected = Expectations(writer)
     file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, source_section(writer, [table]))
     process, log = start_logged(file)
@@ -189,9 +188,7 @@ def test_sigkill_mid_window_and_mid_switch_loses_nothing(
     tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, keyspace: str, scylla_writer: ScyllaCdcWriter
 ) -> None:
     writer = scylla_writer
-    writer.bootstrap(vnodes=4)
-    table = f"{keyspace}.orders"
-    writer.create_table(keyspace, "orders", [("id", "int")], [], [("total", "int")])
+    table = orders_table(writer, keyspace)
     expected = Expectations(writer)
     # Read cycles of at most 40 rows: windows are cut between base writes, so kills land mid-window.
     file = pipeline(
