@@ -138,13 +138,30 @@ class LogTableReader:
 
         Raises :class:`WindowTooLargeError` past ``limit`` rows, having held at most that many.
         """
-        from cassandra.query import ValueSequence
+        return self.finish_window(self.start_window(streams, after_us, up_to_us), limit)
 
-        result = self._execute(
+    def start_window(self, streams: Sequence[bytes], after_us: int, up_to_us: int) -> Any:
+        """Send a window's query without waiting: its first page arrives while other work goes on."""
+        from cassandra.query import SimpleStatement, ValueSequence
+
+        statement = SimpleStatement(
             f'SELECT * FROM {self._from} WHERE "cdc$stream_id" IN %s AND "cdc$time" > %s AND "cdc$time" <= %s',
-            (ValueSequence(list(streams)), max_timeuuid(after_us), max_timeuuid(up_to_us)),
-            self._page_size,
+            fetch_size=self._page_size,
         )
+        parameters = (ValueSequence(list(streams)), max_timeuuid(after_us), max_timeuuid(up_to_us))
+        try:
+            return self._session.execute_async(statement, parameters, execution_profile=self._profile)
+        except Exception as exc:
+            where = f"{self.keyspace}.{self.log_table}"
+            raise CdcMetadataUnavailableError(f"reading {where}: {type(exc).__name__}: {exc}") from exc
+
+    def finish_window(self, future: Any, limit: int | None) -> list[LogRow]:
+        """The rows of a window sent with :meth:`start_window` (see :meth:`window`)."""
+        try:
+            result = future.result()
+        except Exception as exc:
+            where = f"{self.keyspace}.{self.log_table}"
+            raise CdcMetadataUnavailableError(f"reading {where}: {type(exc).__name__}: {exc}") from exc
         rows: list[LogRow] = []
         for page_rows, names in self._pages(result):
             columns = self._columns_of(names)

@@ -98,6 +98,12 @@ class ScyllaCdcSourceConfig(PluginConfig):
         description="rows per CQL page; 5000 is the drivers' default that the Kafka connector keeps "
         "(scylla.query.options.fetch.size = 0)",
     )
+    max_concurrent_queries: int = Field(
+        default=4,
+        ge=0,
+        description="window queries of the next partitions sent ahead while one is processed (their "
+        "first pages wait in memory: at most page_size x this rows); 0: one query at a time",
+    )
     max_buffered_rows: int = Field(
         default=50_000,
         ge=1,
@@ -152,6 +158,11 @@ class ScyllaCdcSourceConfig(PluginConfig):
             )
         if self.max_buffered_rows < self.page_size:
             raise ValueError(f"max_buffered_rows ({self.max_buffered_rows}) must hold a page ({self.page_size})")
+        if self.page_size * self.max_concurrent_queries > self.max_buffered_rows:
+            raise ValueError(
+                f"page_size x max_concurrent_queries ({self.page_size} x {self.max_concurrent_queries}) is over "
+                f"the memory ceiling max_buffered_rows ({self.max_buffered_rows})"
+            )
         return self
 
 
@@ -238,6 +249,16 @@ def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bo
 
 
 @dataclass
+class _Prefetch:
+    """A window query sent ahead for a partition, valid if the engine asks from ``start``."""
+
+    start: str
+    after_us: int
+    up_to_us: int
+    future: Any
+
+
+@dataclass
 class _Cache:
     """What ``latest_offset`` read, for the ``read`` of the same range that follows it."""
 
@@ -271,6 +292,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._start_us: int | None = None
         self._spans: dict[str, int] = {}
         self._cache: _Cache | None = None
+        self._visits: dict[str, int] = {}  # partition -> its place in the engine's read order
+        self._expected: dict[str, Offset] = {}  # where the engine will next read each partition from
+        self._prefetched: dict[str, _Prefetch] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -427,6 +451,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             if group.end_us is not None and self._expired_before(group.table, now) >= group.end_us:
                 continue  # its rows expired: nothing left to read
             listed.append(group.partition())
+            self._visits.setdefault(group_id, len(self._visits))  # the engine reads in this order
         return listed
 
     def _group(self, partition: Partition) -> _Group:
@@ -449,14 +474,18 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             begin = max(begin, self._start_us)
         if group.end_us is not None:
             begin = min(begin, group.end_us)
-        return {"ts": begin - 1}
+        offset = {"ts": begin - 1}
+        self._expected.setdefault(partition.id, offset)  # a partition without a checkpoint starts here
+        return offset
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         position = _Position.of(offset)
         return position.ts if position.after is not None else position.ts + 1
 
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
-        group = self._group(partition)
+        return self._finished(self._group(partition), offset)
+
+    def _finished(self, group: _Group, offset: Offset) -> bool:
         if group.end_us is None:
             return False
         position = _Position.of(offset)
@@ -474,23 +503,23 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
         self._refresh_metadata_if_due()
         group = self._group(partition)
-        if self.is_finished(partition, start):
+        self._visits.setdefault(partition.id, len(self._visits))
+        prefetched = self._prefetched.pop(partition.id, None)
+        planned = self._plan(group, start)
+        if planned is None:
             return start
-        position = _Position.of(start)
-        upper, at_end = self._upper(group)
-        floor = self._expired_before(group.table, self._now_us()) - 1
-        if position.after is None and position.ts < min(floor, upper):
-            position = _Position(min(floor, upper))  # rows older than the TTL are gone: skip them
-        elif position.after is None:
-            if position.ts >= upper:
-                return start
-            if not at_end and upper - position.ts < self.config.poll_interval_ms * 1000:
-                return start  # let the watermark move a poll interval before querying again
+        position, upper = planned
+        if prefetched is None or prefetched.start != offset_key(start):
+            prefetched = None
+        elif upper - prefetched.up_to_us < self.config.poll_interval_ms * 1000:
+            # The query sent ahead covers nearly all there is: stop there rather than send another
+            # for the few milliseconds since (catching up, reading goes on past it).
+            upper = prefetched.up_to_us
         budget = min(max_records or self.config.max_buffered_rows, self.config.max_buffered_rows)
         kept: list[list[LogRow]] = []
         count = 0
         end = position
-        for batch, reached in self._batches(group, position, _Position(upper)):
+        for batch, reached in self._batches(group, position, _Position(upper), prefetched):
             end = reached
             if batch is not None:
                 kept.append(batch)
@@ -498,7 +527,55 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 if count >= budget:
                     break
         self._cache = _Cache(partition.id, offset_key(start), offset_key(end.offset()), kept)
+        self._expected[partition.id] = end.offset()
+        self._send_ahead(partition.id)
         return end.offset()
+
+    def _plan(self, group: _Group, start: Offset) -> tuple[_Position, int] | None:
+        """Where reading ``group`` from ``start`` begins (past the TTL horizon) and how far it may
+        go now; None when there is nothing to read yet (finished, or less than a poll interval)."""
+        if self._finished(group, start):
+            return None
+        position = _Position.of(start)
+        upper, at_end = self._upper(group)
+        floor = self._expired_before(group.table, self._now_us()) - 1
+        if position.after is None and position.ts < min(floor, upper):
+            return _Position(min(floor, upper)), upper  # rows older than the TTL are gone: skip them
+        if position.after is None:
+            if position.ts >= upper:
+                return None
+            if not at_end and upper - position.ts < self.config.poll_interval_ms * 1000:
+                return None  # let the watermark move a poll interval before querying again
+        return position, upper
+
+    def _send_ahead(self, current: str) -> None:
+        """Send the first window query of the partitions the engine reads next, so their pages
+        arrive while this one is turned into events (at most ``max_concurrent_queries``)."""
+        limit = self.config.max_concurrent_queries
+        if limit == 0 or len(self._prefetched) >= limit:
+            return
+        order = sorted(self._visits, key=self._visits.__getitem__)
+        place = self._visits[current]
+        following = order[place + 1 :] + order[: place + 1]
+        for partition_id in following:
+            if len(self._prefetched) >= limit:
+                return
+            start = self._expected.get(partition_id)
+            group = self._groups.get(partition_id)
+            if start is None or group is None or partition_id in self._prefetched or partition_id == current:
+                continue
+            planned = self._plan(group, start)
+            if planned is None:
+                continue
+            position, upper = planned
+            after_us = position.query_after_us
+            lifetimes = self._lifetimes(group, after_us, upper)
+            up_to = min(after_us + self._spans.get(group.id, self.config.window_ms * 1000), upper)
+            if not lifetimes or up_to <= after_us:
+                continue
+            future = self._readers[group.table].start_window(list(lifetimes), after_us, up_to)
+            self._counted("window_query")
+            self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, future)
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
         now_ms = time.time_ns() // 1_000_000
@@ -520,7 +597,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     # --- reading windows ---------------------------------------------------------------------
 
     def _batches(
-        self, group: _Group, start: _Position, end: _Position
+        self, group: _Group, start: _Position, end: _Position, prefetched: _Prefetch | None = None
     ) -> Iterator[tuple[list[LogRow] | None, _Position]]:
         """The base writes of ``group`` in ``(start, end]`` in read order, each with the position
         it completes, and ``(None, position)`` each time a window or an empty stretch is crossed."""
@@ -532,7 +609,11 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             if not lifetimes:
                 break  # every stream closed before this: nothing more can come
             streams = list(lifetimes)
-            rows, up_to = self._window(group, reader, streams, after_us, end.ts)
+            if prefetched is not None and prefetched.after_us == after_us and prefetched.up_to_us <= end.ts:
+                rows, up_to = self._sent_window(group, reader, streams, prefetched, end.ts)
+            else:
+                rows, up_to = self._window(group, reader, streams, after_us, end.ts)
+            prefetched = None
             if rows:
                 group = self._note_closed_times(group, rows)
                 lifetimes = self._lifetimes(group, after_us, end.ts)
@@ -584,6 +665,16 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             # A window far from full may widen again, up to window_ms.
             self._spans[group.id] = min(widest, span * 2) if len(rows) < self.config.max_buffered_rows // 4 else span
             return rows, up_to
+
+    def _sent_window(
+        self, group: _Group, reader: LogTableReader, streams: list[bytes], sent: _Prefetch, limit_us: int
+    ) -> tuple[list[LogRow], int]:
+        try:
+            return reader.finish_window(sent.future, self.config.max_buffered_rows), sent.up_to_us
+        except WindowTooLargeError:
+            self._counted("window_split")
+            self._spans[group.id] = max(1, (sent.up_to_us - sent.after_us) // 2)
+            return self._window(group, reader, streams, sent.after_us, limit_us)
 
     def _counted(self, what: str) -> None:
         source_counter(self.context.pipeline, what).inc()

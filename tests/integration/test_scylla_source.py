@@ -85,7 +85,9 @@ def test_a_generation_is_read_only_once_its_timestamp_is_published(
         old = [p for p in source.partitions()]
         assert not any(source.is_finished(p, {"ts": pending + 10_000_000}) for p in old)
         writer.publish(pending)
-        now = {p.id for p in source.partitions()}
+        deadline = time.monotonic() + 10
+        while (now := {p.id for p in source.partitions()}) == first and time.monotonic() < deadline:
+            time.sleep(0.01)  # partitions() re-reads the metadata at most every millisecond
         assert first < now and all(f"/g{pending // 1000}/" in p for p in now - first)
         # the old generation ends where the new one starts
         assert all(source.is_finished(p, {"ts": pending - 1}) for p in old)
