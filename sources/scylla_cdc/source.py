@@ -21,6 +21,7 @@ engine allows is cut between two base writes, never inside one.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -552,6 +553,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         """Send the first window query of the partitions the engine reads next, so their pages
         arrive while this one is turned into events (at most ``max_concurrent_queries``)."""
         limit = self.config.max_concurrent_queries
+        for partition_id, sent in list(self._prefetched.items()):
+            if self._finished(self._groups[partition_id], json.loads(sent.start)):
+                del self._prefetched[partition_id]  # the engine no longer reads it
         if limit == 0 or len(self._prefetched) >= limit:
             return
         order = sorted(self._visits, key=self._visits.__getitem__)
