@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,20 @@ def start_worker(file: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def start_logged(file: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """``cdcflow run`` whose log lines collect in the returned list."""
+    process = start_worker(file)
+    lines: list[str] = []
+
+    def collect() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            lines.append(raw.decode(errors="replace"))
+
+    threading.Thread(target=collect, daemon=True).start()
+    return process, lines
 
 
 def run_cdcflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
-from tests.integration.kafka_helpers import read_topics, start_worker, topics_with_prefix
+from tests.integration.kafka_helpers import read_topics, topics_with_prefix
 
 
 @pytest.fixture
@@ -76,20 +76,6 @@ def pipeline(folder: Path, prefix: str, bootstrap: str, source: dict[str, Any], 
         f"engine: {{partition_refresh_ms: 500, poll_interval_ms: 100{engine}}}\n"
     )
     return file
-
-
-def start_logged(file: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
-    """``cdcflow run`` whose log lines collect in the returned list."""
-    process = start_worker(file)
-    lines: list[str] = []
-
-    def collect() -> None:
-        assert process.stderr is not None
-        for raw in process.stderr:
-            lines.append(raw.decode(errors="replace"))
-
-    threading.Thread(target=collect, daemon=True).start()
-    return process, lines
 
 
 def wait_for(

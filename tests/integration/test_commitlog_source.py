@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.kafka_helpers import Received, read_topics, start_worker, topics_with_prefix
+from tests.integration.kafka_helpers import Received, read_topics, start_logged, start_worker, topics_with_prefix
 
 pytestmark = [pytest.mark.kafka]
 
@@ -33,20 +33,6 @@ def _pipeline(folder: Path, prefix: str, bootstrap: str, cdc_raw: Path, keyspace
         "checkpoint: {type: file, path: ckpt, interval_ms: 300}\n"
     )
     return file
-
-
-def _start_logged(file: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
-    """A worker whose log lines collect in the returned list as it runs."""
-    process = start_worker(file)
-    lines: list[str] = []
-
-    def collect() -> None:
-        assert process.stderr is not None
-        for raw in process.stderr:
-            lines.append(raw.decode(errors="replace"))
-
-    threading.Thread(target=collect, daemon=True).start()
-    return process, lines
 
 
 def _payloads(bootstrap: str, prefix: str) -> list[tuple[Received, dict[str, Any]]]:
@@ -79,7 +65,7 @@ def test_every_write_reaches_kafka_with_its_values_and_op(
     session.execute(f"UPDATE {keyspace}.orders SET total = 7 WHERE id = 3")
     session.execute(f"DELETE FROM {keyspace}.orders WHERE id = 4")
 
-    process, log = _start_logged(_pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace))
+    process, log = start_logged(_pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace))
     try:
         _wait_for(lambda: any(" running: " in line for line in log), 120, "the worker to start", process)
         _wait_for(lambda: len(_payloads(kafka_bootstrap, topic_prefix)) >= 202, 90, "202 changes in Kafka", process)
@@ -149,7 +135,7 @@ def test_sigkill_mid_stream_loses_nothing(
     def ids() -> set[int]:
         return {p["after"]["id"] for _, p in _payloads(kafka_bootstrap, topic_prefix) if p.get("after")}
 
-    process, log = _start_logged(file)
+    process, log = start_logged(file)
     try:
         # The last run must be up (its signal handlers in place) and Kafka must hold every write.
         _wait_for(lambda: any(" running: " in line for line in log), 120, "the last run to start", process)
@@ -185,7 +171,7 @@ def test_full_row_images_after_the_bucket_closes_and_late_changes_through_the_st
                 latest[json.loads(record.key)["payload"]["id"]] = payload
         return latest
 
-    process, log = _start_logged(file)
+    process, log = start_logged(file)
     try:
         _wait_for(lambda: any(" running: " in line for line in log), 120, "the worker to start", process)
         _wait_for(lambda: set(last_by_id()) >= set(range(50)), 90, "50 rows read back", process)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sources.scylla_cdc.simulator import Add, DeleteRange, ScyllaCdcWriter
+from tests.integration.kafka_helpers import start_logged
 from tests.integration.scylla_helpers import (
     Expectations,
     arrived,
@@ -21,7 +22,6 @@ from tests.integration.scylla_helpers import (
     pipeline,
     scylla_writer,
     source_section,
-    start_logged,
     wait_for,
 )
 
