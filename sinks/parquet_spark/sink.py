@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from pydantic import Field
@@ -39,6 +40,7 @@ log = logging.getLogger("cdcflow.sinks.parquet")
 ENVELOPE_COLUMNS = ("op", "ts_ms", "source_ts_us", "source_partition", "source_position", "snapshot")
 _KEEP_MANIFESTS = 200  # a re-run only ever concerns the last batch; older manifests are history
 _DAY_US = 86_400_000_000
+_PARALLEL_TABLE_WRITES = 4
 
 
 class ParquetSinkConfig(PluginConfig):
@@ -50,6 +52,9 @@ class ParquetSinkConfig(PluginConfig):
     compression: Literal["snappy", "zstd", "gzip", "lz4", "none"] = "snappy"
     mark_complete: bool = Field(
         default=True, description="write _SUCCESS into an event_date partition once the watermark passes its end"
+    )
+    rows_per_file: int = Field(
+        default=100_000, ge=1, description="a batch writes about this many rows per file (fewer, larger files)"
     )
     compact_min_files: int | None = Field(
         default=None, ge=2, description="rewrite a partition's small files into one once it has this many"
@@ -89,15 +94,26 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         changes = batch.filter(F.col("kind") == "change").persist()
         try:
             started = time.monotonic()
-            groups = changes.select("destination", "row_schema").distinct().collect()
+            groups = changes.groupBy("destination", "row_schema").count().collect()
             log.debug("batch %d: read and grouped in %.1fs", batch_id, time.monotonic() - started)
-            for group in groups:
+
+            def write_group(group: Any) -> None:
                 typed = self._typed_rows(changes, group["destination"], group["row_schema"])
+                # About rows_per_file rows a file: a small batch makes one file per table and date
+                # (and one write task), not one per input partition.
+                files_wanted = -(-group["count"] // self.config.rows_per_file)
+                if files_wanted < typed.rdd.getNumPartitions():
+                    typed = typed.coalesce(files_wanted)
                 writer = typed.write.mode("append").option("compression", self.config.compression)
                 partition_columns = [c for c in self.config.partition_by if c == "event_date"]
                 if partition_columns:
                     writer = writer.partitionBy(*partition_columns)
                 writer.parquet(files.uri(f"{staging}/{_table_folder(group['destination'], self.config)}"))
+
+            # One Spark job per table; run side by side, a small batch is not a queue of job start-ups.
+            with ThreadPoolExecutor(max_workers=max(1, min(len(groups), _PARALLEL_TABLE_WRITES))) as pool:
+                for done in [pool.submit(write_group, group) for group in groups]:
+                    done.result()
         finally:
             changes.unpersist()
 

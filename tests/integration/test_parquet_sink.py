@@ -139,3 +139,18 @@ def test_a_too_old_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     with pytest.raises(EngineUnavailableError, match=r"needs Java 17 or newer; .* is Java 11"):
         spark_session("never-starts", "local[1]", {})
+
+
+@pytest.mark.parametrize(("rows_per_file", "expected_files"), [(100_000, 1), (40, 3)])
+def test_a_batch_writes_about_rows_per_file_rows_a_file(
+    spark: Any, tmp_path: Path, rows_per_file: int, expected_files: int
+) -> None:
+    out = ParquetSink(
+        ParquetSinkConfig(type="parquet", path=str(tmp_path), rows_per_file=rows_per_file),
+        PluginContext("t", tmp_path / "t.yaml"),
+    )
+    rows = batch(spark, [event(n, V1) for n in range(100)]).repartition(6)  # as if read by six tasks
+    out.write_batch(rows, 1, None)
+    written = list(tmp_path.glob("table=*/event_date=*/*.parquet"))
+    assert len(written) == expected_files
+    assert sorted(read(tmp_path).column("id").to_pylist()) == list(range(100))
