@@ -32,6 +32,7 @@ from connector_core.contract import Converter, PluginContext
 from connector_core.converters import converter_from_fields
 from connector_core.metrics import METRICS_REGISTRY
 from connector_core.pipeline import build_runner
+from connector_core.worker import tune_garbage_collector
 from plugins import PluginRegistry
 
 
@@ -157,6 +158,7 @@ def main() -> None:
     _create_topics(args.bootstrap, topics)
     registry = PluginRegistry.from_entry_points()
     runner = build_runner(load_pipeline(file, registry), registry)
+    tune_garbage_collector()  # as `cdcflow run` does
 
     rss_samples: list[tuple[float, float]] = []
     done = threading.Event()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -19,7 +20,7 @@ from connector_core.errors import CdcflowError
 from connector_core.metrics import serve_metrics
 from connector_core.pipeline import AllPartitions, HashAssignment, PartitionAssignment, build_runner
 
-__all__ = ["WorkerOptions", "run_spark", "run_worker", "run_worker_processes"]
+__all__ = ["WorkerOptions", "run_spark", "run_worker", "run_worker_processes", "tune_garbage_collector"]
 
 log = logging.getLogger("cdcflow.worker")
 
@@ -46,8 +47,21 @@ def _install_stop_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, request_stop)
 
 
+def tune_garbage_collector() -> None:
+    """Collect cycles less often in a worker process.
+
+    The delivery loop allocates several short-lived containers per record and none that form
+    cycles, so Python's default (a young-generation pass every 700 allocations, scanning what
+    survives) spends 10-20% of a worker's CPU finding nothing. What start-up built (modules,
+    plugins, schemas) is frozen out of the scans.
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
 def run_worker(specs: Sequence[PipelineSpec], factory: Any, options: WorkerOptions) -> int:
     """Run pipelines in this process until drained or signalled. Returns the process exit code."""
+    tune_garbage_collector()
     if options.metrics_port is not None:
         serve_metrics(options.metrics_port + options.worker_index)
 
