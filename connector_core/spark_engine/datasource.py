@@ -31,6 +31,7 @@ from connector_core.events import ChangeEvent, Record
 from connector_core.pipeline import RecordFailedError, apply_transforms, dead_letter_record
 from connector_core.schemas import infer_row_schema
 from connector_core.spark_engine.rows import STREAM_COLUMNS, STREAM_SCHEMA_DDL, record_to_row, stream_arrow_schema
+from connector_core.worker import tune_garbage_collector
 
 __all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin", "decode_native_batches"]
 
@@ -154,6 +155,8 @@ def _source_side(job: SourceJob, open_source: bool = True) -> tuple[Source[Any],
     """The source and transforms for ``job``, kept open across the tasks a reused worker runs."""
     key = offset_key({"pipeline": job.pipeline, "source": job.source.config.model_dump(mode="json")})
     if key not in _open_sources:
+        if not _open_sources:
+            tune_garbage_collector()  # a Spark Python worker now runs cdcflow's loop: same reasoning
         source: Source[Any] = build_plugin(job.pipeline, job.pipeline_file, job.source)
         if open_source:
             source.open()
