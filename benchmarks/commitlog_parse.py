@@ -16,6 +16,7 @@ import time
 import zlib
 from pathlib import Path
 
+from connector_core.worker import tune_garbage_collector
 from sources.cassandra_commitlog.changes import row_changes
 from sources.cassandra_commitlog.mutation import MutationDecoder
 from sources.cassandra_commitlog.schema import SchemaCatalog
@@ -74,6 +75,7 @@ def main() -> None:
         probe = MutationDecoder(catalog, 7, lambda table: table.keyspace == "fixture")
         mutations = [m for m in mutations if probe.decode(m).updates]
     data = build_segment(mutations, args.size_mib << 20, args.section_kib << 10)
+    tune_garbage_collector()  # as a worker process does
     megabytes = len(data) / 1e6
     print(
         f"segment: {megabytes:.1f} MB, built from {len(mutations)} distinct mutations ({args.mix}) of a real 5.0 node"
