@@ -153,9 +153,14 @@ class Source(_Plugin[ConfigT]):
 
     ``bounded`` sources (a datagen with a ``count``) end: once every partition a process owns is
     finished, the pipeline flushes, commits and returns.
+
+    ``read_where_planned`` sources (push-based: rows exist in the process that followed the
+    partition since ``start``, like a change feed) are read by the spark engine in the process
+    that plans the batch, where ``latest_offset`` ran, and the records travel with the task.
     """
 
     bounded: bool = False
+    read_where_planned: bool = False
 
     @abstractmethod
     def partitions(self) -> Sequence[Partition]:

@@ -5,7 +5,9 @@ The contract maps one to one: ``initialOffset``/``latestOffset`` are the source'
 ``partitions(start, end)`` gives one Spark task per cdcflow partition with news, ``read`` is the
 source's deterministic ``read(start, end]`` followed by the pipeline's transforms, and ``commit``
 is the source's ``commit`` once Spark has made the batch durable. Spark keeps the offsets in its
-checkpoint directory, so a batch re-planned after a crash reads exactly the same events.
+checkpoint directory, so a batch re-planned after a crash reads exactly the same events. A
+``read_where_planned`` source (a change feed whose rows exist where it was followed) is read in
+``partitions``, in the process that ran ``latestOffset``, and its records travel with the task.
 """
 
 from __future__ import annotations
@@ -77,11 +79,20 @@ def build_plugin(job_pipeline: str, pipeline_file: Path, resolved: ResolvedPlugi
 
 
 class SourceSlice(InputPartition):
-    """One cdcflow partition's ``(start, end]`` in one micro-batch."""
+    """One cdcflow partition's ``(start, end]`` in one micro-batch, with its records when the
+    source is read where the batch is planned (``Source.read_where_planned``)."""
 
-    def __init__(self, partition_id: str, info: Mapping[str, Any], start: Offset, end: Offset) -> None:
+    def __init__(
+        self,
+        partition_id: str,
+        info: Mapping[str, Any],
+        start: Offset,
+        end: Offset,
+        records: list[Record | Rejected] | None = None,
+    ) -> None:
         super().__init__(partition_id)
         self.partition_id, self.info, self.start, self.end = partition_id, info, start, end
+        self.records = records
 
 
 class CdcflowStreamReader(DataSourceStreamReader):
@@ -132,7 +143,10 @@ class CdcflowStreamReader(DataSourceStreamReader):
             if start_offset is None or offset_key(start_offset) == offset_key(end_offset):
                 continue
             info = known[pid].info if pid in known else {}
-            slices.append(SourceSlice(pid, dict(info), start_offset, end_offset))
+            records = None
+            if self._opened_source().read_where_planned:
+                records = list(self._opened_source().read(Partition(pid, info), start_offset, end_offset))
+            slices.append(SourceSlice(pid, dict(info), start_offset, end_offset, records))
         return slices
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -168,6 +182,9 @@ def _source_side(job: SourceJob, open_source: bool = True) -> tuple[Source[Any],
 
 
 def _read_slice(job: SourceJob, piece: SourceSlice) -> Iterator[tuple[Any, ...]]:
+    if piece.records is not None:
+        _, transforms = _source_side(job, open_source=False)
+        return _transformed_rows(job, transforms, iter(piece.records), infer_schemas=False)
     source, transforms = _source_side(job)
     records = source.read(Partition(piece.partition_id, piece.info), piece.start, piece.end)
     return _transformed_rows(job, transforms, records, infer_schemas=False)
