@@ -108,6 +108,11 @@ class PartitionSorter:
             self.released = max(self.released, end)
             return end
 
+    def release_through(self, ts: int) -> None:
+        """Marks (..., ts] as handed out: a row arriving at or below ``ts`` from now on is late."""
+        with self._lock:
+            self.released = max(self.released, ts)
+
     def read(self, start_ts: int, end_ts: int) -> list[Item]:
         """The rows in (start_ts, end_ts] by (sort_ts, key), each row once."""
         with self._lock:

@@ -22,6 +22,27 @@ The first ``latest_offset`` of a partition subscribes its regions from the offse
 safepoint is not above it; if the loop later rewinds below what the sorter holds (an offsets
 reset), the partition is subscribed again from there.
 
+Reading where the partition is not followed
+-------------------------------------------
+A ``read(start, end)`` in a process that holds nothing at ``start`` for the partition (a Spark
+batch re-planned after a restart, a task in another process) follows the partition from
+``start`` itself, "for reads only", and waits, at most ``read_wait_s``, until its own resolved-ts
+less the safety interval reaches ``end``; then it answers from what it holds, as the process that
+planned the range would. Every read waits that way, so a process's own ``latest_offset`` ranges
+pass at once. A partition followed for reads only keeps nothing at or below the last ``start``
+it was asked for, is let go after ``_IDLE_READ_FOLLOW_S`` without a read, and never touches the
+service GC safepoint: only a process that runs ``latest_offset`` and ``commit`` (the worker
+loop, the Spark driver) keeps it, because only it knows which checkpoint is durable; a reader
+that moved it could move it past an uncommitted range or back below another reader's.
+
+On a real cluster such a read is exact only for keys written once between ``start`` and its
+subscription: TiKV's RawKV incremental scan sends the newest version of each key above the
+checkpoint, not every version (``RawMvccIterator`` in TiKV's CDC initializer; the stand-in sends
+every version). An overwritten key then shows its newest value, in the range of that value's
+timestamp (eventual consistency, as after any resubscription or restart). This is why the source
+sets ``read_where_planned``: the spark engine reads each range in its driver, where
+``latest_offset`` has followed the partition all along, and ships the records with the task.
+
 Events
 ------
 A PUT is ``op = c`` (RawKV cannot tell an insert from an overwrite; every PUT is an upsert) with
@@ -85,22 +106,32 @@ class TiKVRawKVSourceConfig(PluginConfig):
     gc_ttl_s: int = Field(default=86_400, ge=60, description="TTL of the PD service GC safepoint")
     gc_refresh_s: float = Field(default=60.0, gt=0, description="the service GC safepoint moves at most this often")
     request_timeout_s: float = Field(default=10.0, gt=0)
+    read_wait_s: float = Field(
+        default=60.0, gt=0, description="how long a read in a process that did not follow the partition waits for it"
+    )
 
 
 def decode_key_setting(text: str, encoding: str) -> bytes:
     return bytes.fromhex(text) if encoding == "hex" else text.encode()
 
 
+_IDLE_READ_FOLLOW_S = 300.0  # a partition followed only for reads is let go after this long without one
+_READ_POLL_S = 0.05
+
+
 class _PartitionFeed:
-    def __init__(self, sorter: PartitionSorter, region_start: bytes, region_end: bytes) -> None:
+    def __init__(self, sorter: PartitionSorter, region_start: bytes, region_end: bytes, reads_only: bool) -> None:
         self.sorter = sorter
         self.region_start = region_start
         self.region_end = region_end
+        self.reads_only = reads_only  # followed to serve reads; latest_offset and commit run elsewhere
+        self.read_at = time.monotonic()
 
 
 class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
     type_name = "tikv_rawkv"
     config_model = TiKVRawKVSourceConfig
+    read_where_planned = True  # rows exist where the partition was followed; see the module docstring
 
     def __init__(self, config: TiKVRawKVSourceConfig, context: PluginContext) -> None:
         super().__init__(config, context)
@@ -176,7 +207,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
 
     def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
         start_ts = int(start["ts"])
-        partition_feed = self._following(partition, start_ts)
+        partition_feed = self._following(partition, start_ts, reads_only=False)
         assert self._feed is not None
         resolved = self._feed.resolved_ts(partition.id)
         if resolved is None:
@@ -188,11 +219,8 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         start_ts, end_ts = int(start["ts"]), int(end["ts"])
         if end_ts <= start_ts:
             return
-        partition_feed = self._feeds.get(partition.id)
-        if partition_feed is None or start_ts < partition_feed.sorter.base_ts:
-            raise SourceUnavailableError(
-                f"partition {partition.id}: rows above {start_ts} are no longer held; it is followed again"
-            )
+        partition_feed = self._following(partition, start_ts, reads_only=True)
+        self._wait_until_complete(partition, start_ts, end_ts)
         late = partition_feed.sorter.late_rows
         if late:
             self._late.inc(late)
@@ -202,8 +230,15 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
                 partition.id,
                 late,
             )
+        items = partition_feed.sorter.read(start_ts, end_ts)
+        partition_feed.sorter.release_through(end_ts)
+        if partition_feed.reads_only:
+            # Nobody commits here: a read from start says that everything up to start is done with.
+            partition_feed.sorter.discard_through(start_ts)
+            partition_feed.read_at = time.monotonic()
+        self._let_go_of_idle_read_follows()
         now_ms = int(time.time() * 1000)
-        yield from (self._record(partition, item, now_ms) for item in partition_feed.sorter.read(start_ts, end_ts))
+        yield from (self._record(partition, item, now_ms) for item in items)
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         return ts_to_us(int(offset["ts"]))
@@ -220,27 +255,67 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
 
     # --- following partitions ------------------------------------------------------------------
 
-    def _following(self, partition: Partition, start_ts: int) -> _PartitionFeed:
+    def _following(self, partition: Partition, start_ts: int, reads_only: bool) -> _PartitionFeed:
+        """The partition's feed holding everything above ``start_ts``, subscribed from there if
+        this process holds less. ``reads_only``: asked by ``read``, not by ``latest_offset``."""
         with self._lock:
             partition_feed = self._feeds.get(partition.id)
             if partition_feed is not None and start_ts >= partition_feed.sorter.base_ts:
+                if partition_feed.reads_only and not reads_only:
+                    partition_feed.reads_only = False  # latest_offset runs here too now: commits will come
+                    self._keep_gc_safe_point_below(partition.id, start_ts)
                 return partition_feed
             assert self._feed is not None and self._spill_dir is not None
             if partition_feed is not None:
                 log.info("partition %s rewound to %d below what is held; following it again", partition.id, start_ts)
                 self._feed.unsubscribe(partition.id)
                 partition_feed.sorter.close()
+                reads_only = reads_only and partition_feed.reads_only
             self._check_gc_safe_point(partition, start_ts)
-            self._committed.setdefault(partition.id, start_ts)
-            self._committed[partition.id] = min(self._committed[partition.id], start_ts)
-            self._refresh_gc_safe_point()
+            if not reads_only:
+                self._keep_gc_safe_point_below(partition.id, start_ts)
             region_start, region_end = self.codec.region_range(
                 bytes.fromhex(str(partition.info["start"])), bytes.fromhex(str(partition.info["end"]))
             )
             sorter = PartitionSorter(start_ts, self.config.sorter_memory_mb << 20, self._spill_dir)
-            partition_feed = self._feeds[partition.id] = _PartitionFeed(sorter, region_start, region_end)
+            partition_feed = _PartitionFeed(sorter, region_start, region_end, reads_only)
+            self._feeds[partition.id] = partition_feed
             self._feed.subscribe(partition.id, region_start, region_end, start_ts)
             return partition_feed
+
+    def _wait_until_complete(self, partition: Partition, start_ts: int, end_ts: int) -> None:
+        """Returns once this process's resolved-ts less the safety interval reaches ``end_ts``."""
+        assert self._feed is not None
+        deadline = time.monotonic() + self.config.read_wait_s
+        while True:
+            resolved = self._feed.resolved_ts(partition.id)
+            if resolved is not None and resolved - self._safety >= end_ts:
+                return
+            if time.monotonic() >= deadline:
+                raise SourceUnavailableError(
+                    f"partition {partition.id}: reading ({start_ts}, {end_ts}] here, the feed's resolved-ts "
+                    f"{resolved} less the safety interval did not reach {end_ts} within read_wait_s "
+                    f"({self.config.read_wait_s}s); the range is read again on retry"
+                )
+            time.sleep(_READ_POLL_S)
+
+    def _let_go_of_idle_read_follows(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                partition_id
+                for partition_id, partition_feed in self._feeds.items()
+                if partition_feed.reads_only and now - partition_feed.read_at > _IDLE_READ_FOLLOW_S
+            ]
+            for partition_id in idle:
+                assert self._feed is not None
+                self._feed.unsubscribe(partition_id)
+                self._feeds.pop(partition_id).sorter.close()
+                log.info("partition %s: no read for %.0fs here; no longer followed", partition_id, _IDLE_READ_FOLLOW_S)
+
+    def _keep_gc_safe_point_below(self, partition_id: str, start_ts: int) -> None:
+        self._committed[partition_id] = min(self._committed.get(partition_id, start_ts), start_ts)
+        self._refresh_gc_safe_point()
 
     def _on_rows(self, partition_id: str, items: list[Item]) -> None:
         partition_feed = self._feeds.get(partition_id)

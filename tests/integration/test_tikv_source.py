@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from connector_core.contract import Offset, Partition, PluginContext, Rejected
+from connector_core.errors import SourceUnavailableError
 from connector_core.events import ChangeEvent, Op
 from connector_core.testing import check_source_contract
-from sources.tikv_rawkv.client.codec import encode_memcomparable
+from sources.tikv_rawkv.client.codec import LOGICAL_BITS, encode_memcomparable
 from sources.tikv_rawkv.exceptions import RowRejectedError
 from sources.tikv_rawkv.source import TiKVRawKVSource, TiKVRawKVSourceConfig
 from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster, wait_until
@@ -25,7 +27,7 @@ def upstream() -> Iterator[TiKVCluster]:
 def source_for(upstream: TiKVCluster, tmp_path: Path) -> Iterator[object]:
     opened: list[TiKVRawKVSource] = []
 
-    def make(start: bytes, end: bytes) -> TiKVRawKVSource:
+    def make(start: bytes, end: bytes, **settings: Any) -> TiKVRawKVSource:
         config = TiKVRawKVSourceConfig(
             type="tikv_rawkv",
             pd_endpoints=[upstream.pd],
@@ -34,6 +36,7 @@ def source_for(upstream: TiKVCluster, tmp_path: Path) -> Iterator[object]:
             partitions=2,
             start_ts=upstream.pd_client.get_ts(),
             safety_interval_ms=0,
+            **settings,
         )
         source = TiKVRawKVSource(config, PluginContext("tikv-source-test", tmp_path / "p.yaml"))
         source.open()
@@ -138,3 +141,52 @@ def test_rows_that_are_not_rawkv_changes_become_rejected_records_with_their_byte
     raw = {r.record.key["key"]: r.record.after["value"] for r in rejected if r.record.after}  # type: ignore[union-attr]
     assert raw[prefix + start + b"flag"] == b"raw" and raw[b"r\x00\x00\x05" + start] == b"x"
     assert [r.key["key"] for r in reader.records if isinstance(r, ChangeEvent)] == [start + b"fine"]
+
+
+def _as_written(records: list[ChangeEvent | Rejected]) -> list[tuple[Any, ...]]:
+    """Records without ``ts_ms`` (the time of the read)."""
+    assert all(isinstance(r, ChangeEvent) for r in records)
+    return [(r.op, r.key, r.after, r.source) for r in records]  # type: ignore[union-attr]
+
+
+def test_a_process_that_did_not_follow_a_partition_reads_the_same_ranges_and_leaves_the_gc_safepoint(
+    upstream: TiKVCluster, source_for: object
+) -> None:
+    # What a Spark task, or a driver re-planning a batch after a restart, does: read a range that
+    # another process's latest_offset chose, holding nothing for the partition.
+    start, end = key_range("elsewhere")
+    upstream.split(start + b"k0100")
+    planner: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
+    reader = _Reader(planner)
+    first = dict(reader.offsets)
+    reader.poll(upstream)
+    wait_until(lambda: upstream.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    keys = [start + b"k%04d" % n for n in range(0, 200, 3)]
+    for round_ in range(3):  # every key written three times: each version must come through
+        upstream.kv.batch_put([(key, b"v%d" % round_) for key in keys], [3600] if round_ == 1 else None)
+    upstream.kv.batch_delete(keys[::5])
+    wait_until(lambda: reader.poll(upstream) >= 3 * len(keys) + len(keys[::5]), 30, "every write")
+    service = f"cdcflow-{planner.context.pipeline}-w0"
+    safe_point = upstream.control("gc_state")["services"][service][0]
+
+    elsewhere: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
+    for partition in planner.partitions():
+        begin, finish = first[partition.id], reader.offsets[partition.id]
+        held = list(planner.read(partition, begin, finish))
+        assert held, f"partition {partition.id} has no writes"
+        middle = {"ts": held[len(held) // 2].source.extra["tikv_ts"]}  # type: ignore[union-attr]
+        # From the middle first: a read from a later start must not move the service safepoint.
+        assert _as_written(list(elsewhere.read(partition, middle, finish))) == _as_written(
+            list(planner.read(partition, middle, finish))
+        )
+        assert upstream.control("gc_state")["services"][service][0] == safe_point
+        assert _as_written(list(elsewhere.read(partition, begin, finish))) == _as_written(held)
+    assert upstream.control("gc_state")["services"][service][0] == safe_point
+
+    # A range the cluster cannot vouch for within read_wait_s is a clear, transient error.
+    impatient: TiKVRawKVSource = source_for(start, end, read_wait_s=0.5)  # type: ignore[operator]
+    partition = planner.partitions()[0]
+    finish = int(reader.offsets[partition.id]["ts"])
+    beyond = {"ts": finish + (3_600_000 << LOGICAL_BITS)}
+    with pytest.raises(SourceUnavailableError, match="read_wait_s"):
+        list(impatient.read(partition, {"ts": finish}, beyond))

@@ -89,13 +89,20 @@ def key_range(name: str) -> tuple[bytes, bytes]:
 def pipeline_file(
     folder: Path,
     upstream: TiKVCluster,
-    downstream: TiKVCluster,
+    downstream: TiKVCluster | None,
     start: bytes,
     end: bytes,
     start_ts: int,
+    sink: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
     **source: Any,
 ) -> Path:
+    """A pipeline from ``upstream``'s [start, end) into ``downstream`` (the ``tikv`` sink), or
+    into ``sink`` on ``engine``."""
     name = f"tikv-{uuid.uuid4().hex[:8]}"
+    if sink is None:
+        assert downstream is not None
+        sink = {"type": "tikv", "pd_endpoints": [downstream.pd], "workers": 4, "batch_max_ms": 100}
     spec = {
         "name": name,
         "source": {
@@ -108,9 +115,9 @@ def pipeline_file(
             "safety_interval_ms": 500,
             **source,
         },
-        "sink": {"type": "tikv", "pd_endpoints": [downstream.pd], "workers": 4, "batch_max_ms": 100},
+        "sink": sink,
         "checkpoint": {"type": "file", "path": str(folder / "checkpoints"), "interval_ms": 500},
-        "engine": {"max_records_per_read": 20_000, "poll_interval_ms": 50},
+        "engine": engine or {"max_records_per_read": 20_000, "poll_interval_ms": 50},
     }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -139,6 +146,20 @@ def random_batches(rng: random.Random, start: bytes, keys: int, writes: int, bat
             values.append(b"%s=%d" % (key, sequence[key]))
         batches.append(Batch(chosen, op, values))
     return batches
+
+
+Change = tuple[str, bytes | None, bool]
+"""One write as an output should show it: op (``c`` put, ``d`` delete), value, whether it has a TTL."""
+
+
+def changes_per_key(batches: list[Batch]) -> dict[bytes, list[Change]]:
+    """What ``batches``, applied in order, wrote: per key, its writes in order."""
+    changes: dict[bytes, list[Change]] = {}
+    for batch in batches:
+        for key, value in zip(batch.keys, batch.values, strict=True):
+            change = ("d", None, False) if batch.op == "delete" else ("c", value, batch.op == "ttl")
+            changes.setdefault(key, []).append(change)
+    return changes
 
 
 def apply_batch(kv: RawKVClient, batch: Batch) -> None:
