@@ -124,6 +124,11 @@ class SourceInfo:
     version: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def position_text(self) -> str:
+        """``position`` as canonical JSON text (how envelopes and Spark rows carry it)."""
+        position = self.position
+        return canonical_json(position if type(position) is dict else dict(position))
+
     def to_payload(self) -> Row:
         payload: Row = {
             "version": self.version,
@@ -132,7 +137,7 @@ class SourceInfo:
             "keyspace": self.keyspace,
             "table": self.table,
             "partition": self.partition,
-            "position": canonical_json(self.position if type(self.position) is dict else dict(self.position)),
+            "position": self.position_text(),
             "ts_us": self.ts_us,
             "ts_ms": self.ts_us // 1000,
             "snapshot": self.snapshot,

@@ -13,7 +13,7 @@ import pickle
 from typing import Any
 
 from connector_core.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
-from connector_core.jsontext import canonical_json, compact_json
+from connector_core.jsontext import compact_json
 
 __all__ = ["STREAM_COLUMNS", "STREAM_SCHEMA_DDL", "record_from_row", "record_to_row"]
 
@@ -75,7 +75,7 @@ def _schema_json(schema: RowSchema) -> str:
 def record_to_row(record: Record, with_record: bool) -> tuple[Any, ...]:
     """``record`` as a tuple in :data:`STREAM_COLUMNS` order."""
     s = record.source
-    position = canonical_json(s.position if type(s.position) is dict else dict(s.position))
+    position = s.position_text()
     schema = _schema_json(record.schema) if record.schema is not None else None
     blob = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL) if with_record else None
     if isinstance(record, ChangeEvent):
