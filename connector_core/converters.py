@@ -35,9 +35,16 @@ def _schema_cache_key(record: Record, part: str) -> tuple[Any, ...]:
     if isinstance(record, SchemaChangeEvent):
         return ("schema-change", part)
     fingerprint = record.schema.fingerprint if record.schema is not None else None
-    # Schemaless events are inferred from their values; cache them by the column names they carry.
-    shape = None if fingerprint else (tuple(record.key), tuple(record.after or record.before or ()))
-    return (fingerprint, shape, record.envelope, part)
+    if fingerprint is not None:
+        return (fingerprint, None, record.envelope, part)
+    # Schemaless events are inferred from their values: cache them by the columns they carry and
+    # their values' types (a column null in one record and a number in the next has two schemas).
+    row = record.after or record.before or {}
+    shape = (
+        tuple((name, type(value)) for name, value in record.key.items()),
+        tuple((name, type(value)) for name, value in row.items()),
+    )
+    return (None, shape, record.envelope, part)
 
 
 # --- json ----------------------------------------------------------------------------------

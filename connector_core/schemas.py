@@ -15,6 +15,7 @@ from typing import Any
 from connector_core.events import ChangeEvent, Column, Record, RowSchema, SchemaChangeEvent
 
 __all__ = [
+    "UNTYPED_NULL",
     "avro_key_schema",
     "avro_value_schema",
     "connect_key_schema",
@@ -22,6 +23,11 @@ __all__ = [
     "infer_row_schema",
     "parse_cql_type",
 ]
+
+UNTYPED_NULL = "null"
+"""The type :func:`infer_row_schema` gives a column whose value is null: nothing says what it
+holds. Converters write it as optional text (the only value is null); a sink that merges the
+schemas of several events (``parquet``) takes the column's type from the events that have a value."""
 
 _SIMPLE_AVRO: dict[str, Any] = {
     "ascii": "string",
@@ -191,18 +197,38 @@ _AVRO_SOURCE: dict[str, Any] = {
 }
 
 
+_INFERRED_TYPES: dict[type, str] = {bool: "boolean", int: "bigint", float: "double", str: "text", bytes: "blob"}
+_inferred_schemas: dict[tuple[Any, ...], RowSchema] = {}
+_INFERRED_SCHEMAS_KEPT = 4096
+
+
 def infer_row_schema(event: ChangeEvent) -> RowSchema:
-    """A schema read off the values, for sources that know no table metadata."""
-
-    def column(name: str, value: Any, optional: bool) -> Column:
-        kind = {bool: "boolean", int: "bigint", float: "double", str: "text", bytes: "blob"}.get(type(value), "text")
-        return Column(name, kind, optional)
-
+    """A schema read off the values, for sources that know no table metadata. A null value types
+    its column :data:`UNTYPED_NULL`; a value of a type without a CQL name types it ``text``."""
     row = event.after or event.before or {}
-    keys = tuple(column(k, v, False) for k, v in event.key.items())
-    values = tuple(column(k, v, True) for k, v in row.items() if not k.startswith("__"))
     source = event.source
-    return RowSchema(f"{source.cluster}.{source.keyspace}.{source.table}", keys, values)
+    # Events of one table mostly share a shape: build (and fingerprint) its schema once.
+    shape = (
+        source.cluster,
+        source.keyspace,
+        source.table,
+        tuple((name, type(value)) for name, value in event.key.items()),
+        tuple((name, type(value)) for name, value in row.items() if not name.startswith("__")),
+    )
+    schema = _inferred_schemas.get(shape)
+    if schema is None:
+        if len(_inferred_schemas) >= _INFERRED_SCHEMAS_KEPT:
+            _inferred_schemas.clear()
+        keys = tuple(_inferred_column(name, kind, False) for name, kind in shape[3])
+        values = tuple(_inferred_column(name, kind, True) for name, kind in shape[4])
+        schema = _inferred_schemas[shape] = RowSchema(
+            f"{source.cluster}.{source.keyspace}.{source.table}", keys, values
+        )
+    return schema
+
+
+def _inferred_column(name: str, kind: type, optional: bool) -> Column:
+    return Column(name, UNTYPED_NULL if kind is type(None) else _INFERRED_TYPES.get(kind, "text"), optional)
 
 
 def avro_key_schema(record: Record) -> dict[str, Any]:

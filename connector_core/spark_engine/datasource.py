@@ -184,10 +184,10 @@ def _source_side(job: SourceJob, open_source: bool = True) -> tuple[Source[Any],
 def _read_slice(job: SourceJob, piece: SourceSlice) -> Iterator[tuple[Any, ...]]:
     if piece.records is not None:
         _, transforms = _source_side(job, open_source=False)
-        return _transformed_rows(job, transforms, iter(piece.records), infer_schemas=False)
+        return _transformed_rows(job, transforms, iter(piece.records))
     source, transforms = _source_side(job)
     records = source.read(Partition(piece.partition_id, piece.info), piece.start, piece.end)
-    return _transformed_rows(job, transforms, records, infer_schemas=False)
+    return _transformed_rows(job, transforms, records)
 
 
 def _as_arrow_batches(rows: Iterator[tuple[Any, ...]], size: int = 4096) -> Iterator[Any]:
@@ -211,12 +211,12 @@ def decode_native_batches(job: SourceJob, batches: Iterator[Any]) -> Iterator[An
     names = [name for name, _ in STREAM_COLUMNS]
     for batch in batches:
         records = (source.decode_spark_row(row) for row in batch.to_pylist())
-        rows = [dict(zip(names, row, strict=True)) for row in _transformed_rows(job, transforms, records, True)]
+        rows = [dict(zip(names, row, strict=True)) for row in _transformed_rows(job, transforms, records)]
         yield pa.RecordBatch.from_pylist(rows, schema=stream_arrow_schema())
 
 
 def _transformed_rows(
-    job: SourceJob, transforms: list[Transform[Any]], records: Iterator[Record | Rejected], infer_schemas: bool
+    job: SourceJob, transforms: list[Transform[Any]], records: Iterator[Record | Rejected]
 ) -> Iterator[tuple[Any, ...]]:
     dead_letter: Sink[Any] | None = None
     try:
@@ -233,9 +233,9 @@ def _transformed_rows(
                     if refused:
                         raise SinkError(f"the dead-letter destination refused {len(refused)} records")
             for record in output:
-                if infer_schemas and isinstance(record, ChangeEvent) and record.schema is None:
-                    # Records read back from Kafka carry values, not table metadata; typed
-                    # Parquet columns need a schema, so read one off the values.
+                if isinstance(record, ChangeEvent) and record.schema is None:
+                    # Records read back from Kafka (or from a source that knows no table metadata)
+                    # carry values only; typed Parquet columns need a schema, so read one off them.
                     yield record_to_row(record.with_changes(schema=infer_row_schema(record)), job.with_record)
                 else:
                     yield record_to_row(record, job.with_record)

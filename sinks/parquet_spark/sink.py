@@ -21,19 +21,20 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
 from connector_core.config import ResolvedLocation
 from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
-from connector_core.errors import EngineUnsupportedError
-from connector_core.events import Record, RowSchema
-from connector_core.schemas import SPARK_CONVERTED_AFTER_PARSING, parse_cql_type, spark_ddl_type
+from connector_core.errors import EngineUnsupportedError, SinkError
+from connector_core.events import Column, Record, RowSchema
+from connector_core.schemas import SPARK_CONVERTED_AFTER_PARSING, UNTYPED_NULL, parse_cql_type, spark_ddl_type
 
-__all__ = ["ENVELOPE_COLUMNS", "ParquetSink", "ParquetSinkConfig"]
+__all__ = ["ENVELOPE_COLUMNS", "ParquetSchemaConflictError", "ParquetSink", "ParquetSinkConfig", "merge_table_columns"]
 
 log = logging.getLogger("cdcflow.sinks.parquet")
 
@@ -41,6 +42,10 @@ ENVELOPE_COLUMNS = ("op", "ts_ms", "source_ts_us", "source_partition", "source_p
 _KEEP_MANIFESTS = 200  # a re-run only ever concerns the last batch; older manifests are history
 _DAY_US = 86_400_000_000
 _PARALLEL_TABLE_WRITES = 4
+
+
+class ParquetSchemaConflictError(SinkError):
+    """Rows of one destination hold one column with two types no Parquet column can hold both of."""
 
 
 class ParquetSinkConfig(PluginConfig):
@@ -71,6 +76,8 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
     def __init__(self, config: ParquetSinkConfig, context: PluginContext) -> None:
         super().__init__(config, context)
         self._pending_dates: set[tuple[str, str]] = set()  # (table folder, date) not yet marked complete
+        # (destination, column) -> the type an earlier batch wrote, for a column a batch has only nulls of
+        self._learned_types: dict[tuple[str, str], str] = {}
 
     # --- the record-at-a-time contract does not apply: Spark writes whole batches ------------------
 
@@ -94,25 +101,27 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         changes = batch.filter(F.col("kind") == "change").persist()
         try:
             started = time.monotonic()
-            groups = changes.groupBy("destination", "row_schema").count().collect()
+            counts = changes.groupBy("destination", "row_schema").count().collect()
             log.debug("batch %d: read and grouped in %.1fs", batch_id, time.monotonic() - started)
+            tables = self._tables_of(counts)
 
-            def write_group(group: Any) -> None:
-                typed = self._typed_rows(changes, group["destination"], group["row_schema"])
+            def write_table(table: _DestinationTable) -> None:
+                typed = self._typed_rows(changes, table)
                 # About rows_per_file rows a file: a small batch makes one file per table and date
                 # (and one write task), not one per input partition.
-                files_wanted = -(-group["count"] // self.config.rows_per_file)
+                files_wanted = -(-table.rows // self.config.rows_per_file)
                 if files_wanted < typed.rdd.getNumPartitions():
                     typed = typed.coalesce(files_wanted)
                 writer = typed.write.mode("append").option("compression", self.config.compression)
                 partition_columns = [c for c in self.config.partition_by if c == "event_date"]
                 if partition_columns:
                     writer = writer.partitionBy(*partition_columns)
-                writer.parquet(files.uri(f"{staging}/{_table_folder(group['destination'], self.config)}"))
+                writer.parquet(files.uri(f"{staging}/{_table_folder(table.destination, self.config)}"))
 
-            # One Spark job per table; run side by side, a small batch is not a queue of job start-ups.
-            with ThreadPoolExecutor(max_workers=max(1, min(len(groups), _PARALLEL_TABLE_WRITES))) as pool:
-                for done in [pool.submit(write_group, group) for group in groups]:
+            # One Spark job per destination (jobs that shared a folder would delete each other's
+            # _temporary at commit), side by side: a small batch is not a queue of job start-ups.
+            with ThreadPoolExecutor(max_workers=max(1, min(len(tables), _PARALLEL_TABLE_WRITES))) as pool:
+                for done in [pool.submit(write_table, table) for table in tables]:
                     done.result()
         finally:
             changes.unpersist()
@@ -130,7 +139,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             self._mark_complete(files, watermark_us)
         if self.config.compact_min_files is not None:
             self._compact(batch.sparkSession, files, {_date_folder(t) for t in moves.values()}, batch_id)
-        log.debug("batch %d: %d files in %d tables", batch_id, len(moves), len(groups))
+        log.debug("batch %d: %d files in %d tables", batch_id, len(moves), len(tables))
 
     def _undo_earlier_attempt(self, files: _HadoopFiles, staging: str, manifest: str) -> None:
         files.delete(staging)
@@ -151,21 +160,35 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             files.delete(plan_file)
         files.delete("_cdcflow/compacting")
 
-    def _typed_rows(self, changes: Any, destination: str, row_schema_json: str | None) -> Any:
+    def _tables_of(self, counts: Sequence[Any]) -> list[_DestinationTable]:
+        """One table per destination, its columns merged from every row schema it got in the batch."""
+        schemas: dict[str, list[RowSchema]] = {}
+        rows: dict[str, int] = {}
+        for group in counts:
+            destination = group["destination"]
+            rows[destination] = rows.get(destination, 0) + group["count"]
+            # The engine gives every change row a schema (read off its values where the source has none).
+            schemas.setdefault(destination, []).append(RowSchema.from_json(group["row_schema"]))
+        tables = []
+        for destination, listed in schemas.items():
+            # Spark collects groups in any order; columns come out in one order batch after batch.
+            listed.sort(key=lambda schema: (schema.namespace, schema.version, schema.fingerprint))
+            columns = merge_table_columns(destination, listed, self._learned_types)
+            self._learned_types.update({(destination, c.name): c.type for c in columns if c.type != UNTYPED_NULL})
+            tables.append(_DestinationTable(destination, tuple(columns), rows[destination]))
+        return tables
+
+    def _typed_rows(self, changes: Any, table: _DestinationTable) -> Any:
         from pyspark.sql import functions as F  # noqa: N812
 
-        rows = changes.filter(F.col("destination") == destination)
-        if row_schema_json is not None:
-            rows = rows.filter(F.col("row_schema") == row_schema_json)
-            schema = RowSchema.from_json(row_schema_json)
-            columns = list(schema.value_columns) or list(schema.key_columns)
-        else:
-            rows = rows.filter(F.col("row_schema").isNull())
-            columns = []
+        rows = changes.filter(F.col("destination") == table.destination)
+        columns = [c for c in table.columns if c.type != UNTYPED_NULL]
         image = F.coalesce(F.col("after"), F.col("before"), F.col("key"))
         envelope = [F.col(c) for c in ENVELOPE_COLUMNS]
         names = {c.name for c in columns}
-        if columns:
+        if table.columns:
+            # Every image of the destination parses with the merged columns: a column a table
+            # lacks, or a row leaves out, is null there.
             ddl = ", ".join(f"`{c.name}` {spark_ddl_type(c.type)}" for c in columns)
             parsed = rows.select(*envelope, F.from_json(image, ddl).alias("_row"))
             table_columns = [_native(F.col("_row").getField(c.name), c.type).alias(c.name) for c in columns]
@@ -211,6 +234,68 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
                 files.delete(f)
             files.delete(staging)
             files.delete(f"_cdcflow/compacting/{batch_id}.json")
+
+
+@dataclass(frozen=True)
+class _DestinationTable:
+    """What one write job of a batch writes: a destination's rows, with its merged columns."""
+
+    destination: str
+    columns: tuple[Column, ...]
+    rows: int
+
+
+# Types a column may widen through when tables of one destination disagree: every value of a
+# lower type is exactly a value of a higher one. Anything else is a conflict.
+_WIDENING_LADDERS = (("tinyint", "smallint", "int", "bigint"), ("float", "double"))
+_SAME_VALUES = {"varchar": "text", "counter": "bigint"}
+
+
+def merge_table_columns(
+    destination: str, schemas: Sequence[RowSchema], learned: Mapping[tuple[str, str], str] | None = None
+) -> list[Column]:
+    """The columns of one Parquet table that gets rows of ``schemas`` (several source tables routed
+    to one destination, versions of one table, schemas read off values), in first-seen order.
+
+    A column's type comes from the schemas that type it: :data:`UNTYPED_NULL` (a value that was
+    null) defers to them, then to ``learned`` (what an earlier batch wrote); a column nothing types
+    stays :data:`UNTYPED_NULL`. Integer and floating types widen (``int`` and ``bigint`` make
+    ``bigint``); any other disagreement raises :class:`ParquetSchemaConflictError`.
+    """
+    typed: dict[str, list[tuple[str, str]]] = {}  # column -> (type, table) of each schema typing it
+    optional: dict[str, bool] = {}
+    for schema in schemas:
+        for column in schema.value_columns or schema.key_columns:
+            typed.setdefault(column.name, [])
+            optional[column.name] = optional.get(column.name, False) or column.optional
+            if column.type != UNTYPED_NULL:
+                typed[column.name].append((_SAME_VALUES.get(column.type, column.type), schema.namespace))
+    merged = []
+    for name, types in typed.items():
+        if not types:
+            known = (learned or {}).get((destination, name), UNTYPED_NULL)
+            merged.append(Column(name, known, True))
+            continue
+        chosen, chosen_table = types[0]
+        for kind, table in types[1:]:
+            if kind != chosen:
+                chosen = _wider(destination, name, (chosen, chosen_table), (kind, table))
+                chosen_table = table if chosen == kind else chosen_table
+        # A column some schema lacks is null in that table's rows.
+        everywhere = len(types) == len(schemas)
+        merged.append(Column(name, chosen, optional[name] or not everywhere))
+    return merged
+
+
+def _wider(destination: str, column: str, first: tuple[str, str], second: tuple[str, str]) -> str:
+    for ladder in _WIDENING_LADDERS:
+        if first[0] in ladder and second[0] in ladder:
+            return max(first[0], second[0], key=ladder.index)
+    raise ParquetSchemaConflictError(
+        f"destination {destination!r}: column {column!r} is {first[0]} in {first[1]} but {second[0]} in "
+        f"{second[1]}; one Parquet column cannot hold both. Route these tables to destinations of their own "
+        "(a route transform) or rename the column in one of them"
+    )
 
 
 def _table_folder(destination: str, config: ParquetSinkConfig) -> str:

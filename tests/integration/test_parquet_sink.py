@@ -16,9 +16,11 @@ import pytest
 from connector_core.contract import PluginContext
 from connector_core.errors import EngineUnavailableError
 from connector_core.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
+from connector_core.schemas import infer_row_schema
 from connector_core.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row
 from connector_core.spark_engine.session import spark_session
-from sinks.parquet_spark import ParquetSink, ParquetSinkConfig
+from sinks.parquet_spark import ParquetSchemaConflictError, ParquetSink, ParquetSinkConfig
+from tests.integration.parquet_helpers import read_parquet
 
 pytestmark = [pytest.mark.spark]
 
@@ -65,22 +67,12 @@ def batch(spark: Any, events: list[ChangeEvent]) -> Any:
     return spark.createDataFrame([record_to_row(e, False) for e in events], STREAM_SCHEMA_DDL)
 
 
-def read(path: Path) -> pa.Table:
-    """Every file under ``path``, with the union of their columns (as a reader of an evolving table does)."""
-    files = ds.dataset(path, format="parquet", partitioning="hive")
-    partition_columns = pa.schema([("table", pa.string()), ("event_date", pa.string())])
-    schema = pa.unify_schemas([*(f.physical_schema for f in files.get_fragments()), partition_columns])
-    return ds.dataset(
-        path, format="parquet", partitioning=ds.partitioning(partition_columns, flavor="hive"), schema=schema
-    ).to_table()
-
-
 def test_a_batch_run_twice_is_written_once(spark: Any, tmp_path: Path) -> None:
     out = sink(tmp_path)
     rows = batch(spark, [event(n, V1) for n in range(50)])
     out.write_batch(rows, 7, None)
     out.write_batch(rows, 7, None)  # Spark re-runs a batch whose commit a crash prevented
-    assert sorted(read(tmp_path).column("id").to_pylist()) == list(range(50))
+    assert sorted(read_parquet(tmp_path).column("id").to_pylist()) == list(range(50))
 
 
 def test_leftovers_of_a_crashed_attempt_are_removed_by_the_rerun(spark: Any, tmp_path: Path) -> None:
@@ -93,7 +85,7 @@ def test_leftovers_of_a_crashed_attempt_are_removed_by_the_rerun(spark: Any, tmp
     staging.mkdir(parents=True)
     (staging / "part-x.parquet").write_bytes(b"half")
     out.write_batch(batch(spark, [event(n, V1) for n in range(10)]), 3, None)
-    assert sorted(read(tmp_path).column("id").to_pylist()) == list(range(10))
+    assert sorted(read_parquet(tmp_path).column("id").to_pylist()) == list(range(10))
     assert not staging.exists()
     assert json.loads((tmp_path / "_cdcflow" / "manifests" / "3.json").read_text()) == manifest
 
@@ -102,7 +94,7 @@ def test_an_added_column_merges_and_deletes_are_rows(spark: Any, tmp_path: Path)
     out = sink(tmp_path)
     out.write_batch(batch(spark, [event(n, V1) for n in range(5)]), 0, None)
     out.write_batch(batch(spark, [event(n, V2) for n in range(5, 8)] + [event(1, V1, Op.DELETE)]), 1, None)
-    table = read(tmp_path)
+    table = read_parquet(tmp_path)
     rows = {(r["id"], r["op"]): r for r in table.to_pylist()}
     assert rows[(6, "c")]["email"] == "6@example.com"
     assert rows[(2, "c")]["email"] is None
@@ -128,7 +120,7 @@ def test_compaction_rewrites_a_partition_into_one_file_without_losing_rows(spark
         out.write_batch(batch(spark, [event(batch_id * 10 + n, V1) for n in range(10)]), batch_id, None)
     day = tmp_path / "table=c.ks.users" / "event_date=2026-11-22"
     assert len(list(day.glob("*.parquet"))) < 3
-    assert sorted(read(tmp_path).column("id").to_pylist()) == list(range(40))
+    assert sorted(read_parquet(tmp_path).column("id").to_pylist()) == list(range(40))
 
 
 def test_a_too_old_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,4 +145,135 @@ def test_a_batch_writes_about_rows_per_file_rows_a_file(
     out.write_batch(rows, 1, None)
     written = list(tmp_path.glob("table=*/event_date=*/*.parquet"))
     assert len(written) == expected_files
-    assert sorted(read(tmp_path).column("id").to_pylist()) == list(range(100))
+    assert sorted(read_parquet(tmp_path).column("id").to_pylist()) == list(range(100))
+
+
+# --- one destination, several schemas in one batch (issue 16) --------------------------------------
+
+
+def table_event(
+    table: str, n: int, row: dict[str, Any], schema: RowSchema | None, topic: str = "shared"
+) -> ChangeEvent:
+    """A change of ``table`` routed to ``topic``; without a schema the engine reads one off the values."""
+    event = ChangeEvent(
+        op=Op.CREATE,
+        key={"id": n},
+        before=None,
+        after={"id": n, **row},
+        source=SourceInfo("test", "c", "ks", table, "p0", {"n": n}, NOV_22_US + n),
+        ts_ms=NOV_22_US // 1000,
+        schema=schema,
+        topic=topic,
+    )
+    return event if schema is not None else event.with_changes(schema=infer_row_schema(event))
+
+
+def table_schema(table: str, *columns: tuple[str, str]) -> RowSchema:
+    key = (Column("id", "bigint", False),)
+    return RowSchema(f"c.ks.{table}", key, key + tuple(Column(name, kind) for name, kind in columns))
+
+
+def test_tables_routed_to_one_destination_are_written_as_one_table(spark: Any, tmp_path: Path) -> None:
+    schemas = {
+        "orders": table_schema("orders", ("amount", "double"), ("qty", "int")),
+        "refunds": table_schema("refunds", ("amount", "double"), ("reason", "text")),
+        "audits": table_schema("audits", ("qty", "bigint"), ("flag", "boolean")),
+    }
+    rows = {
+        "orders": lambda n: {"amount": n / 4, "qty": n},
+        "refunds": lambda n: {"amount": -n / 4, "reason": f"r{n}"},
+        "audits": lambda n: {"qty": 2**40 + n, "flag": n % 2 == 0},
+    }
+    tables = ("orders", "refunds", "audits")
+    events = [table_event(tables[n % 3], n, rows[tables[n % 3]](n), schemas[tables[n % 3]]) for n in range(3000)]
+    sink(tmp_path).write_batch(batch(spark, events).repartition(4), 0, None)
+
+    table = read_parquet(tmp_path)
+    assert set(table.column("table").to_pylist()) == {"shared"}
+    assert sorted(table.column("id").to_pylist()) == list(range(3000))  # every row, once
+    assert table.schema.field("amount").type == pa.float64()
+    assert table.schema.field("qty").type == pa.int64()  # int in orders, bigint in audits: widened
+    assert table.schema.field("reason").type == pa.string()
+    assert table.schema.field("flag").type == pa.bool_()
+    columns = ("amount", "qty", "reason", "flag")
+    expected = {e.key["id"]: {c: (e.after or {}).get(c) for c in columns} for e in events}
+    got = {r["id"]: {c: r[c] for c in columns} for r in table.to_pylist()}
+    assert got == expected  # a column a table lacks is null in its rows
+
+
+def test_a_column_null_in_some_rows_takes_its_type_from_the_rows_with_a_value(spark: Any, tmp_path: Path) -> None:
+    # Schemas read off values (as the engine does for records read back from Kafka): a null
+    # value says nothing about the column's type.
+    values = {n: (None if n % 3 else n * 1000) for n in range(30)}
+    notes = {n: (None if n % 2 else f"note {n}") for n in range(30)}
+    events = [table_event("orders", n, {"code": values[n], "note": notes[n], "ratio": None}, None) for n in range(30)]
+    assert len({e.schema.fingerprint for e in events if e.schema is not None}) > 1  # one per null pattern
+    out = sink(tmp_path)
+    out.write_batch(batch(spark, events), 0, None)
+
+    table = read_parquet(tmp_path)
+    assert table.schema.field("code").type == pa.int64()
+    assert table.schema.field("note").type == pa.string()
+    assert "ratio" not in table.schema.names  # null in every row and nothing types it: no column yet
+    got = {r["id"]: (r["code"], r["note"]) for r in table.to_pylist()}
+    assert got == {n: (values[n], notes[n]) for n in range(30)}
+
+    # A later batch where the column is only null keeps the type an earlier batch wrote.
+    out.write_batch(batch(spark, [table_event("orders", 99, {"code": None, "note": None}, None)]), 1, None)
+    second = [f for f in ds.dataset(tmp_path, format="parquet").get_fragments() if "part-b0000000001" in f.path]
+    assert second[0].physical_schema.field("code").type == pa.int64()
+
+
+def test_a_real_type_conflict_in_one_destination_is_an_error_naming_both(spark: Any, tmp_path: Path) -> None:
+    events = [
+        table_event("orders", 1, {"code": 7}, table_schema("orders", ("code", "bigint"))),
+        table_event("tags", 2, {"code": "x7"}, table_schema("tags", ("code", "text"))),
+    ]
+    with pytest.raises(ParquetSchemaConflictError, match=r"'code' is bigint in c\.ks\.orders but text in c\.ks\.tags"):
+        sink(tmp_path).write_batch(batch(spark, events), 0, None)
+    assert not list(tmp_path.rglob("*.parquet"))  # nothing of the batch is visible
+
+
+def test_a_batch_mixing_destinations_schemas_and_nulls(spark: Any, tmp_path: Path) -> None:
+    v1 = table_schema("users", ("name", "text"))
+    v2 = table_schema("users", ("name", "text"), ("email", "text"))
+    events = []
+    for n in range(600):
+        kind = n % 4
+        if kind == 0:
+            events.append(table_event("users", n, {"name": f"u{n}"}, v1, topic="people"))
+        elif kind == 1:
+            events.append(table_event("users", n, {"name": f"u{n}", "email": None}, v2, topic="people"))
+        elif kind == 2:
+            events.append(table_event("admins", n, {"name": None, "level": n}, None, topic="people"))
+        else:
+            events.append(table_event("orders", n, {"amount": n / 8 if n % 7 else None}, None, topic="sales"))
+    sink(tmp_path).write_batch(batch(spark, events).repartition(3), 0, None)
+
+    table = read_parquet(tmp_path)
+    by_table = {t: sorted(r["id"] for r in table.to_pylist() if r["table"] == t) for t in ("people", "sales")}
+    assert by_table == {
+        "people": [n for n in range(600) if n % 4 != 3],
+        "sales": [n for n in range(600) if n % 4 == 3],
+    }
+    people = destination_table(tmp_path / "table=people")
+    assert people.schema.field("name").type == pa.string()
+    assert people.schema.field("email").type == pa.string()
+    assert people.schema.field("level").type == pa.int64()
+    assert {r["id"]: r["name"] for r in people.to_pylist()} == {
+        n: (None if n % 4 == 2 else f"u{n}") for n in range(600) if n % 4 != 3
+    }
+    assert {r["id"]: r["level"] for r in people.to_pylist() if r["level"] is not None} == {
+        n: n for n in range(600) if n % 4 == 2
+    }
+    sales = destination_table(tmp_path / "table=sales")
+    assert sales.schema.field("amount").type == pa.float64()
+    assert {r["id"]: r["amount"] for r in sales.to_pylist()} == {
+        n: (n / 8 if n % 7 else None) for n in range(600) if n % 4 == 3
+    }
+
+
+def destination_table(folder: Path) -> pa.Table:
+    """One destination's files as one table, with no schema unification: each destination is
+    written by one job, so every file of a batch has the destination's merged columns."""
+    return ds.dataset(folder, format="parquet", partitioning="hive").to_table()

@@ -15,18 +15,32 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
 
 from tests.integration.conftest import REPO
-from tests.integration.kafka_helpers import datagen, run_cdcflow
+from tests.integration.kafka_helpers import datagen, run_cdcflow, start_worker
+from tests.integration.parquet_helpers import read_parquet, read_parquet_while_written
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def read_parquet(folder: Path) -> pa.Table:
-    dataset = ds.dataset(folder, format="parquet", partitioning="hive")
-    return dataset.to_table()
+def run_until_parquet_rows(file: Path, out: Path, rows: int, timeout_s: float = 240) -> None:
+    """``cdcflow run FILE`` of an endless (Kafka) source until ``out`` holds ``rows`` rows, then
+    SIGTERM, as an operator stops it; it must exit 0."""
+    process = start_worker(file)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and process.poll() is None:
+            written = read_parquet_while_written(out)
+            if written is not None and written.num_rows >= rows:
+                break
+            time.sleep(1)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr.decode()[-3000:]
 
 
 def expected_ops(config: dict[str, Any]) -> dict[int, str]:
@@ -179,27 +193,7 @@ def test_kafka_avro_to_parquet_on_spark(
         "checkpoint: {type: file, path: ckpt}\n"
         "engine: {type: spark, master: 'local[2]', trigger_interval_ms: 500}\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "connector_core.cli", "run", str(to_parquet)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        rows = 0
-        while time.monotonic() < deadline and process.poll() is None:
-            if list((tmp_path / "out").rglob("*.parquet")):
-                rows = read_parquet(tmp_path / "out").num_rows
-                if rows >= count:
-                    break
-            time.sleep(1)
-        process.send_signal(signal.SIGTERM)  # a Kafka source never ends: stop it as an operator would
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, stderr.decode()[-3000:]
+    run_until_parquet_rows(to_parquet, tmp_path / "out", count)
 
     table = read_parquet(tmp_path / "out")
     seqs = Counter(table.column("seq").to_pylist())
@@ -210,3 +204,69 @@ def test_kafka_avro_to_parquet_on_spark(
     ops = dict(zip(table.column("seq").to_pylist(), table.column("op").to_pylist(), strict=True))
     assert ops == expected_ops({"count": count, "partitions": 2, "tables": 2})
     assert {t.rsplit(".", 1)[1] for t in table.column("table").to_pylist()} == {"table_0", "table_1"}
+
+
+@pytest.mark.kafka
+def test_tables_of_one_topic_into_one_parquet_destination(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    # Issue 16: three tables in one topic (a fixed kafka-sink topic), then kafka -> parquet on Spark,
+    # several micro-batches; plus a fourth table with columns null in some rows.
+    count, notes = 30_000, 400
+    topic = f"{topic_prefix}.events"
+    to_kafka = tmp_path / "to-kafka.yaml"
+    to_kafka.write_text(
+        f"name: to-kafka-{topic_prefix}\n"
+        f"source: {{type: datagen, count: {count}, partitions: 2, tables: 3, event_size: 32}}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topic: '{topic}'}}\n"
+    )
+    result = run_cdcflow("run", str(to_kafka))
+    assert result.returncode == 0, result.stderr[-3000:]
+    note_rows = {
+        100_000 + n: {"note": None if n % 2 else f"note {n}", "weight": None if n % 3 else n * 1.5}
+        for n in range(notes)
+    }
+    produce_envelopes(kafka_bootstrap, topic, "notes", note_rows)
+
+    to_parquet = tmp_path / "to-parquet.yaml"
+    to_parquet.write_text(
+        "name: kafka-to-parquet\n"
+        f"source: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topics: ['{topic}']}}\n"
+        "sink: {type: parquet, path: out}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+        "engine: {type: spark, master: 'local[2]', trigger_interval_ms: 500, max_records_per_read: 5000}\n"
+    )
+    run_until_parquet_rows(to_parquet, tmp_path / "out", count + notes)
+
+    table = read_parquet(tmp_path / "out")
+    assert set(table.column("table").to_pylist()) == {topic}
+    seqs = Counter(table.column("seq").to_pylist())
+    assert set(seqs) == set(range(count)) | {None}  # the notes rows have no seq
+    assert all(n == 1 for s, n in seqs.items() if s is not None)
+    assert table.schema.field("seq").type == pa.int64()
+    assert table.schema.field("amount").type == pa.float64()
+    assert table.schema.field("note").type == pa.string()
+    assert table.schema.field("weight").type == pa.float64()
+    got = {r["id"]: {"note": r["note"], "weight": r["weight"]} for r in table.to_pylist() if r["seq"] is None}
+    assert got == note_rows
+    ops = {r["seq"]: r["op"] for r in table.select(["seq", "op"]).to_pylist() if r["seq"] is not None}
+    assert ops == expected_ops({"count": count, "partitions": 2, "tables": 3, "event_size": 32})
+
+
+def produce_envelopes(bootstrap: str, topic: str, table: str, rows: dict[int, dict[str, Any]]) -> None:
+    """cdcflow JSON envelopes of ``table`` (key ``id``), as another cdcflow pipeline writes them."""
+    from confluent_kafka import Producer
+
+    from connector_core.contract import PluginContext
+    from connector_core.converters import JsonConverter, JsonConverterConfig
+    from connector_core.events import ChangeEvent, Op, SourceInfo
+
+    converter = JsonConverter(JsonConverterConfig(type="json"), PluginContext("t", Path("t.yaml")))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for key, row in rows.items():
+        source = SourceInfo("test", "c", "ks", table, "p0", {"n": key}, 1_795_305_600_000_000 + key)
+        event = ChangeEvent(Op.CREATE, {"id": key}, None, {"id": key, **row}, source, 1_795_305_600_000)
+        producer.produce(
+            topic, key=converter.serialize_key(event, topic), value=converter.serialize_value(event, topic)
+        )
+    assert producer.flush(30) == 0

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
 
 from tests.integration.kafka_helpers import read_topics
+from tests.integration.parquet_helpers import read_parquet_while_written
 from tests.integration.tikv_helpers import (
     REAL_UPSTREAM,
     Batch,
@@ -58,15 +58,6 @@ def _by_key_in_ts_order(rows: list[tuple[int, bytes, Change]]) -> dict[bytes, li
     return changes
 
 
-def _parquet(folder: Path) -> pa.Table | None:
-    if not list(folder.rglob("*.parquet")):
-        return None
-    try:
-        return ds.dataset(folder, format="parquet", partitioning="hive").to_table()
-    except (OSError, pa.ArrowInvalid):  # a file renamed into place while listed: look again
-        return None
-
-
 @pytest.mark.spark
 def test_tikv_to_parquet_on_spark_holds_every_write_per_key_in_ts_order(upstream: TiKVCluster, tmp_path: Path) -> None:
     start, end, batches = _workload(upstream, "parquet")
@@ -84,7 +75,7 @@ def test_tikv_to_parquet_on_spark_holds_every_write_per_key_in_ts_order(upstream
     )
 
     def rows() -> int:
-        table = _parquet(out)
+        table = read_parquet_while_written(out)
         return 0 if table is None else table.num_rows
 
     worker = start_worker(file)
@@ -99,7 +90,7 @@ def test_tikv_to_parquet_on_spark_holds_every_write_per_key_in_ts_order(upstream
         log = stop_worker(worker, file)  # the source never ends: SIGTERM, as an operator stops it
     assert worker.returncode == 0, log[-3000:]
 
-    table = _parquet(out)
+    table = read_parquet_while_written(out)
     assert table is not None
     assert table.schema.field("key").type == pa.binary() and table.schema.field("value").type == pa.binary()
     found = [

@@ -64,3 +64,19 @@ def test_source_schemas_list_exactly_the_payload_fields() -> None:
     avro_source = next(f for f in avro_schema["fields"] if f["name"] == "source")["type"]
     assert [f["name"] for f in avro_source["fields"]] == payload_fields
     assert fastavro.validate(event.value_payload(), fastavro.parse_schema(avro_schema))
+
+
+def test_a_schemaless_column_null_in_one_record_is_typed_by_the_next_records_value() -> None:
+    # Records read back from Kafka carry no table metadata: their schema is read off the values,
+    # and a null says nothing about the column's type.
+    converter = JsonConverter(JsonConverterConfig(type="json"), CONTEXT)
+
+    def after_types(row: dict[str, object]) -> dict[str, str]:
+        event = ChangeEvent(Op.CREATE, {"id": 1}, None, {"id": 1, **row}, SOURCE, 99)
+        schema = json.loads(converter.serialize_value(event, "t") or b"")["schema"]
+        after = next(f for f in schema["fields"] if f["field"] == "after")
+        return {f["field"]: f["type"] for f in after["fields"]}
+
+    assert after_types({"code": None})["code"] == "string"  # nothing else is known: optional text
+    assert after_types({"code": 5})["code"] == "int64"
+    assert after_types({"code": 2.5})["code"] == "float64"
