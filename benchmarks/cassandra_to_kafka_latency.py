@@ -27,7 +27,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from sources.cassandra_commitlog.cluster import connect
+from cdcflow.sources.cassandra_commitlog.cluster import connect
 
 CDC_RAW = (
     Path(os.environ.get("CDCFLOW_DATA", Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache/cdcflow")) / "run"))
@@ -89,9 +89,7 @@ def main() -> None:
         "checkpoint: {type: file, path: ckpt, interval_ms: 500}\n"
         "engine: {poll_interval_ms: 100}\n"
     )
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "connector_core.cli", "run", str(pipeline)], stderr=subprocess.PIPE
-    )
+    worker = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(pipeline)], stderr=subprocess.PIPE)
     try:
         assert worker.stderr is not None
         for line in worker.stderr:  # wait until the worker is reading

@@ -17,11 +17,11 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-from sources.cassandra_commitlog.changes import row_changes
-from sources.cassandra_commitlog.exceptions import CommitLogError
-from sources.cassandra_commitlog.mutation import MutationDecoder
-from sources.cassandra_commitlog.schema import SchemaCatalog
-from sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, read_entries
+from cdcflow.sources.cassandra_commitlog.changes import row_changes
+from cdcflow.sources.cassandra_commitlog.exceptions import CommitLogError
+from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
+from cdcflow.sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, read_entries
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "commitlog"
 

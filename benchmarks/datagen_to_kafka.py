@@ -27,13 +27,13 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connector_core.config import load_pipeline
-from connector_core.contract import Converter, PluginContext
-from connector_core.converters import converter_from_fields
-from connector_core.metrics import METRICS_REGISTRY
-from connector_core.pipeline import build_runner
-from connector_core.worker import tune_garbage_collector
-from plugins import PluginRegistry
+from cdcflow.config import load_pipeline
+from cdcflow.contract import Converter, PluginContext
+from cdcflow.converters import converter_from_fields
+from cdcflow.metrics import METRICS_REGISTRY
+from cdcflow.pipeline import build_runner
+from cdcflow.plugins import PluginRegistry
+from cdcflow.worker import tune_garbage_collector
 
 
 class _Latencies:

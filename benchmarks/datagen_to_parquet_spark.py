@@ -39,7 +39,7 @@ def run(master: str, events: int, event_size: int, per_read: int, rate: float | 
         )
         started = time.monotonic()
         result = subprocess.run(
-            [sys.executable, "-m", "connector_core.cli", "run", str(file), "--log-level", "INFO"],
+            [sys.executable, "-m", "cdcflow.cli", "run", str(file), "--log-level", "INFO"],
             capture_output=True,
             text=True,
             check=False,

@@ -31,12 +31,12 @@ from typing import Any
 
 from cassandra_to_kafka_latency import _consume as consume  # benchmarks/ is on the path of its scripts
 
-from connector_core.contract import PluginContext
-from connector_core.events import ChangeEvent
-from connector_core.metrics import METRICS_REGISTRY
-from sources.cassandra_commitlog.cluster import connect
-from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
-from sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
+from cdcflow.contract import PluginContext
+from cdcflow.events import ChangeEvent
+from cdcflow.metrics import METRICS_REGISTRY
+from cdcflow.sources.cassandra_commitlog.cluster import connect
+from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
+from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 BOOTSTRAP = "127.0.0.1:9092"
@@ -145,7 +145,7 @@ def latency(session: Any, args: argparse.Namespace) -> None:
             f"sink: {{type: kafka, bootstrap_servers: '{BOOTSTRAP}', linger_ms: 5}}\n"
             "checkpoint: {type: file, path: ckpt, interval_ms: 1000}\n"
         )
-        worker = subprocess.Popen([sys.executable, "-m", "connector_core.cli", "run", str(folder / "p.yaml")], cwd=REPO)
+        worker = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(folder / "p.yaml")], cwd=REPO)
         try:
             time.sleep(3)  # the worker starts and lists its partitions
             count = int(args.rate * args.seconds)

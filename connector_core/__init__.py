@@ -1,10 +1,14 @@
-"""cdcflow's runtime: the change event, the plugin contract, pipeline config, the delivery loop, engines, CLI.
+"""cdcflow: change data capture configured in YAML and extended by plugins.
 
-Plugin authors need :mod:`connector_core.contract` (the classes to subclass),
-:mod:`connector_core.events` (the records) and :mod:`connector_core.errors` (what to raise).
+This package is the public API a plugin author needs: the classes to subclass (:class:`Source`,
+:class:`Sink`, :class:`Transform`, :class:`Converter`, :class:`CheckpointStore`), the records
+(:class:`ChangeEvent`, :class:`SchemaChangeEvent`), the errors to raise (:mod:`cdcflow.errors`)
+and :data:`hookimpl` to register them. The runtime lives in submodules (``cdcflow.pipeline``,
+``cdcflow.worker``, ``cdcflow.spark_engine``...); the built-in plugins under ``cdcflow.sources``,
+``cdcflow.sinks`` and ``cdcflow.plugins``.
 """
 
-from connector_core.contract import (
+from cdcflow.contract import (
     Checkpoint,
     CheckpointStore,
     CheckpointStoreConfig,
@@ -19,9 +23,12 @@ from connector_core.contract import (
     SparkBatchWriter,
     Transform,
 )
-from connector_core.events import ChangeEvent, Column, Op, Record, RowSchema, SchemaChangeEvent, SourceInfo
+from cdcflow.errors import CdcflowError
+from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SchemaChangeEvent, SourceInfo
+from cdcflow.plugins.hookspecs import hookimpl
 
 __all__ = [
+    "CdcflowError",
     "ChangeEvent",
     "Checkpoint",
     "CheckpointStore",
@@ -42,4 +49,5 @@ __all__ = [
     "SourceInfo",
     "SparkBatchWriter",
     "Transform",
+    "hookimpl",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from connector_core.errors import ConfigFileError, MissingEnvironmentVariableError
+from cdcflow.errors import ConfigFileError, MissingEnvironmentVariableError
 
 FieldPath = tuple[str | int, ...]
 

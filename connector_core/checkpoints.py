@@ -16,9 +16,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from connector_core.config import ResolvedPath
-from connector_core.contract import Checkpoint, CheckpointStore, CheckpointStoreConfig, PluginContext
-from connector_core.errors import CheckpointCorruptError, CheckpointUnavailableError
+from cdcflow.config import ResolvedPath
+from cdcflow.contract import Checkpoint, CheckpointStore, CheckpointStoreConfig, PluginContext
+from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError
 
 __all__ = ["FileCheckpointConfig", "FileCheckpointStore", "write_file_atomically"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -11,13 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
+from cdcflow.config import PipelineSpec, load_pipeline
+from cdcflow.contract import CheckpointStore, PluginContext
+from cdcflow.errors import CdcflowError, ConfigError, PluginError
 
-from connector_core.config import PipelineSpec, load_pipeline
-from connector_core.contract import CheckpointStore, PluginContext
-from connector_core.errors import CdcflowError, ConfigError, PluginError
-
-__all__ = ["main"]
+__all__ = ["CommandLine", "main"]
 
 log = logging.getLogger("cdcflow")
 
@@ -47,8 +46,10 @@ def _configure_logging(fmt: str, level: str) -> None:
     logging.getLogger("py4j").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
+@functools.cache
 def _registry() -> Any:
-    from plugins import PluginRegistry
+    # Once per process: main() loads it to collect plugin commands, the command uses it again.
+    from cdcflow.plugins import PluginRegistry
 
     registry = PluginRegistry.from_entry_points()
     for failure in registry.load_failures:
@@ -85,7 +86,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from connector_core.worker import WorkerOptions, run_spark, run_worker, run_worker_processes
+    from cdcflow.worker import WorkerOptions, run_worker, run_worker_processes
 
     registry = _registry()
     specs = _load_all(args.files, registry)
@@ -96,6 +97,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         return 2
     if engines == {"spark"}:
+        from cdcflow.spark_engine import run_spark
+
         return run_spark(specs, registry)
     workers = args.workers or max(s.engine.workers for s in specs)
     metrics_port = args.metrics_port if args.metrics_port is not None else specs[0].engine.metrics_port
@@ -154,60 +157,44 @@ def _cmd_offsets_reset(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from connector_core.jsonschema import pipeline_json_schema
+    from cdcflow.jsonschema import pipeline_json_schema
 
     print(json.dumps(pipeline_json_schema(_registry()), indent=2, sort_keys=True))
     return 0
 
 
-def _cmd_commitlog_dump(args: argparse.Namespace) -> int:
-    from sources.cassandra_commitlog.dump import dump_segment, schema_catalog_from
+class CommandLine:
+    """What a plugin's ``cdcflow_cli_commands`` hook receives: a way to add ``cdcflow`` subcommands,
+    and to run pipeline files as ``cdcflow run`` does (for commands that derive a pipeline)."""
 
-    catalog = schema_catalog_from(args.schema_from)
-    if args.save_schema:
-        catalog.save(Path(args.save_schema))
-    summary = dump_segment(Path(args.file), catalog, sys.stdout, system_tables=args.system_tables)
-    print(
-        f"{args.file}: {summary.mutations} mutations, {summary.changes} changes, {summary.faults} faults,"
-        f" {summary.skipped} system-table mutations left out",
-        file=sys.stderr,
-    )
-    return 1 if summary.faults else 0
+    def __init__(self, commands: Any) -> None:
+        self._commands = commands
 
+    def add_command(self, name: str, help_text: str) -> argparse.ArgumentParser:
+        """A new subcommand's parser. Give it a handler, ``handler(args) -> exit code``, with
+        ``parser.set_defaults(handler=...)``; ``args`` also carries ``log_format`` and ``log_level``."""
+        parser: argparse.ArgumentParser = self._commands.add_parser(name, help=help_text)
+        return parser
 
-def _cmd_bootstrap(args: argparse.Namespace) -> int:
-    from connector_core._yaml import load_yaml_with_lines
-
-    pipeline = Path(args.file).resolve()
-    data, _ = load_yaml_with_lines(pipeline)  # not interpolated: ${ENV} stays a reference in the derived file
-    source = dict(data.get("source") or {})
-    if source.get("type") != "cassandra_commitlog":
-        print(f"error: {pipeline}: bootstrap reads tables for a cassandra_commitlog pipeline", file=sys.stderr)
-        return 2
-    snapshot: dict[str, Any] = {"type": "cassandra_snapshot", "table": args.table, "ranges": args.ranges}
-    for name in ("hosts", "port", "cluster"):
-        if name in source:
-            snapshot[name] = source[name]
-    derived = {**data, "name": f"{data.get('name', pipeline.stem)}-bootstrap-{args.table}", "source": snapshot}
-    # Next to the pipeline file, so relative paths (checkpoint, sink) resolve the same way; running
-    # it again resumes from the slices its checkpoints mark as done.
-    target = pipeline.with_name(f".{pipeline.stem}.bootstrap-{args.table}.yaml")
-    target.write_text(yaml.safe_dump(derived, sort_keys=False))
-    print(f"bootstrap of {args.table} runs as {target}", file=sys.stderr)
-    run_args = argparse.Namespace(
-        files=[str(target)],
-        workers=args.workers,
-        engine="worker",
-        metrics_port=None,
-        worker_index=None,
-        worker_count=None,
-        log_format=args.log_format,
-        log_level=args.log_level,
-    )
-    return _cmd_run(run_args)
+    @staticmethod
+    def run_pipeline_files(files: Sequence[str], workers: int | None = None, engine: str | None = None) -> int:
+        """``cdcflow run FILES`` in this process (workers > 1 start child processes)."""
+        log_level = logging.getLevelName(logging.getLogger().level).lower()
+        return _cmd_run(
+            argparse.Namespace(
+                files=list(files),
+                workers=workers,
+                engine=engine,
+                metrics_port=None,
+                worker_index=None,
+                worker_count=None,
+                log_format="text",
+                log_level=log_level,
+            )
+        )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(registry: Any) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdcflow", description="Change-data-capture pipelines")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")
@@ -245,34 +232,17 @@ def _parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="print the JSON schema of pipeline files, for editors")
     schema.set_defaults(handler=_cmd_schema)
 
-    commitlog = commands.add_parser("commitlog", help="Cassandra commit-log tools").add_subparsers(
-        dest="action", required=True
-    )
-    dump = commitlog.add_parser("dump", help="print every mutation of a commit-log segment as JSON lines")
-    dump.add_argument("file")
-    dump.add_argument(
-        "--schema-from",
-        default="127.0.0.1:9042",
-        metavar="HOST[:PORT]|FILE",
-        help="a node to read system_schema from, or a schema JSON file saved with --save-schema",
-    )
-    dump.add_argument("--save-schema", metavar="FILE", help="also write the schema used to FILE, for later dumps")
-    dump.add_argument("--system-tables", action="store_true", help="include mutations of system keyspaces")
-    dump.set_defaults(handler=_cmd_commitlog_dump)
-
-    bootstrap = commands.add_parser(
-        "bootstrap", help="send a table's existing rows (op r) through a cassandra_commitlog pipeline's sink"
-    )
-    bootstrap.add_argument("file", help="the cassandra_commitlog pipeline file")
-    bootstrap.add_argument("--table", required=True, help="keyspace.table")
-    bootstrap.add_argument("--ranges", type=int, default=64, help="token-ring slices (parallelism and resume unit)")
-    bootstrap.add_argument("--workers", type=int, help="processes reading slices in parallel")
-    bootstrap.set_defaults(handler=_cmd_bootstrap)
+    registry.add_cli_commands(CommandLine(commands))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        registry = _registry()  # plugins add commands, so they load before the arguments are parsed
+    except PluginError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args = _parser(registry).parse_args(argv)
     _configure_logging(args.log_format, args.log_level)
     try:
         code: int = args.handler(args)

@@ -17,9 +17,9 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
-from connector_core._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
-from connector_core.contract import PluginConfig
-from connector_core.errors import ConfigFieldError, FieldProblem, UnknownPluginTypeError
+from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
+from cdcflow.contract import PluginConfig
+from cdcflow.errors import ConfigFieldError, FieldProblem, UnknownPluginTypeError
 
 __all__ = [
     "EngineConfig",

@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from connector_core.events import ChangeEvent, Record, SchemaChangeEvent
-from connector_core.jsontext import canonical_json
+from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
+from cdcflow.jsontext import canonical_json
 
 __all__ = [
     "Checkpoint",
@@ -234,7 +234,7 @@ class Sink(_Plugin[ConfigT]):
         """Accept records (may buffer, may block for backpressure).
 
         Returns the records refused for good (they go to the dead-letter destination). Raises a
-        :class:`~connector_core.errors.TransientError` when the destination cannot take them now.
+        :class:`~cdcflow.errors.TransientError` when the destination cannot take them now.
         """
 
     @abstractmethod
@@ -242,7 +242,7 @@ class Sink(_Plugin[ConfigT]):
         """Return only when every record written so far is durable downstream.
 
         Returns records that turned out to be refused for good. Raises
-        :class:`~connector_core.errors.SinkDeliveryError` if anything else could not be made
+        :class:`~cdcflow.errors.SinkDeliveryError` if anything else could not be made
         durable: the pipeline then replays from its last checkpoint, so nothing is lost.
         """
 

@@ -13,12 +13,12 @@ import fastavro
 import requests
 from pydantic import Field
 
-from connector_core._avro_writer import AvroWriter, UnsupportedAvroSchemaError, compile_avro_writer
-from connector_core.contract import Converter, PluginConfig, PluginContext
-from connector_core.errors import ConverterError, SchemaRegistryError
-from connector_core.events import Record, SchemaChangeEvent
-from connector_core.jsontext import compact_json, json_default
-from connector_core.schemas import avro_key_schema, avro_value_schema, connect_key_schema, connect_value_schema
+from cdcflow._avro_writer import AvroWriter, UnsupportedAvroSchemaError, compile_avro_writer
+from cdcflow.contract import Converter, PluginConfig, PluginContext
+from cdcflow.errors import ConverterError, SchemaRegistryError
+from cdcflow.events import Record, SchemaChangeEvent
+from cdcflow.jsontext import compact_json, json_default
+from cdcflow.schemas import avro_key_schema, avro_value_schema, connect_key_schema, connect_value_schema
 
 __all__ = [
     "AvroConverter",

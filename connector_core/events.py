@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any
 
-from connector_core.jsontext import canonical_json
+from cdcflow.jsontext import canonical_json
 
 __all__ = [
     "ChangeEvent",

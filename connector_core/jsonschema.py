@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connector_core.config import PipelineConfig
+from cdcflow.config import PipelineConfig
 
 __all__ = ["pipeline_json_schema"]
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
 
-from connector_core.config import PipelineSpec
-from connector_core.contract import (
+from cdcflow.config import PipelineSpec
+from cdcflow.contract import (
     Checkpoint,
     CheckpointStore,
     Offset,
@@ -30,16 +30,16 @@ from connector_core.contract import (
     Transform,
     offset_key,
 )
-from connector_core.errors import (
+from cdcflow.errors import (
     CdcflowError,
     EngineUnsupportedError,
     RecordRejectedError,
     SinkError,
     TransientError,
 )
-from connector_core.events import ChangeEvent, Record
-from connector_core.metrics import PipelineMetrics
-from connector_core.retry import Backoff
+from cdcflow.events import ChangeEvent, Record
+from cdcflow.metrics import PipelineMetrics
+from cdcflow.retry import Backoff
 
 __all__ = [
     "AllPartitions",

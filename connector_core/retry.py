@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from connector_core.config import RetryConfig
-from connector_core.errors import RetriesExhaustedError
+from cdcflow.config import RetryConfig
+from cdcflow.errors import RetriesExhaustedError
 
 __all__ = ["Backoff"]
 

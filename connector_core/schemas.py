@@ -12,7 +12,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from connector_core.events import ChangeEvent, Column, Record, RowSchema, SchemaChangeEvent
+from cdcflow.events import ChangeEvent, Column, Record, RowSchema, SchemaChangeEvent
 
 __all__ = [
     "UNTYPED_NULL",

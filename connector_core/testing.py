@@ -1,6 +1,6 @@
 """Helpers for plugin authors: check a source against the contract without writing the harness again.
 
-    from connector_core.testing import check_source_contract
+    from cdcflow.testing import check_source_contract
 
     def test_my_source_keeps_the_contract():
         report = check_source_contract(MySource(config, context))
@@ -18,14 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from connector_core.contract import Offset, Partition, Rejected, Source, offset_key
-from connector_core.events import Record
+from cdcflow.contract import Offset, Partition, Rejected, Source, offset_key
+from cdcflow.events import Record
 
 __all__ = ["SourceContractReport", "SourceContractViolationError", "check_source_contract"]
 
 
 class SourceContractViolationError(AssertionError):
-    """A source broke one of the promises in :class:`connector_core.contract.Source`."""
+    """A source broke one of the promises in :class:`cdcflow.contract.Source`."""
 
 
 @dataclass

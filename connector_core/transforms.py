@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from connector_core.contract import PluginConfig, PluginContext, Transform
-from connector_core.errors import TransformError
-from connector_core.events import ChangeEvent, SchemaChangeEvent
+from cdcflow.contract import PluginConfig, PluginContext, Transform
+from cdcflow.errors import TransformError
+from cdcflow.events import ChangeEvent, SchemaChangeEvent
 
 __all__ = [
     "FilterConfig",

@@ -1,7 +1,7 @@
 """cdcflow's plugin registry: hook specifications, entry-point loading, built-in registration."""
 
-from plugins._registry import ENTRY_POINT_GROUP, KINDS, PluginRegistry, RegisteredType
-from plugins.hookspecs import CdcflowHookSpecs, hookimpl, hookspec
+from cdcflow.plugins._registry import ENTRY_POINT_GROUP, KINDS, PluginRegistry, RegisteredType
+from cdcflow.plugins.hookspecs import CdcflowHookSpecs, hookimpl, hookspec
 
 __all__ = [
     "ENTRY_POINT_GROUP",

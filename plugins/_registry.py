@@ -11,10 +11,10 @@ from typing import Any
 
 import pluggy
 
-from connector_core.config import ResolvedPlugin, validate_plugin_config
-from connector_core.contract import Converter, PluginContext, Sink
-from connector_core.errors import PluginConflictError, PluginLoadError, UnknownPluginTypeError
-from plugins.hookspecs import PROJECT_NAME, CdcflowHookSpecs
+from cdcflow.config import ResolvedPlugin, validate_plugin_config
+from cdcflow.contract import Converter, PluginContext, Sink
+from cdcflow.errors import PluginConflictError, PluginLoadError, UnknownPluginTypeError
+from cdcflow.plugins.hookspecs import PROJECT_NAME, CdcflowHookSpecs
 
 __all__ = ["ENTRY_POINT_GROUP", "KINDS", "PluginRegistry", "RegisteredType"]
 
@@ -102,6 +102,10 @@ class PluginRegistry:
         if existing is not None and existing.cls is not plugin_cls:
             raise PluginConflictError(kind, type_name, existing.provider, provider)
         self._types[kind][type_name] = RegisteredType(kind, type_name, plugin_cls, provider)
+
+    def add_cli_commands(self, commands: Any) -> None:
+        """Let every plugin add its ``cdcflow`` subcommands (:meth:`CdcflowHookSpecs.cdcflow_cli_commands`)."""
+        self._manager.hook.cdcflow_cli_commands(commands=commands)
 
     # --- lookups -------------------------------------------------------------------------------
 

@@ -5,10 +5,10 @@ Registered through the ``cdcflow.plugins`` entry-point group like any third-part
 
 from typing import Any
 
-from connector_core.checkpoints import FileCheckpointStore
-from connector_core.converters import AvroConverter, JsonConverter
-from connector_core.transforms import FilterTransform, MaskTransform, RouteTransform, UnwrapTransform
-from plugins.hookspecs import hookimpl
+from cdcflow.checkpoints import FileCheckpointStore
+from cdcflow.converters import AvroConverter, JsonConverter
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.transforms import FilterTransform, MaskTransform, RouteTransform, UnwrapTransform
 
 
 @hookimpl

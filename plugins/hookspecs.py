@@ -6,16 +6,19 @@ A plugin is a module (or any object) with functions marked ``@hookimpl``, regist
     [project.entry-points."cdcflow.plugins"]
     my-plugin = "my_package.cdcflow_plugin"
 
-Each hook returns a list of plugin classes. A class carries its ``type_name`` (what a pipeline
-file writes as ``type:``) and its ``config_model`` (a :class:`~connector_core.contract.PluginConfig`
+The data-path and state hooks return a list of plugin classes. A class carries its ``type_name`` (what a pipeline
+file writes as ``type:``) and its ``config_model`` (a :class:`~cdcflow.contract.PluginConfig`
 subclass). Hooks are called once, when the registry loads; they must not do I/O.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+if TYPE_CHECKING:
+    from cdcflow.cli import CommandLine
 
 __all__ = ["PROJECT_NAME", "CdcflowHookSpecs", "hookimpl", "hookspec"]
 
@@ -32,23 +35,23 @@ class CdcflowHookSpecs:
 
     @hookspec
     def cdcflow_source_types(self) -> list[type[Any]]:
-        """Source classes (subclasses of :class:`connector_core.contract.Source`) this plugin provides."""
+        """Source classes (subclasses of :class:`cdcflow.contract.Source`) this plugin provides."""
         raise NotImplementedError
 
     @hookspec
     def cdcflow_transform_types(self) -> list[type[Any]]:
-        """Transform classes (subclasses of :class:`connector_core.contract.Transform`)."""
+        """Transform classes (subclasses of :class:`cdcflow.contract.Transform`)."""
         raise NotImplementedError
 
     @hookspec
     def cdcflow_sink_types(self) -> list[type[Any]]:
-        """Sink classes (subclasses of :class:`connector_core.contract.Sink`). A sink type also
+        """Sink classes (subclasses of :class:`cdcflow.contract.Sink`). A sink type also
         serves as a dead-letter destination (``errors.dead_letter``)."""
         raise NotImplementedError
 
     @hookspec
     def cdcflow_converter_types(self) -> list[type[Any]]:
-        """Converter classes (subclasses of :class:`connector_core.contract.Converter`) that sinks
+        """Converter classes (subclasses of :class:`cdcflow.contract.Converter`) that sinks
         name in their ``converter`` field."""
         raise NotImplementedError
 
@@ -56,5 +59,18 @@ class CdcflowHookSpecs:
 
     @hookspec
     def cdcflow_checkpoint_store_types(self) -> list[type[Any]]:
-        """Checkpoint store classes (subclasses of :class:`connector_core.contract.CheckpointStore`)."""
+        """Checkpoint store classes (subclasses of :class:`cdcflow.contract.CheckpointStore`)."""
+        raise NotImplementedError
+
+    # --- command line ------------------------------------------------------------------------
+
+    @hookspec
+    def cdcflow_cli_commands(self, commands: CommandLine) -> None:
+        """Add subcommands to ``cdcflow`` (``cdcflow commitlog dump``, ``cdcflow bootstrap``...).
+
+        Called once per ``cdcflow`` invocation, after every plugin loaded and before the arguments
+        are parsed. Add each command with ``commands.add_command(name, help_text)`` and give its
+        parser a handler, ``set_defaults(handler=fn)`` where ``fn(args) -> int`` is the exit code.
+        A command's own work happens in its handler; this hook must not do I/O.
+        """
         raise NotImplementedError

@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/services.sh install kafka
 bash scripts/services.sh start kafka
-cdcflow run config/datagen-to-kafka.yaml
-echo "done: topics cdc.datagen.shop.table_{0,1,2} on 127.0.0.1:9092; offsets: cdcflow offsets show config/datagen-to-kafka.yaml"
+"${CDCFLOW_VENV:-.venv}/bin/cdcflow" run config/datagen-to-kafka.yaml
+echo "done: topics cdc.datagen.shop.table_{0,1,2} on 127.0.0.1:9092; offsets: .venv/bin/cdcflow offsets show config/datagen-to-kafka.yaml"

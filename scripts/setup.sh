@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Install cdcflow, its test tools and the example third-party plugin into the current Python.
+# Install cdcflow into its own virtual environment, .venv (never into the system's Python, which
+# Debian and Ubuntu refuse as "externally managed"), and Spark's Kafka connector from Maven Central.
+#   bash scripts/setup.sh          cdcflow and its runtime dependencies
+#   bash scripts/setup.sh --dev    also the test tools (pytest, ruff, mypy...), as scripts/test.sh does
+# CDCFLOW_VENV names another environment folder; an existing one is reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e ".[dev]"
-if [ -d tests/fixtures/example_plugin ]; then
-  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore ./tests/fixtures/example_plugin
+venv="${CDCFLOW_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python="$(command -v python3.13 || command -v python3.12 || command -v python3.11 || command -v python3 || true)"
+  [ -n "$python" ] || { echo "setup: cdcflow needs Python 3.11 or newer (python3) on the PATH" >&2; exit 1; }
+  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+    echo "setup: cdcflow needs Python 3.11 or newer; $python is $("$python" --version 2>&1)" >&2
+    exit 1
+  }
+  if ! "$python" -m venv "$venv"; then
+    rm -rf "$venv"
+    echo "setup: '$python -m venv' failed; on Debian or Ubuntu install the venv module: apt install python3-venv" >&2
+    exit 1
+  fi
 fi
+extras=""
+[ "${1:-}" = "--dev" ] && extras="[dev]"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".$extras"
 # Spark's Kafka connector for the installed pyspark, from Maven Central (once per Spark version).
-bash scripts/spark_jars.sh install > /dev/null
+PYTHON="$venv/bin/python" bash scripts/spark_jars.sh install > /dev/null

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: install, start the real Kafka, schema registry and Cassandra
-# (from Maven Central, into ~/.cache/cdcflow), lint, type-check, run pytest, stop what it started.
+# The whole test suite on a fresh machine: install (into .venv, with the test tools), start the real
+# Kafka, schema registry and Cassandra (from Maven Central, into ~/.cache/cdcflow), lint, type-check,
+# run pytest, stop what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --dev
+venv="${CDCFLOW_VENV:-.venv}"
+export PATH="$PWD/$venv/bin:$PATH"
 started=()
 services=(kafka registry cassandra)
 bash scripts/services.sh install "${services[@]}"
@@ -15,6 +18,6 @@ for service in "${services[@]}"; do
 done
 stop_started() { if [ "${#started[@]}" -gt 0 ]; then bash scripts/services.sh stop "${started[@]}" || true; fi; }
 trap stop_started EXIT
-python3 -m ruff check .
-python3 -m mypy
-python3 -m pytest -q -p no:cacheprovider "$@"
+python -m ruff check .
+bash scripts/typecheck.sh
+python -m pytest -q -p no:cacheprovider "$@"

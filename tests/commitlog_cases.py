@@ -18,7 +18,7 @@ from typing import Any
 
 from cassandra.util import Duration
 
-from connector_core.converters import json_default
+from cdcflow.converters import json_default
 
 Expected = list[dict[str, Any]]
 COMPARED = ("op", "table", "key", "after", "deletion", "range", "replaced", "removed", "ttl")

@@ -26,14 +26,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from connector_core.config import ErrorsConfig, ResolvedPlugin
-from connector_core.contract import Offset, Partition, PluginContext, Rejected, Sink, Source, Transform, offset_key
-from connector_core.errors import SinkError
-from connector_core.events import ChangeEvent, Record
-from connector_core.pipeline import RecordFailedError, apply_transforms, dead_letter_record
-from connector_core.schemas import infer_row_schema
-from connector_core.spark_engine.rows import STREAM_COLUMNS, STREAM_SCHEMA_DDL, record_to_row, stream_arrow_schema
-from connector_core.worker import tune_garbage_collector
+from cdcflow.config import ErrorsConfig, ResolvedPlugin
+from cdcflow.contract import Offset, Partition, PluginContext, Rejected, Sink, Source, Transform, offset_key
+from cdcflow.errors import SinkError
+from cdcflow.events import ChangeEvent, Record
+from cdcflow.pipeline import RecordFailedError, apply_transforms, dead_letter_record
+from cdcflow.processes import tune_garbage_collector
+from cdcflow.schemas import infer_row_schema
+from cdcflow.spark_engine.rows import STREAM_COLUMNS, STREAM_SCHEMA_DDL, record_to_row, stream_arrow_schema
 
 __all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin", "decode_native_batches"]
 
@@ -71,7 +71,7 @@ def build_plugin(job_pipeline: str, pipeline_file: Path, resolved: ResolvedPlugi
     """A plugin instance in whichever Spark process asks, built through the process's registry."""
     global _registry  # noqa: PLW0603 - one registry per Python worker process, built on first use
     if _registry is None:
-        from plugins import PluginRegistry
+        from cdcflow.plugins import PluginRegistry
 
         _registry = PluginRegistry.from_entry_points()
     context = PluginContext(job_pipeline, pipeline_file, logger=logging.getLogger(f"cdcflow.{job_pipeline}"))

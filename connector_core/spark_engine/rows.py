@@ -12,8 +12,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from connector_core.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
-from connector_core.jsontext import compact_json
+from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
+from cdcflow.jsontext import compact_json
 
 __all__ = ["STREAM_COLUMNS", "STREAM_SCHEMA_DDL", "record_from_row", "record_to_row"]
 

@@ -1,6 +1,6 @@
 """Running a pipeline as a Spark Structured Streaming query.
 
-The source side is :mod:`connector_core.spark_engine.datasource`; this module is the driver: it
+The source side is :mod:`cdcflow.spark_engine.datasource`; this module is the driver: it
 starts the query with the pipeline's file checkpoint folder as Spark's checkpoint location, hands
 each micro-batch to the sink, and stops the query once a bounded source is drained or a stop is
 asked for. Delivery stays at-least-once (exactly-once for sinks that are idempotent per batch):
@@ -14,34 +14,35 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from connector_core.config import PipelineSpec, ResolvedPlugin
-from connector_core.contract import Offset, Partition, PluginContext, Sink, Source, SparkBatchWriter
-from connector_core.errors import (
+from cdcflow.config import PipelineSpec, ResolvedPlugin
+from cdcflow.contract import Offset, Partition, PluginContext, Sink, Source, SparkBatchWriter
+from cdcflow.errors import (
     EngineError,
     EngineUnavailableError,
     EngineUnsupportedError,
     SinkError,
     TransientError,
 )
-from connector_core.pipeline import RecordFailedError, dead_letter_record
-from connector_core.retry import Backoff
-from connector_core.spark_engine.datasource import (
+from cdcflow.pipeline import RecordFailedError, dead_letter_record
+from cdcflow.processes import run_in_threads
+from cdcflow.retry import Backoff
+from cdcflow.spark_engine.datasource import (
     DATA_SOURCE_NAME,
     CdcflowDataSource,
     SourceJob,
     build_plugin,
     decode_native_batches,
 )
-from connector_core.spark_engine.rows import STREAM_SCHEMA_DDL, record_from_row
-from connector_core.spark_engine.session import spark_session
+from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, record_from_row
+from cdcflow.spark_engine.session import spark_session
 
-__all__ = ["checkpoint_location", "run_spark_pipeline"]
+__all__ = ["checkpoint_location", "run_spark", "run_spark_pipeline"]
 
 log = logging.getLogger("cdcflow.spark")
 
@@ -103,6 +104,11 @@ class _DriverView:
             return False
         known = self.partitions()
         return all(pid in end and self.source.is_finished(p, end[pid]) for pid, p in known.items())
+
+
+def run_spark(specs: Sequence[PipelineSpec], factory: Any) -> int:
+    """Run pipelines as Spark queries (one shared session) until drained or signalled."""
+    return run_in_threads(specs, lambda spec, stop: run_spark_pipeline(spec, factory, stop))
 
 
 def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event) -> None:

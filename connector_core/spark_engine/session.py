@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connector_core.errors import EngineUnavailableError
+from cdcflow.errors import EngineUnavailableError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

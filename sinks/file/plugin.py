@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sinks.file.sink import FileSink
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sinks.file.sink import FileSink
 
 
 @hookimpl

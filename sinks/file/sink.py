@@ -8,11 +8,11 @@ from typing import IO, Any
 
 from pydantic import Field
 
-from connector_core.config import ResolvedPath
-from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink
-from connector_core.errors import SinkUnavailableError
-from connector_core.events import Record
-from connector_core.jsontext import compact_json
+from cdcflow.config import ResolvedPath
+from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink
+from cdcflow.errors import SinkUnavailableError
+from cdcflow.events import Record
+from cdcflow.jsontext import compact_json
 
 __all__ = ["FileSink", "FileSinkConfig"]
 

@@ -16,9 +16,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from pydantic import Field
 
-from connector_core.contract import Checkpoint, CheckpointStore, CheckpointStoreConfig
-from connector_core.errors import CheckpointCorruptError, CheckpointUnavailableError
-from sinks.kafka.sink import client_settings
+from cdcflow.contract import Checkpoint, CheckpointStore, CheckpointStoreConfig
+from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError
+from cdcflow.kafka_client import client_settings
 
 __all__ = ["KafkaCheckpointConfig", "KafkaCheckpointStore"]
 

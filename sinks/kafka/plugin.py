@@ -2,9 +2,9 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sinks.kafka.checkpoint_store import KafkaCheckpointStore
-from sinks.kafka.sink import KafkaSink
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sinks.kafka.checkpoint_store import KafkaCheckpointStore
+from cdcflow.sinks.kafka.sink import KafkaSink
 
 
 @hookimpl

@@ -9,12 +9,13 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import Field
 
-from connector_core.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
-from connector_core.converters import converter_from_fields
-from connector_core.errors import ConverterError, RecordRejectedError, SinkDeliveryError, SinkUnavailableError
-from connector_core.events import Record, SourceInfo, raw_bytes_event
+from cdcflow.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
+from cdcflow.converters import converter_from_fields
+from cdcflow.errors import ConverterError, RecordRejectedError, SinkDeliveryError, SinkUnavailableError
+from cdcflow.events import Record, SourceInfo, raw_bytes_event
+from cdcflow.kafka_client import client_settings
 
-__all__ = ["KafkaSink", "KafkaSinkConfig", "client_settings"]
+__all__ = ["KafkaSink", "KafkaSinkConfig"]
 
 log = logging.getLogger("cdcflow.sinks.kafka")
 
@@ -42,11 +43,6 @@ class KafkaSinkConfig(PluginConfig):
     producer: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra librdkafka producer settings"
     )
-
-
-def client_settings(bootstrap_servers: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """librdkafka settings shared by every cdcflow Kafka client."""
-    return {"bootstrap.servers": bootstrap_servers, "client.id": "cdcflow", "log_level": 3, **(extra or {})}
 
 
 class KafkaSink(Sink[KafkaSinkConfig]):

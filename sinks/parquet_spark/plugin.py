@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sinks.parquet_spark.sink import ParquetSink
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sinks.parquet_spark.sink import ParquetSink
 
 
 @hookimpl

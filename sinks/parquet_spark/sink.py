@@ -28,11 +28,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from connector_core.config import ResolvedLocation
-from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
-from connector_core.errors import EngineUnsupportedError, SinkError
-from connector_core.events import Column, Record, RowSchema
-from connector_core.schemas import SPARK_CONVERTED_AFTER_PARSING, UNTYPED_NULL, parse_cql_type, spark_ddl_type
+from cdcflow.config import ResolvedLocation
+from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
+from cdcflow.errors import EngineUnsupportedError, SinkError
+from cdcflow.events import Column, Record, RowSchema
+from cdcflow.schemas import SPARK_CONVERTED_AFTER_PARSING, UNTYPED_NULL, parse_cql_type, spark_ddl_type
 
 __all__ = ["ENVELOPE_COLUMNS", "ParquetSchemaConflictError", "ParquetSink", "ParquetSinkConfig", "merge_table_columns"]
 

@@ -1,5 +1,5 @@
-"""The downstream TiKV sink (see :mod:`sinks.tikv.sink`)."""
+"""The downstream TiKV sink (see :mod:`cdcflow.sinks.tikv.sink`)."""
 
-from sinks.tikv.sink import TiKVSink, TiKVSinkConfig
+from cdcflow.sinks.tikv.sink import TiKVSink, TiKVSinkConfig
 
 __all__ = ["TiKVSink", "TiKVSinkConfig"]

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sinks.tikv.sink import TiKVSink
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sinks.tikv.sink import TiKVSink
 
 
 @hookimpl

@@ -22,19 +22,19 @@ from typing import Literal, NamedTuple
 
 from pydantic import Field
 
-from connector_core.config import RetryConfig
-from connector_core.contract import PluginConfig, PluginContext, Rejected, Sink
-from connector_core.errors import (
+from cdcflow.config import RetryConfig
+from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink
+from cdcflow.errors import (
     RecordRejectedError,
     RetriesExhaustedError,
     SinkDeliveryError,
     SinkUnavailableError,
     TransientError,
 )
-from connector_core.events import ChangeEvent, Op, Record
-from connector_core.retry import Backoff
-from sources.tikv_rawkv.client import KeyCodec, PDClient, RawKVClient
-from sources.tikv_rawkv.exceptions import TiKVClientError
+from cdcflow.events import ChangeEvent, Op, Record
+from cdcflow.retry import Backoff
+from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 
 __all__ = ["TiKVSink", "TiKVSinkConfig"]
 

@@ -1,5 +1,5 @@
 """The ``cassandra_commitlog`` source: Cassandra's commit-log segments from cdc_raw, parsed in Python."""
 
-from sources.cassandra_commitlog.source import CassandraCommitLogSource, CassandraCommitLogSourceConfig
+from cdcflow.sources.cassandra_commitlog.source import CassandraCommitLogSource, CassandraCommitLogSourceConfig
 
 __all__ = ["CassandraCommitLogSource", "CassandraCommitLogSourceConfig"]

@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from connector_core.events import SourceInfo
-from sources.cassandra_commitlog.exceptions import MutationDecodeError
-from sources.cassandra_commitlog.mutation import Cell, DeletionTime, PartitionUpdate, RangeTombstoneMarker, RowUpdate
-from sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
+from cdcflow.events import SourceInfo
+from cdcflow.sources.cassandra_commitlog.exceptions import MutationDecodeError
+from cdcflow.sources.cassandra_commitlog.mutation import (
+    Cell,
+    DeletionTime,
+    PartitionUpdate,
+    RangeTombstoneMarker,
+    RowUpdate,
+)
+from cdcflow.sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
 
 __all__ = ["RowChange", "cassandra_source", "row_changes"]
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from connector_core.converters import json_default
-from sources.cassandra_commitlog.changes import row_changes
-from sources.cassandra_commitlog.cluster import connect
-from sources.cassandra_commitlog.exceptions import CommitLogError
-from sources.cassandra_commitlog.mutation import MutationDecoder
-from sources.cassandra_commitlog.schema import SchemaCatalog, load_schema_catalog
-from sources.cassandra_commitlog.segment import Entry, SegmentRead, read_entries
+from cdcflow.converters import json_default
+from cdcflow.sources.cassandra_commitlog.changes import row_changes
+from cdcflow.sources.cassandra_commitlog.cluster import connect
+from cdcflow.sources.cassandra_commitlog.exceptions import CommitLogError
+from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, load_schema_catalog
+from cdcflow.sources.cassandra_commitlog.segment import Entry, SegmentRead, read_entries
 
 __all__ = ["DumpSummary", "dump_segment", "schema_catalog_from"]
 

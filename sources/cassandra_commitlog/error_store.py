@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from connector_core.config import ResolvedPath
-from connector_core.errors import SourceUnavailableError
+from cdcflow.config import ResolvedPath
+from cdcflow.errors import SourceUnavailableError
 
 __all__ = ["CassandraErrorStore", "ErrorRecord", "ErrorStore", "ErrorStoreConfig", "FileErrorStore"]
 

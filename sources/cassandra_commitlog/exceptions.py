@@ -1,4 +1,4 @@
-"""How reading a commit log can fail, each rooted in :class:`connector_core.errors.SourceDataError`.
+"""How reading a commit log can fail, each rooted in :class:`cdcflow.errors.SourceDataError`.
 
 The reader sorts every problem into one of three outcomes, as Cassandra's own replay does:
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from connector_core.errors import SourceDataError
+from cdcflow.errors import SourceDataError
 
 __all__ = [
     "CommitLogError",

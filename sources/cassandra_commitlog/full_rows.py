@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sources.cassandra_commitlog.cqltypes import from_driver
-from sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
+from cdcflow.sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
+from cdcflow.sources.cql.cqltypes import from_driver
 
 __all__ = ["FullRowReader"]
 

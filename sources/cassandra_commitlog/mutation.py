@@ -15,7 +15,7 @@
 
 Timestamps, deletion times and TTLs are stored as unsigned vints relative to the partition's
 encoding stats, which are themselves relative to fixed epochs. Values stay raw bytes here: the
-column's :class:`~sources.cassandra_commitlog.cqltypes.CqlType` decodes them where they are used.
+column's :class:`~cdcflow.sources.cql.cqltypes.CqlType` decodes them where they are used.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sources.cassandra_commitlog.cqltypes import ValueDecodeError, read_unsigned_vint
-from sources.cassandra_commitlog.exceptions import MutationDecodeError, UnknownTableError
-from sources.cassandra_commitlog.schema import ColumnSchema, SchemaCatalog, TableSchema, table_id_text
+from cdcflow.sources.cassandra_commitlog.exceptions import MutationDecodeError, UnknownTableError
+from cdcflow.sources.cassandra_commitlog.schema import ColumnSchema, SchemaCatalog, TableSchema, table_id_text
+from cdcflow.sources.cql.cqltypes import ValueDecodeError, read_unsigned_vint
 
 __all__ = [
     "BOUND_KINDS",

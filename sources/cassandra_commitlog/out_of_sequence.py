@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connector_core.errors import SourceUnavailableError
-from sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema
+from cdcflow.errors import SourceUnavailableError
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema
 
 __all__ = ["LateChange", "OutOfSequenceStore"]
 

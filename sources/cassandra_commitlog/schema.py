@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connector_core.events import Column, RowSchema
-from sources.cassandra_commitlog.cqltypes import CqlType, build_type
+from cdcflow.events import Column, RowSchema
+from cdcflow.sources.cql.cqltypes import CqlType, build_type
 
 __all__ = ["ColumnSchema", "SchemaCatalog", "TableSchema", "load_schema_catalog"]
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sources.cassandra_commitlog.exceptions import (
+from cdcflow.sources.cassandra_commitlog.exceptions import (
     CommitLogError,
     CorruptEntryError,
     CorruptSectionError,

@@ -20,13 +20,13 @@ from typing import Any
 
 from pydantic import Field
 
-from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
-from connector_core.errors import ConfigError, SourceUnavailableError
-from connector_core.events import ChangeEvent, Op, Record
-from sources.cassandra_commitlog.changes import cassandra_source
-from sources.cassandra_commitlog.cluster import connect
-from sources.cassandra_commitlog.cqltypes import from_driver
-from sources.cassandra_commitlog.schema import TableSchema, load_schema_catalog
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
+from cdcflow.errors import ConfigError, SourceUnavailableError
+from cdcflow.events import ChangeEvent, Op, Record
+from cdcflow.sources.cassandra_commitlog.changes import cassandra_source
+from cdcflow.sources.cassandra_commitlog.cluster import connect
+from cdcflow.sources.cassandra_commitlog.schema import TableSchema, load_schema_catalog
+from cdcflow.sources.cql.cqltypes import from_driver
 
 __all__ = ["CassandraSnapshotSource", "CassandraSnapshotSourceConfig", "token_slices"]
 

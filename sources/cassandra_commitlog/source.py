@@ -24,28 +24,28 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from connector_core.config import ResolvedPath
-from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
-from connector_core.errors import SourceUnavailableError
-from connector_core.events import ChangeEvent, Op, Record, SchemaChangeEvent
-from connector_core.metrics import source_counter
-from sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
-from sources.cassandra_commitlog.changes import RowChange, cassandra_source, row_changes
-from sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
-from sources.cassandra_commitlog.error_store import (
+from cdcflow.config import ResolvedPath
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
+from cdcflow.errors import SourceUnavailableError
+from cdcflow.events import ChangeEvent, Op, Record, SchemaChangeEvent
+from cdcflow.metrics import source_counter
+from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
+from cdcflow.sources.cassandra_commitlog.changes import RowChange, cassandra_source, row_changes
+from cdcflow.sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
+from cdcflow.sources.cassandra_commitlog.error_store import (
     CassandraErrorStore,
     ErrorRecord,
     ErrorStore,
     ErrorStoreConfig,
     FileErrorStore,
 )
-from sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
-from sources.cassandra_commitlog.full_rows import FullRowReader
-from sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate, newest_timestamp
-from sources.cassandra_commitlog.out_of_sequence import OutOfSequenceStore
-from sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
-from sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
-from sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
+from cdcflow.sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
+from cdcflow.sources.cassandra_commitlog.full_rows import FullRowReader
+from cdcflow.sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate, newest_timestamp
+from cdcflow.sources.cassandra_commitlog.out_of_sequence import OutOfSequenceStore
+from cdcflow.sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
+from cdcflow.sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
 
 __all__ = ["CassandraCommitLogSource", "CassandraCommitLogSourceConfig"]
 

@@ -1,5 +1,5 @@
 """The ``datagen`` source: deterministic synthetic change events for tests and benchmarks."""
 
-from sources.datagen.source import DatagenConfig, DatagenSource, expected_event_ids
+from cdcflow.sources.datagen.source import DatagenConfig, DatagenSource, expected_event_ids
 
 __all__ = ["DatagenConfig", "DatagenSource", "expected_event_ids"]

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sources.datagen.source import DatagenSource
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sources.datagen.source import DatagenSource
 
 
 @hookimpl

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Source
-from connector_core.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
+from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
 
 __all__ = ["DatagenConfig", "DatagenSource", "expected_event_ids"]
 

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sources.kafka.source import KafkaSource
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sources.kafka.source import KafkaSource
 
 
 @hookimpl

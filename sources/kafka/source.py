@@ -17,11 +17,11 @@ from typing import Any, Literal
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pydantic import Field
 
-from connector_core.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
-from connector_core.converters import converter_from_fields
-from connector_core.errors import ConverterError, SourceDataError, SourceUnavailableError
-from connector_core.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
-from sinks.kafka.sink import client_settings
+from cdcflow.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
+from cdcflow.converters import converter_from_fields
+from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError
+from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
+from cdcflow.kafka_client import client_settings
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
 

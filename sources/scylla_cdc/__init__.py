@@ -4,7 +4,7 @@
 what ScyllaDB's CDC writes into any CQL cluster, to test consumers without a ScyllaDB cluster.
 """
 
-from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
-from sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
+from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
+from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig", "ScyllaCdcWriter", "SimulatedKeyspaces"]

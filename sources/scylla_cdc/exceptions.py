@@ -1,4 +1,4 @@
-"""How reading ScyllaDB's CDC can fail, each leaf under a family of :mod:`connector_core.errors`.
+"""How reading ScyllaDB's CDC can fail, each leaf under a family of :mod:`cdcflow.errors`.
 
 ::
 
@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from connector_core.errors import ConfigError, SourceDataError, SourceError, SourceUnavailableError
+from cdcflow.errors import ConfigError, SourceDataError, SourceError, SourceUnavailableError
 
 __all__ = [
     "CdcMetadataUnavailableError",

@@ -4,7 +4,7 @@ A generation maps every token of the ring to a stream ID. :class:`TopologyDescri
 ``cdc::topology_description``: entries sorted by ``token_range_end``, entry ``i`` covering the
 left-open range ``(end[i-1], end[i]]`` (entry 0 also takes everything past the last end: the
 ring wraps) with one stream per shard of the range's owner. A token picks its range, then the
-stream of the shard that owns it (:func:`~sources.scylla_cdc.tokens.shard_of` with the range's
+stream of the shard that owns it (:func:`~cdcflow.sources.scylla_cdc.tokens.shard_of` with the range's
 ``sharding_ignore_msb``).
 
 :class:`CdcMetadata` is ``cdc::metadata``: the known generations by timestamp. The generation
@@ -24,9 +24,9 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from sources.scylla_cdc.exceptions import GenerationMetadataError, WriteRejectedError
-from sources.scylla_cdc.stream_id import StreamId
-from sources.scylla_cdc.tokens import MAX_TOKEN, first_token_of_shard, shard_of
+from cdcflow.sources.scylla_cdc.exceptions import GenerationMetadataError, WriteRejectedError
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.tokens import MAX_TOKEN, first_token_of_shard, shard_of
 
 __all__ = [
     "DEFAULT_GENERATION_LEEWAY_US",

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from connector_core.contract import Rejected
-from connector_core.converters import json_default
-from connector_core.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
-from sources.cassandra_commitlog.cqltypes import CqlType, from_driver
-from sources.scylla_cdc.exceptions import LogRowError
+from cdcflow.contract import Rejected
+from cdcflow.converters import json_default
+from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
+from cdcflow.sources.cql.cqltypes import CqlType, from_driver
+from cdcflow.sources.scylla_cdc.exceptions import LogRowError
 
 __all__ = [
     "DELETED_ELEMENTS_PREFIX",

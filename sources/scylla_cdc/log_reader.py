@@ -13,11 +13,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sources.cassandra_commitlog.cqltypes import CqlType, build_type
-from sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, UnknownCdcTableError
-from sources.scylla_cdc.log_events import LogLayout, LogRow
-from sources.scylla_cdc.metadata import datetime_to_micros
-from sources.scylla_cdc.timeuuids import max_timeuuid, micros_of
+from cdcflow.sources.cql.cqltypes import CqlType, build_type
+from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, UnknownCdcTableError
+from cdcflow.sources.scylla_cdc.log_events import LogLayout, LogRow
+from cdcflow.sources.scylla_cdc.metadata import datetime_to_micros
+from cdcflow.sources.scylla_cdc.timeuuids import max_timeuuid, micros_of
 
 __all__ = ["LOG_SUFFIX", "LogTableReader", "WindowTooLargeError"]
 

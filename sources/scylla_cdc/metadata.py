@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sources.scylla_cdc.exceptions import (
+from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
     GenerationMetadataError,
     MetadataTablesMissingError,
 )
-from sources.scylla_cdc.stream_id import StreamId
-from sources.scylla_cdc.tablets import TabletStreamHistory
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.tablets import TabletStreamHistory
 
 __all__ = [
     "GenerationReader",

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sources.scylla_cdc.source import ScyllaCdcSource
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource
 
 
 @hookimpl

@@ -31,20 +31,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sources.scylla_cdc.exceptions import WriteRejectedError
-from sources.scylla_cdc.generations import (
+from cdcflow.sources.scylla_cdc.exceptions import WriteRejectedError
+from cdcflow.sources.scylla_cdc.generations import (
     DEFAULT_GENERATION_LEEWAY_US,
     CdcMetadata,
     TopologyDescription,
     make_new_generation_description,
     split_ring,
 )
-from sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
-from sources.scylla_cdc.log_reader import LOG_SUFFIX
-from sources.scylla_cdc.stream_id import StreamId
-from sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
-from sources.scylla_cdc.timeuuids import timeuuid_at
-from sources.scylla_cdc.tokens import partition_token
+from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
+from cdcflow.sources.scylla_cdc.log_reader import LOG_SUFFIX
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
+from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
+from cdcflow.sources.scylla_cdc.tokens import partition_token
 
 __all__ = [
     "Add",

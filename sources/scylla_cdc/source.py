@@ -31,15 +31,15 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
-from connector_core.events import Record
-from connector_core.metrics import source_counter
-from sources.scylla_cdc.connection import connect
-from sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
-from sources.scylla_cdc.log_events import LogRow, batch_events, batches
-from sources.scylla_cdc.log_reader import LogTableReader, WindowTooLargeError
-from sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
-from sources.scylla_cdc.stream_id import StreamId
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
+from cdcflow.events import Record
+from cdcflow.metrics import source_counter
+from cdcflow.sources.scylla_cdc.connection import connect
+from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
+from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
+from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, WindowTooLargeError
+from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
 

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from functools import total_ordering
 
-from sources.scylla_cdc.exceptions import StreamIdError
+from cdcflow.sources.scylla_cdc.exceptions import StreamIdError
 
 __all__ = ["STREAM_ID_VERSION", "StreamId"]
 

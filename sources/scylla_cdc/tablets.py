@@ -17,9 +17,9 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sources.scylla_cdc.exceptions import GenerationMetadataError, WriteRejectedError
-from sources.scylla_cdc.stream_id import StreamId
-from sources.scylla_cdc.tokens import MIN_TOKEN
+from cdcflow.sources.scylla_cdc.exceptions import GenerationMetadataError, WriteRejectedError
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.tokens import MIN_TOKEN
 
 __all__ = ["StreamLifetime", "StreamState", "TabletStreamHistory", "tablet_stream_ids"]
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import grpc
 
-from sources.tikv_rawkv.client.codec import KeyCodec, decode_memcomparable
-from sources.tikv_rawkv.client.pd import PDClient, RegionInfo, serialize_message
-from sources.tikv_rawkv.client.proto import cdcpb_pb2
-from sources.tikv_rawkv.client.regions import RegionCache
-from sources.tikv_rawkv.exceptions import TiKVClientError
-from sources.tikv_rawkv.sorter import DELETE, PUT, REJECTED, Item
+from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
+from cdcflow.sources.tikv_client.exceptions import TiKVClientError
+from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_message
+from cdcflow.sources.tikv_client.proto import cdcpb_pb2
+from cdcflow.sources.tikv_client.regions import RegionCache
+from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, REJECTED, Item
 
 __all__ = ["EventFeed"]
 

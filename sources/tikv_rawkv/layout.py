@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector_core.contract import Partition
-from sources.tikv_rawkv.client.codec import KeyCodec, decode_memcomparable
-from sources.tikv_rawkv.client.pd import PDClient
-from sources.tikv_rawkv.exceptions import PartitionLayoutError
+from cdcflow.contract import Partition
+from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
+from cdcflow.sources.tikv_client.pd import PDClient
+from cdcflow.sources.tikv_rawkv.exceptions import PartitionLayoutError
 
 __all__ = ["PartitionLayout"]
 

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from plugins.hookspecs import hookimpl
-from sources.tikv_rawkv.source import TiKVRawKVSource
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSource
 
 
 @hookimpl

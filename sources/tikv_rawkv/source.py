@@ -7,7 +7,7 @@ or below this timestamp will still come for this region". The worker loop pulls:
 ``latest_offset`` how far a partition is complete and reads (start, end] ranges that must be the
 same records every time they are read. So, per partition (a sub-range of keys):
 
-* a :class:`~sources.tikv_rawkv.sorter.PartitionSorter` holds every row above the committed
+* a :class:`~cdcflow.sources.tikv_rawkv.sorter.PartitionSorter` holds every row above the committed
   checkpoint (in memory, spilling sorted runs to disk beyond ``sorter_memory_mb``);
 * ``latest_offset`` is ``{"ts": T}`` with T = the partition's resolved-ts (the minimum over its
   region subscriptions, including spans being subscribed again) minus ``safety_interval_ms``,
@@ -69,17 +69,18 @@ from typing import Literal
 
 from pydantic import Field
 
-from connector_core.config import ResolvedPath
-from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source
-from connector_core.errors import SourceUnavailableError
-from connector_core.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
-from connector_core.metrics import source_counter
-from sources.tikv_rawkv.client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
-from sources.tikv_rawkv.client.pd import PDClient
-from sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, RowRejectedError, TiKVClientError
-from sources.tikv_rawkv.feed import EventFeed
-from sources.tikv_rawkv.layout import PartitionLayout
-from sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
+from cdcflow.config import ResolvedPath
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source
+from cdcflow.errors import SourceUnavailableError
+from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
+from cdcflow.metrics import source_counter
+from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
+from cdcflow.sources.tikv_client.exceptions import TiKVClientError
+from cdcflow.sources.tikv_client.pd import PDClient
+from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, RowRejectedError
+from cdcflow.sources.tikv_rawkv.feed import EventFeed
+from cdcflow.sources.tikv_rawkv.layout import PartitionLayout
+from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
 
 __all__ = ["TiKVRawKVSource", "TiKVRawKVSourceConfig", "decode_key_setting"]
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sources.cassandra_commitlog.changes import RowChange, row_changes
-from sources.cassandra_commitlog.exceptions import UnknownTableError
-from sources.cassandra_commitlog.mutation import MutationDecoder
-from sources.cassandra_commitlog.schema import SchemaCatalog, load_schema_catalog
-from sources.cassandra_commitlog.segment import Entry, SegmentRead, parse_segment_name, read_entries
+from cdcflow.sources.cassandra_commitlog.changes import RowChange, row_changes
+from cdcflow.sources.cassandra_commitlog.exceptions import UnknownTableError
+from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, load_schema_catalog
+from cdcflow.sources.cassandra_commitlog.segment import Entry, SegmentRead, parse_segment_name, read_entries
 
 
 def segments(cdc_raw: Path) -> list[Path]:

@@ -67,7 +67,7 @@ CASSANDRA_DATA = (
 def cassandra_session() -> Iterator[object]:
     """A cassandra-driver session on the real node scripts/cassandra.sh runs (CDC on, 1 MiB segments)."""
     ensure_service("cassandra.sh")
-    from sources.cassandra_commitlog.cluster import connect
+    from cdcflow.sources.cassandra_commitlog.cluster import connect
 
     cluster, session = connect([CASSANDRA_HOST])
     yield session

@@ -13,8 +13,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from connector_core.contract import PluginContext
-from sources.datagen import DatagenConfig, DatagenSource
+from cdcflow.contract import PluginContext
+from cdcflow.sources.datagen import DatagenConfig, DatagenSource
 from tests.integration.conftest import REPO
 
 
@@ -127,7 +127,7 @@ def assert_per_key_order(records: list[tuple[Received, dict[str, Any]]]) -> None
 def start_worker(file: Path) -> subprocess.Popen[bytes]:
     """``cdcflow run FILE`` in the background; its log stays readable on ``stderr``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
+        [sys.executable, "-m", "cdcflow.cli", "run", str(file)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -150,7 +150,7 @@ def start_logged(file: Path) -> tuple[subprocess.Popen[bytes], list[str]]:
 
 def run_cdcflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "connector_core.cli", *args],
+        [sys.executable, "-m", "cdcflow.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
+from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from tests.integration.kafka_helpers import read_topics, topics_with_prefix
 
 

@@ -26,7 +26,7 @@ def _pipeline(folder: Path, cdc_raw: Path) -> Path:
 
 def _bootstrap(file: Path, table: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "connector_core.cli", "bootstrap", str(file), "--table", table, *extra],
+        [sys.executable, "-m", "cdcflow.cli", "bootstrap", str(file), "--table", table, *extra],
         cwd=REPO,
         capture_output=True,
         text=True,

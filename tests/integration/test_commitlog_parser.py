@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sources.cassandra_commitlog.changes import RowChange
+from cdcflow.sources.cassandra_commitlog.changes import RowChange
 from tests.commitlog_cases import CASES, by_case, finish, in_order
 from tests.integration.commitlog_helpers import has_row, wait_for_changes
 

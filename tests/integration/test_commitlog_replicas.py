@@ -48,7 +48,7 @@ def ring() -> Iterator[Any]:
         result = _ring("start", "2")
         if result.returncode != 0:
             pytest.fail(f"the ring did not start:\n{result.stdout}\n{result.stderr}")
-    from sources.cassandra_commitlog.cluster import connect
+    from cdcflow.sources.cassandra_commitlog.cluster import connect
 
     cluster, session = connect([NODES["node1"]])
     yield session
@@ -74,7 +74,7 @@ class _Worker:
         )
         self.log: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "connector_core.cli", "run", str(self.file)],
+            [sys.executable, "-m", "cdcflow.cli", "run", str(self.file)],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -201,9 +201,9 @@ def test_full_row_images_after_the_bucket_closes_and_late_changes_through_the_st
 def test_counter_tables_are_skipped_and_counted_in_process(
     tmp_path: Path, cassandra_session: Any, cdc_raw_dir: Path, keyspace: str
 ) -> None:
-    from connector_core.contract import PluginContext
-    from connector_core.metrics import source_counter
-    from sources.cassandra_commitlog import CassandraCommitLogSource, CassandraCommitLogSourceConfig
+    from cdcflow.contract import PluginContext
+    from cdcflow.metrics import source_counter
+    from cdcflow.sources.cassandra_commitlog import CassandraCommitLogSource, CassandraCommitLogSourceConfig
 
     session = cassandra_session
     session.execute(f"CREATE TABLE {keyspace}.hits (page text PRIMARY KEY, n counter) WITH cdc = true")

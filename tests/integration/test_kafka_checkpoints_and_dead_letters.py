@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from connector_core.contract import Checkpoint, PluginContext
-from sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
+from cdcflow.contract import Checkpoint, PluginContext
+from cdcflow.sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
 from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, start_worker, topics_with_prefix
 
 pytestmark = pytest.mark.kafka

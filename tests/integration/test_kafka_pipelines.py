@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from connector_core.contract import PluginContext
-from connector_core.converters import AvroConverter, AvroConverterConfig
+from cdcflow.contract import PluginContext
+from cdcflow.converters import AvroConverter, AvroConverterConfig
 from tests.integration.kafka_helpers import (
     assert_per_key_order,
     check_against_datagen,
@@ -89,7 +89,7 @@ def test_datagen_to_kafka_avro_in_confluent_wire_format(
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "connector_core.cli", "run", str(file)],
+        [sys.executable, "-m", "cdcflow.cli", "run", str(file)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -146,7 +146,7 @@ def test_kafka_to_kafka_copies_every_event_and_commits_the_group(
 
     # The kafka source never ends by itself: stop it once the group has committed everything.
     process = subprocess.Popen(
-        [sys.executable, "-m", "connector_core.cli", "run", str(copy)],
+        [sys.executable, "-m", "cdcflow.cli", "run", str(copy)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

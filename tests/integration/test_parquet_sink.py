@@ -13,13 +13,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from connector_core.contract import PluginContext
-from connector_core.errors import EngineUnavailableError
-from connector_core.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
-from connector_core.schemas import infer_row_schema
-from connector_core.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row
-from connector_core.spark_engine.session import spark_session
-from sinks.parquet_spark import ParquetSchemaConflictError, ParquetSink, ParquetSinkConfig
+from cdcflow.contract import PluginContext
+from cdcflow.errors import EngineUnavailableError
+from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
+from cdcflow.schemas import infer_row_schema
+from cdcflow.sinks.parquet_spark import ParquetSchemaConflictError, ParquetSink, ParquetSinkConfig
+from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row
+from cdcflow.spark_engine.session import spark_session
 from tests.integration.parquet_helpers import read_parquet
 
 pytestmark = [pytest.mark.spark]

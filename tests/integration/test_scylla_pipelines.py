@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sources.scylla_cdc.simulator import Add, DeleteRange, ScyllaCdcWriter
+from cdcflow.sources.scylla_cdc.simulator import Add, DeleteRange, ScyllaCdcWriter
 from tests.integration.kafka_helpers import start_logged
 from tests.integration.scylla_helpers import (
     Expectations,

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from connector_core.contract import Partition, PluginContext
-from connector_core.events import ChangeEvent
-from connector_core.metrics import METRICS_REGISTRY
-from connector_core.testing import check_source_contract
-from sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
-from sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
+from cdcflow.contract import Partition, PluginContext
+from cdcflow.events import ChangeEvent
+from cdcflow.metrics import METRICS_REGISTRY
+from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
+from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
+from cdcflow.testing import check_source_contract
 from tests.integration.scylla_helpers import scylla_writer, source_section
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
@@ -202,7 +202,7 @@ def test_start_latest_skips_what_was_written_before(keyspace: str, scylla_writer
 
 
 def test_unknown_tables_and_missing_metadata_are_named(keyspace: str, scylla_writer: ScyllaCdcWriter) -> None:
-    from sources.scylla_cdc.exceptions import MetadataTablesMissingError, UnknownCdcTableError
+    from cdcflow.sources.scylla_cdc.exceptions import MetadataTablesMissingError, UnknownCdcTableError
 
     writer = scylla_writer
     writer.bootstrap(vnodes=1)

@@ -101,7 +101,7 @@ def test_driver_killed_mid_stream_leaves_no_loss_and_no_duplicate_rows(tmp_path:
     kills = 0
     for _ in range(4):
         process = subprocess.Popen(
-            [sys.executable, "-m", "connector_core.cli", "run", str(file)],
+            [sys.executable, "-m", "cdcflow.cli", "run", str(file)],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -257,9 +257,9 @@ def produce_envelopes(bootstrap: str, topic: str, table: str, rows: dict[int, di
     """cdcflow JSON envelopes of ``table`` (key ``id``), as another cdcflow pipeline writes them."""
     from confluent_kafka import Producer
 
-    from connector_core.contract import PluginContext
-    from connector_core.converters import JsonConverter, JsonConverterConfig
-    from connector_core.events import ChangeEvent, Op, SourceInfo
+    from cdcflow.contract import PluginContext
+    from cdcflow.converters import JsonConverter, JsonConverterConfig
+    from cdcflow.events import ChangeEvent, Op, SourceInfo
 
     converter = JsonConverter(JsonConverterConfig(type="json"), PluginContext("t", Path("t.yaml")))
     producer = Producer({"bootstrap.servers": bootstrap})

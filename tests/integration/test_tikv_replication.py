@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sources.tikv_rawkv.client.codec import encode_memcomparable
+from cdcflow.sources.tikv_client.codec import encode_memcomparable
 from tests.integration.tikv_helpers import (
     REAL_DOWNSTREAM,
     REAL_UPSTREAM,

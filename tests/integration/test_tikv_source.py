@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from connector_core.contract import Offset, Partition, PluginContext, Rejected
-from connector_core.errors import SourceUnavailableError
-from connector_core.events import ChangeEvent, Op
-from connector_core.testing import check_source_contract
-from sources.tikv_rawkv.client.codec import LOGICAL_BITS, encode_memcomparable
-from sources.tikv_rawkv.exceptions import RowRejectedError
-from sources.tikv_rawkv.source import TiKVRawKVSource, TiKVRawKVSourceConfig
+from cdcflow.contract import Offset, Partition, PluginContext, Rejected
+from cdcflow.errors import SourceUnavailableError
+from cdcflow.events import ChangeEvent, Op
+from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, encode_memcomparable
+from cdcflow.sources.tikv_rawkv.exceptions import RowRejectedError
+from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSource, TiKVRawKVSourceConfig
+from cdcflow.testing import check_source_contract
 from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster, wait_until
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sources.tikv_rawkv.client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
 from tests.standins.tikv.control import REPO, StandinCluster
 
 REAL_UPSTREAM = os.environ.get("CDCFLOW_TIKV_PD")
@@ -182,7 +182,7 @@ def start_worker(file: Path) -> subprocess.Popen[bytes]:
     """``cdcflow run FILE`` in the background, its log in ``FILE.log`` (a pipe could fill and block it)."""
     with (file.parent / f"{file.name}.log").open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "connector_core.cli", "run", str(file)], cwd=REPO, stdout=log, stderr=log
+            [sys.executable, "-m", "cdcflow.cli", "run", str(file)], cwd=REPO, stdout=log, stderr=log
         )
 
 

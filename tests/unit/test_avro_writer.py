@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector_core._avro_writer import UnsupportedAvroSchemaError, compile_avro_writer
-from connector_core.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
-from connector_core.schemas import avro_key_schema, avro_value_schema
+from cdcflow._avro_writer import UnsupportedAvroSchemaError, compile_avro_writer
+from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
+from cdcflow.schemas import avro_key_schema, avro_value_schema
 
 _NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True)
 _LONGS = st.integers(-(1 << 63), (1 << 63) - 1)

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from connector_core.config import RetryConfig
-from connector_core.errors import RetriesExhaustedError, SourceUnavailableError
-from connector_core.retry import Backoff
+from cdcflow.config import RetryConfig
+from cdcflow.errors import RetriesExhaustedError, SourceUnavailableError
+from cdcflow.retry import Backoff
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from connector_core.cli import main
+from cdcflow.cli import main
 from tests.commitlog_cases import by_case, in_order
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog" / "v8-lz4"

@@ -17,18 +17,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sources.cassandra_commitlog.cdc_index import index_path, read_cdc_index
-from sources.cassandra_commitlog.changes import RowChange, row_changes
-from sources.cassandra_commitlog.exceptions import (
+from cdcflow.sources.cassandra_commitlog.cdc_index import index_path, read_cdc_index
+from cdcflow.sources.cassandra_commitlog.changes import RowChange, row_changes
+from cdcflow.sources.cassandra_commitlog.exceptions import (
     CommitLogError,
     CorruptEntryError,
     CorruptSegmentHeaderError,
     EncryptedSegmentError,
     UnsupportedSegmentVersionError,
 )
-from sources.cassandra_commitlog.mutation import MutationDecoder
-from sources.cassandra_commitlog.schema import SchemaCatalog
-from sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, read_entries, read_segment_header
+from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
+from cdcflow.sources.cassandra_commitlog.segment import (
+    Entry,
+    EntryFault,
+    SegmentRead,
+    read_entries,
+    read_segment_header,
+)
 from tests.commitlog_cases import by_case, in_order
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"

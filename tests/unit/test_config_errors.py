@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from connector_core.cli import main
-from connector_core.config import load_pipeline
-from connector_core.errors import ConfigFieldError, ConfigFileError, MissingEnvironmentVariableError
-from plugins import PluginRegistry
+from cdcflow.cli import main
+from cdcflow.config import load_pipeline
+from cdcflow.errors import ConfigFieldError, ConfigFileError, MissingEnvironmentVariableError
+from cdcflow.plugins import PluginRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from connector_core.contract import PluginContext
-from connector_core.errors import TransformError
-from connector_core.events import ChangeEvent, Op, SourceInfo
-from connector_core.transforms import (
+from cdcflow.contract import PluginContext
+from cdcflow.errors import TransformError
+from cdcflow.events import ChangeEvent, Op, SourceInfo
+from cdcflow.sources.datagen import DatagenConfig, DatagenSource, expected_event_ids
+from cdcflow.transforms import (
     FilterConfig,
     FilterTransform,
     MaskConfig,
@@ -22,7 +23,6 @@ from connector_core.transforms import (
     UnwrapConfig,
     UnwrapTransform,
 )
-from sources.datagen import DatagenConfig, DatagenSource, expected_event_ids
 
 CONTEXT = PluginContext("t", Path("t.yaml"))
 

@@ -12,13 +12,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from connector_core.config import parse_pipeline
-from connector_core.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Sink
-from connector_core.errors import SinkDeliveryError, SourceDataError
-from connector_core.events import Record
-from connector_core.pipeline import HashAssignment, PipelineRunner, RecordFailedError, build_runner
-from plugins import PluginRegistry
-from sources.datagen.source import DatagenSource
+from cdcflow.config import parse_pipeline
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Sink
+from cdcflow.errors import SinkDeliveryError, SourceDataError
+from cdcflow.events import Record
+from cdcflow.pipeline import HashAssignment, PipelineRunner, RecordFailedError, build_runner
+from cdcflow.plugins import PluginRegistry
+from cdcflow.sources.datagen.source import DatagenSource
 
 
 class RecordingSinkConfig(PluginConfig):
@@ -193,7 +193,7 @@ def test_stop_during_backoff_returns_without_committing(tmp_path: Path, registry
 
 
 def test_metrics_count_events_and_expose_the_committed_watermark(tmp_path: Path, registry: PluginRegistry) -> None:
-    from connector_core.metrics import METRICS_REGISTRY
+    from cdcflow.metrics import METRICS_REGISTRY
 
     runner = pipeline(tmp_path, registry, name="metrics-check")
     runner.run()
@@ -214,7 +214,7 @@ def test_metrics_count_events_and_expose_the_committed_watermark(tmp_path: Path,
 
 
 def test_a_successful_checkpoint_renews_the_retry_budget(tmp_path: Path, registry: PluginRegistry) -> None:
-    from connector_core.retry import Backoff
+    from cdcflow.retry import Backoff
 
     runner = pipeline(
         tmp_path,

@@ -6,20 +6,15 @@ import json
 import os
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, distribution
+from importlib.metadata import distribution
 from pathlib import Path
 
-import pytest
-
-try:
-    distribution("cdcflow-example-plugin")
-except PackageNotFoundError:  # pragma: no cover - scripts/setup.sh installs it
-    pytest.skip("pip install ./tests/fixtures/example_plugin first", allow_module_level=True)
+distribution("cdcflow-example-plugin")  # tests/conftest.py installs it for the test run
 
 
 def cdcflow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "connector_core.cli", *args],
+        [sys.executable, "-m", "cdcflow.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from connector_core.checkpoints import FileCheckpointConfig, FileCheckpointStore
-from connector_core.contract import Checkpoint, PluginContext
-from connector_core.errors import CheckpointCorruptError
+from cdcflow.checkpoints import FileCheckpointConfig, FileCheckpointStore
+from cdcflow.contract import Checkpoint, PluginContext
+from cdcflow.errors import CheckpointCorruptError
 
 
 def store(folder: Path) -> FileCheckpointStore:

@@ -6,9 +6,9 @@ import base64
 import json
 from pathlib import Path
 
-from connector_core.contract import PluginContext
-from connector_core.converters import JsonConverter, JsonConverterConfig
-from connector_core.events import ChangeEvent, Column, Op, RowSchema, SchemaChangeEvent, SourceInfo
+from cdcflow.contract import PluginContext
+from cdcflow.converters import JsonConverter, JsonConverterConfig
+from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SchemaChangeEvent, SourceInfo
 
 CONTEXT = PluginContext("t", Path("t.yaml"))
 SCHEMA = RowSchema(
@@ -54,7 +54,7 @@ def test_unwrapped_delete_is_a_tombstone_and_schema_changes_have_their_own_shape
 def test_source_schemas_list_exactly_the_payload_fields() -> None:
     import fastavro
 
-    from connector_core.schemas import avro_value_schema, connect_value_schema
+    from cdcflow.schemas import avro_value_schema, connect_value_schema
 
     event = ChangeEvent(Op.CREATE, {"id": 7}, None, {"id": 7, "blob": None, "tags": None}, SOURCE, 99, SCHEMA)
     payload_fields = list(SOURCE.to_payload())

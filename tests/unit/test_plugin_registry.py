@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from connector_core.errors import PluginConflictError, PluginLoadError, UnknownPluginTypeError
-from plugins import PluginRegistry
-from sources.datagen import DatagenSource
+from cdcflow.errors import PluginConflictError, PluginLoadError, UnknownPluginTypeError
+from cdcflow.plugins import PluginRegistry
+from cdcflow.sources.datagen import DatagenSource
 
 
 def test_builtins_are_registered_through_entry_points() -> None:

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from connector_core.contract import Rejected
-from connector_core.events import ChangeEvent, Op
-from sources.cassandra_commitlog.cqltypes import build_type
-from sources.scylla_cdc.exceptions import LogRowError
-from sources.scylla_cdc.log_events import LogLayout, LogRow, batch_events, batches
-from sources.scylla_cdc.source import ScyllaCdcSourceConfig
-from sources.scylla_cdc.timeuuids import micros_of
+from cdcflow.contract import Rejected
+from cdcflow.events import ChangeEvent, Op
+from cdcflow.sources.cql.cqltypes import build_type
+from cdcflow.sources.scylla_cdc.exceptions import LogRowError
+from cdcflow.sources.scylla_cdc.log_events import LogLayout, LogRow, batch_events, batches
+from cdcflow.sources.scylla_cdc.source import ScyllaCdcSourceConfig
+from cdcflow.sources.scylla_cdc.timeuuids import micros_of
 
 STREAM = bytes.fromhex("7ffe0c687fcce86e0783343730000001")
 TIME = uuid.UUID("84d18fd6-3eea-11eb-81e4-bb608d1b47fc")

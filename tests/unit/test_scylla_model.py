@@ -11,18 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sources.scylla_cdc.exceptions import GenerationMetadataError, StreamIdError, WriteRejectedError
-from sources.scylla_cdc.generations import (
+from cdcflow.sources.scylla_cdc.exceptions import GenerationMetadataError, StreamIdError, WriteRejectedError
+from cdcflow.sources.scylla_cdc.generations import (
     CdcMetadata,
     TokenRangeDescription,
     TopologyDescription,
     make_new_generation_description,
     split_ring,
 )
-from sources.scylla_cdc.stream_id import StreamId
-from sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
-from sources.scylla_cdc.timeuuids import max_timeuuid, micros_of, min_timeuuid, timeuuid_at
-from sources.scylla_cdc.tokens import (
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
+from cdcflow.sources.scylla_cdc.timeuuids import max_timeuuid, micros_of, min_timeuuid, timeuuid_at
+from cdcflow.sources.scylla_cdc.tokens import (
     MAX_TOKEN,
     MIN_TOKEN,
     composite_key,

@@ -1,4 +1,4 @@
-"""connector_core.testing catches sources that break the contract, and passes datagen."""
+"""cdcflow.testing catches sources that break the contract, and passes datagen."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from connector_core.contract import Offset, Partition, PluginContext
-from connector_core.events import Record
-from connector_core.testing import SourceContractViolationError, check_source_contract
-from sources.datagen import DatagenConfig, DatagenSource
+from cdcflow.contract import Offset, Partition, PluginContext
+from cdcflow.events import Record
+from cdcflow.sources.datagen import DatagenConfig, DatagenSource
+from cdcflow.testing import SourceContractViolationError, check_source_contract
 
 CONTEXT = PluginContext("t", Path("t.yaml"))
 

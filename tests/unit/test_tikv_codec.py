@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sources.tikv_rawkv.client.codec import (
+from cdcflow.sources.tikv_client.codec import (
     KeyCodec,
     RawValue,
     compose_ts,
@@ -19,8 +19,8 @@ from sources.tikv_rawkv.client.codec import (
     physical_ms,
     ts_to_us,
 )
-from sources.tikv_rawkv.client.proto import cdcpb_pb2, kvrpcpb_pb2, pdpb_pb2
-from sources.tikv_rawkv.exceptions import KeyDecodeError, ValueDecodeError
+from cdcflow.sources.tikv_client.exceptions import KeyDecodeError, ValueDecodeError
+from cdcflow.sources.tikv_client.proto import cdcpb_pb2, kvrpcpb_pb2, pdpb_pb2
 
 
 def test_memcomparable_groups_and_padding_markers() -> None:
@@ -149,6 +149,6 @@ def test_update_service_gc_safepoint_matches_pdpb_numbers() -> None:
 
 
 def test_committed_protobuf_modules_match_the_protos() -> None:
-    from sources.tikv_rawkv.client.proto.generate import stale_modules
+    from cdcflow.sources.tikv_client.proto.generate import stale_modules
 
-    assert stale_modules() == [], "run python -m sources.tikv_rawkv.client.proto.generate"
+    assert stale_modules() == [], "run python -m cdcflow.sources.tikv_client.proto.generate"

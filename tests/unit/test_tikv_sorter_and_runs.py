@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from sinks.tikv.sink import _runs, _Write
-from sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
+from cdcflow.sinks.tikv.sink import _runs, _Write
+from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
 
 
 def _item(ts: int, key: bytes, kind: int = PUT, value: bytes = b"v") -> Item:

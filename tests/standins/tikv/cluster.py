@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sources.tikv_rawkv.client.codec import (
+from cdcflow.sources.tikv_client.codec import (
     RawValue,
     compose_ts,
     decode_memcomparable,
@@ -24,7 +24,7 @@ from sources.tikv_rawkv.client.codec import (
     encode_memcomparable,
     encode_raw_value,
 )
-from sources.tikv_rawkv.client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2
+from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2
 
 ROWS_PER_EVENT = 1024
 

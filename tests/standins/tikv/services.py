@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from sources.tikv_rawkv.client.codec import RawValue, decode_raw_value, encode_memcomparable
-from sources.tikv_rawkv.client.proto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
+from cdcflow.sources.tikv_client.codec import RawValue, decode_raw_value, encode_memcomparable
+from cdcflow.sources.tikv_client.proto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
 from tests.standins.tikv.cluster import Cluster
 
 log = logging.getLogger("standin.tikv")

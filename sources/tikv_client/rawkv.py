@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from connector_core.config import RetryConfig
-from connector_core.errors import RetriesExhaustedError
-from connector_core.retry import Backoff
-from sources.tikv_rawkv.client.codec import KeyCodec, decode_memcomparable
-from sources.tikv_rawkv.client.pd import PDClient, RegionInfo, serialize_message
-from sources.tikv_rawkv.client.proto import errorpb_pb2, kvrpcpb_pb2
-from sources.tikv_rawkv.client.regions import RegionCache
-from sources.tikv_rawkv.exceptions import RegionErrorsExhaustedError, TiKVServerError, TiKVUnavailableError
+from cdcflow.config import RetryConfig
+from cdcflow.errors import RetriesExhaustedError
+from cdcflow.retry import Backoff
+from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
+from cdcflow.sources.tikv_client.exceptions import RegionErrorsExhaustedError, TiKVServerError, TiKVUnavailableError
+from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_message
+from cdcflow.sources.tikv_client.proto import errorpb_pb2, kvrpcpb_pb2
+from cdcflow.sources.tikv_client.regions import RegionCache
 
 __all__ = ["RawKVClient", "RegionRetry"]
 

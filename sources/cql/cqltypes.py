@@ -1,6 +1,6 @@
 """CQL types as the commit log stores them: how long a value is, and what it decodes to.
 
-Decoded values are what cdcflow's events carry (see ``connector_core.schemas``): ``timestamp`` as
+Decoded values are what cdcflow's events carry (see ``cdcflow.schemas``): ``timestamp`` as
 epoch milliseconds, ``date`` as days since the epoch, ``uuid``/``timeuuid``/``inet`` as text,
 ``decimal`` as a float (seed 001 maps it to double), ``duration`` as ``<months>mo<days>d<nanos>ns``,
 tuples as ``{"f0": ..., "f1": ...}`` and user types as their JSON text, since events name a UDT
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from connector_core.converters import json_default
-from connector_core.schemas import parse_cql_type
+from cdcflow.converters import json_default
+from cdcflow.schemas import parse_cql_type
 
 __all__ = [
     "CqlType",

@@ -1,4 +1,4 @@
-from sources.tikv_rawkv.client.proto import metapb_pb2 as _metapb_pb2
+from cdcflow.sources.tikv_client.proto import metapb_pb2 as _metapb_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from sources.tikv_rawkv.client.codec import compose_ts
-from sources.tikv_rawkv.client.proto import metapb_pb2, pdpb_pb2
-from sources.tikv_rawkv.exceptions import PDError, TiKVUnavailableError
+from cdcflow.sources.tikv_client.codec import compose_ts
+from cdcflow.sources.tikv_client.exceptions import PDError, TiKVUnavailableError
+from cdcflow.sources.tikv_client.proto import metapb_pb2, pdpb_pb2
 
 __all__ = ["PDClient", "RegionInfo", "grpc_channel", "serialize_message", "strip_scheme"]
 

@@ -7,8 +7,8 @@ import threading
 
 import grpc
 
-from sources.tikv_rawkv.client.pd import PDClient, RegionInfo, grpc_channel
-from sources.tikv_rawkv.client.proto import metapb_pb2
+from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, grpc_channel
+from cdcflow.sources.tikv_client.proto import metapb_pb2
 
 __all__ = ["RegionCache"]
 

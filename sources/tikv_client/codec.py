@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from sources.tikv_rawkv.exceptions import KeyDecodeError, ValueDecodeError
+from cdcflow.sources.tikv_client.exceptions import KeyDecodeError, ValueDecodeError
 
 __all__ = [
     "LOGICAL_BITS",

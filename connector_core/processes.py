@@ -1,0 +1,75 @@
+"""What every engine's process does the same way: stop on a signal, run pipelines in threads, and
+keep the garbage collector out of a per-record loop."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from cdcflow.config import PipelineSpec
+from cdcflow.errors import CdcflowError
+
+__all__ = ["install_stop_handlers", "run_in_threads", "tune_garbage_collector"]
+
+log = logging.getLogger("cdcflow.process")
+
+
+def install_stop_handlers(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set ``stop`` (finish the read, flush, checkpoint); a second one exits at once."""
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting without a final checkpoint", signal.Signals(signum).name)
+            os._exit(130)
+        log.info("%s received: finishing the current read, flushing and checkpointing", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+
+def tune_garbage_collector() -> None:
+    """Collect cycles less often in a process that runs cdcflow's loop.
+
+    The delivery loop allocates several short-lived containers per record and none that form
+    cycles, so Python's default (a young-generation pass every 700 allocations, scanning what
+    survives) spends 10-20% of a worker's CPU finding nothing. What start-up built (modules,
+    plugins, schemas) is frozen out of the scans.
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
+def run_in_threads(specs: Sequence[PipelineSpec], body: Callable[[PipelineSpec, threading.Event], None]) -> int:
+    """Run ``body(spec, stop)`` for every pipeline in a thread of its own until all return.
+    One failed pipeline stops the others. Returns the process exit code."""
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        install_stop_handlers(stop)
+    failures: list[BaseException] = []
+
+    def run_one(spec: PipelineSpec) -> None:
+        try:
+            body(spec, stop)
+            log.info("pipeline %s finished", spec.name)
+        except BaseException as exc:
+            # Our own errors explain themselves; a traceback is for the unexpected.
+            expected = isinstance(exc, CdcflowError)
+            log.error(
+                "pipeline %s failed: %s: %s", spec.name, type(exc).__name__, exc, exc_info=None if expected else exc
+            )
+            failures.append(exc)
+            stop.set()  # one failed pipeline stops the process, so a supervisor restarts all cleanly
+
+    threads = [threading.Thread(target=run_one, args=(s,), name=f"pipeline-{s.name}") for s in specs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(timeout=0.5)  # short joins keep the main thread responsive to signals
+    return 1 if failures else 0

@@ -1,0 +1,72 @@
+"""The installed layout: one ``cdcflow`` namespace over the repository's folders, a core that
+imports no plugin, and engines that do not import each other."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FOLDERS = {
+    "cdcflow": "connector_core",
+    "cdcflow.sources": "sources",
+    "cdcflow.sinks": "sinks",
+    "cdcflow.plugins": "plugins",
+}
+
+
+def _pyproject() -> dict[str, object]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _imports(file: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_every_package_folder_is_installed_under_cdcflow() -> None:
+    setuptools = _pyproject()["tool"]["setuptools"]  # type: ignore[index]
+    assert setuptools["package-dir"] == FOLDERS
+    expected = set()
+    for package, folder in FOLDERS.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(REPO / folder)
+            expected.add(".".join([package, *relative.parts]))
+    assert set(setuptools["packages"]) == expected
+
+
+def test_the_core_imports_no_plugin() -> None:
+    offenders = {
+        f"{file.relative_to(REPO)}: {module}"
+        for file in (REPO / "connector_core").rglob("*.py")
+        for module in _imports(file)
+        if module.startswith(("cdcflow.sources", "cdcflow.sinks"))
+    }
+    assert not offenders
+
+
+def test_the_worker_and_spark_engines_do_not_import_each_other() -> None:
+    spark_files = list((REPO / "connector_core" / "spark_engine").rglob("*.py"))
+    assert not {m for f in spark_files for m in _imports(f) if m == "cdcflow.worker"}
+    assert not {m for m in _imports(REPO / "connector_core" / "worker.py") if m.startswith("cdcflow.spark_engine")}
+
+
+def test_a_plugin_package_imports_no_other_plugins_internals() -> None:
+    # Code two plugins share has a package of its own (cdcflow.sources.cql, cdcflow.sources.tikv_client).
+    shared = ("cdcflow.sources.cql", "cdcflow.sources.tikv_client")
+    plugins = [p for root in ("sources", "sinks") for p in (REPO / root).iterdir() if (p / "__init__.py").exists()]
+    offenders = set()
+    for package in plugins:
+        own = f"cdcflow.{package.parent.name}.{package.name}"
+        for file in package.rglob("*.py"):
+            for module in _imports(file):
+                other_plugin = module.startswith(("cdcflow.sources.", "cdcflow.sinks.")) and not module.startswith(own)
+                if other_plugin and not module.startswith(shared):
+                    offenders.add(f"{file.relative_to(REPO)}: {module}")
+    assert not offenders
