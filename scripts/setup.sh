@@ -3,13 +3,13 @@
 # Debian and Ubuntu refuse as "externally managed"), and Spark's Kafka connector from Maven Central.
 #   bash scripts/setup.sh          cdcflow and its runtime dependencies
 #   bash scripts/setup.sh --dev    also the test tools (pytest, ruff, mypy...), as scripts/test.sh does
-# CDCFLOW_VENV names another environment folder; an existing one is reused.
+# CDCFLOW_VENV names another environment folder (an existing one is reused); PYTHON the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${CDCFLOW_VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
-  python="$(command -v python3.13 || command -v python3.12 || command -v python3.11 || command -v python3 || true)"
-  [ -n "$python" ] || { echo "setup: cdcflow needs Python 3.11 or newer (python3) on the PATH" >&2; exit 1; }
+  python="${PYTHON:-python3}"  # PYTHON=python3.12 picks another interpreter
+  command -v "$python" >/dev/null || { echo "setup: cdcflow needs Python 3.11 or newer ($python) on the PATH" >&2; exit 1; }
   "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
     echo "setup: cdcflow needs Python 3.11 or newer; $python is $("$python" --version 2>&1)" >&2
     exit 1
