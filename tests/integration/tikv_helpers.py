@@ -69,8 +69,10 @@ class TiKVCluster:
         self.pd_client.close()
 
 
-def start_cluster(real_pd: str | None) -> Iterator[TiKVCluster]:
-    standin = None if real_pd else StandinCluster.start()
+def start_cluster(real_pd: str | None, **options: object) -> Iterator[TiKVCluster]:
+    """A cluster for a module: the real one at ``real_pd``, or a stand-in started with ``options``
+    (its command-line flags by name, see :meth:`StandinCluster.start`)."""
+    standin = None if real_pd else StandinCluster.start(**options)
     cluster = TiKVCluster(real_pd or standin.pd, standin)  # type: ignore[union-attr]
     try:
         yield cluster

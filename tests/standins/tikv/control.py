@@ -28,7 +28,10 @@ class StandinCluster:
     _channel: grpc.Channel | None = field(default=None, repr=False)
 
     @classmethod
-    def start(cls, stores: int = 3, resolved_ts_interval_s: float = 1.0) -> StandinCluster:
+    def start(cls, stores: int = 3, resolved_ts_interval_s: float = 1.0, **options: object) -> StandinCluster:
+        """Starts ``python -m tests.standins.tikv``; ``options`` are its other flags by name
+        (``cluster_id=8`` is ``--cluster-id 8``)."""
+        flags = [item for name, value in options.items() for item in (f"--{name.replace('_', '-')}", str(value))]
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -38,6 +41,7 @@ class StandinCluster:
                 str(stores),
                 "--resolved-ts-interval",
                 str(resolved_ts_interval_s),
+                *flags,
             ],
             cwd=REPO,
             stdin=subprocess.PIPE,

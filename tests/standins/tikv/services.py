@@ -33,12 +33,31 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
     def header() -> pdpb_pb2.ResponseHeader:
         return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
 
+    def check_cluster_id(request: Any, context: Any) -> None:
+        # tikv/pd server/grpc_service.go validateRoleInRequest (through unaryMiddleware, and per
+        # request of the Tso stream): a header whose cluster id is not PD's, 0 included, fails
+        # the call with FAILED_PRECONDITION (pkg/errs/errno.go ErrMismatchClusterID), not with
+        # an error header. GetMembers is exempt: it is how a client learns the id.
+        got = request.header.cluster_id
+        if got != cluster.cluster_id:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"mismatch cluster id, need {cluster.cluster_id} but got {got}"
+            )
+
+    def checked(handler: Callable[[Any, Any], Message]) -> Callable[[Any, Any], Message]:
+        def handle(request: Any, context: Any) -> Message:
+            check_cluster_id(request, context)
+            return handler(request, context)
+
+        return handle
+
     def get_members(request: pdpb_pb2.GetMembersRequest, context: Any) -> Message:
         member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[f"http://{pd_address}"])
         return pdpb_pb2.GetMembersResponse(header=header(), members=[member], leader=member)
 
     def tso(requests: Iterator[pdpb_pb2.TsoRequest], context: Any) -> Iterator[Message]:
         for request in requests:
+            check_cluster_id(request, context)
             with cluster.lock:
                 ts = cluster.tso.next(max(1, request.count))
             yield pdpb_pb2.TsoResponse(
@@ -112,14 +131,16 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
                 request_deserializer=pdpb_pb2.TsoRequest.FromString,
                 response_serializer=lambda m: m.SerializeToString(),
             ),
-            "GetStore": _unary(get_store, pdpb_pb2.GetStoreRequest),
-            "GetAllStores": _unary(get_all_stores, pdpb_pb2.GetAllStoresRequest),
-            "GetRegion": _unary(get_region, pdpb_pb2.GetRegionRequest),
-            "GetRegionByID": _unary(get_region_by_id, pdpb_pb2.GetRegionByIDRequest),
-            "ScanRegions": _unary(scan_regions, pdpb_pb2.ScanRegionsRequest),
-            "GetGCSafePoint": _unary(get_gc_safe_point, pdpb_pb2.GetGCSafePointRequest),
-            "UpdateGCSafePoint": _unary(update_gc_safe_point, pdpb_pb2.UpdateGCSafePointRequest),
-            "UpdateServiceGCSafePoint": _unary(update_service_gc_safe_point, pdpb_pb2.UpdateServiceGCSafePointRequest),
+            "GetStore": _unary(checked(get_store), pdpb_pb2.GetStoreRequest),
+            "GetAllStores": _unary(checked(get_all_stores), pdpb_pb2.GetAllStoresRequest),
+            "GetRegion": _unary(checked(get_region), pdpb_pb2.GetRegionRequest),
+            "GetRegionByID": _unary(checked(get_region_by_id), pdpb_pb2.GetRegionByIDRequest),
+            "ScanRegions": _unary(checked(scan_regions), pdpb_pb2.ScanRegionsRequest),
+            "GetGCSafePoint": _unary(checked(get_gc_safe_point), pdpb_pb2.GetGCSafePointRequest),
+            "UpdateGCSafePoint": _unary(checked(update_gc_safe_point), pdpb_pb2.UpdateGCSafePointRequest),
+            "UpdateServiceGCSafePoint": _unary(
+                checked(update_service_gc_safe_point), pdpb_pb2.UpdateServiceGCSafePointRequest
+            ),
         },
     )
 
