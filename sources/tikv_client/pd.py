@@ -92,7 +92,13 @@ class PDClient:
     # --- connection ------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Finds the cluster id and the leader; idempotent."""
+        """Finds the cluster id and the leader; idempotent.
+
+        PD answers every call but ``GetMembers`` with FAILED_PRECONDITION unless its header
+        carries PD's cluster id (tikv/pd ``server/grpc_service.go`` ``validateRoleInRequest``), so
+        the id is learned here first. Once learned it is kept: a member of another cluster (the
+        endpoints name two clusters) is refused with :class:`PDError` instead of followed.
+        """
         with self._lock:
             if self._channel is not None:
                 return
@@ -107,7 +113,20 @@ class PDClient:
                     channel.close()
                     failures.append(f"{endpoint}: {exc.code().name}")
                     continue
-                self.cluster_id = int(members.header.cluster_id)
+                cluster_id = int(members.header.cluster_id)
+                error = members.header.error
+                if error.type != pdpb_pb2.OK or cluster_id == 0:
+                    # grpcutil.WrapHeader: NOT_BOOTSTRAPPED "cluster id is not ready" while PD starts.
+                    channel.close()
+                    failures.append(f"{endpoint}: {_error_type_name(error.type)} {error.message or 'no cluster id'}")
+                    continue
+                if self.cluster_id and cluster_id != self.cluster_id:
+                    channel.close()
+                    raise PDError(
+                        f"PD at {endpoint} belongs to cluster {cluster_id}, not cluster {self.cluster_id} that this "
+                        f"client first reached: pd_endpoints {self.endpoints} name members of two clusters"
+                    )
+                self.cluster_id = cluster_id
                 leader_urls = list(members.leader.client_urls)
                 if leader_urls and strip_scheme(leader_urls[0]) != endpoint:
                     channel.close()
@@ -132,16 +151,20 @@ class PDClient:
         return response
 
     def _call(self, method: str, request: Message, response_type: type[ResponseT]) -> ResponseT:
-        header = getattr(request, "header", None)
-        if header is not None:
-            header.cluster_id = self.cluster_id
         for attempt in range(2):
             self.connect()
             channel = self._channel
             assert channel is not None
+            header = getattr(request, "header", None)
+            if header is not None:
+                header.cluster_id = self.cluster_id  # known only once connected
             try:
                 response = self._unary(channel, method, request, response_type)
             except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "cluster id" in (exc.details() or ""):
+                    raise PDError(
+                        f"PD {method}: {exc.details()}: the PD this client reached is not cluster {self.cluster_id}"
+                    ) from exc
                 if exc.code() not in _RETRIED_CODES:
                     raise PDError(f"PD {method} failed: {exc.code().name}: {exc.details()}") from exc
                 self.close()  # the leader may have moved: ask the members again
@@ -269,7 +292,7 @@ class PDClient:
         return int(response.min_safe_point)
 
     def _header(self) -> pdpb_pb2.RequestHeader:
-        return pdpb_pb2.RequestHeader(cluster_id=self.cluster_id)
+        return pdpb_pb2.RequestHeader()  # _call fills in the cluster id once connected
 
 
 def serialize_message(message: Message) -> bytes:
@@ -280,4 +303,8 @@ def serialize_message(message: Message) -> bytes:
 def _check_header(method: str, response: Any) -> None:
     error = response.header.error
     if error.type != pdpb_pb2.OK:
-        raise PDError(f"PD {method} answered {pdpb_pb2.ErrorType.Name(error.type)}: {error.message}")
+        raise PDError(f"PD {method} answered {_error_type_name(error.type)}: {error.message}")
+
+
+def _error_type_name(error_type: int) -> str:
+    return pdpb_pb2.ErrorType.Name(error_type)
