@@ -1,4 +1,4 @@
-"""The tikv_rawkv source in process against the stand-in: feed failures, resolved-ts forms, rejects."""
+"""The tikv_rawkv source in process against the stand-in: feed failures, resolved-ts, rejects."""
 
 from __future__ import annotations
 
@@ -23,18 +23,26 @@ def upstream() -> Iterator[TiKVCluster]:
     yield from start_cluster(REAL_UPSTREAM)
 
 
+@pytest.fixture(scope="module")
+def tikv_6_5() -> Iterator[TiKVCluster]:
+    """A stand-in following TiKV 6.5's feed rules (one subscription per region and stream)."""
+    if REAL_UPSTREAM:
+        pytest.skip("emulates an older TiKV release")
+    yield from start_cluster(None, tikv_version="6.5.0")
+
+
 @pytest.fixture
 def source_for(upstream: TiKVCluster, tmp_path: Path) -> Iterator[object]:
     opened: list[TiKVRawKVSource] = []
 
-    def make(start: bytes, end: bytes, **settings: Any) -> TiKVRawKVSource:
+    def make(start: bytes, end: bytes, cluster: TiKVCluster = upstream, **settings: Any) -> TiKVRawKVSource:
         config = TiKVRawKVSourceConfig(
             type="tikv_rawkv",
-            pd_endpoints=[upstream.pd],
+            pd_endpoints=[cluster.pd],
             start_key=start.decode(),
             end_key=end.decode(),
             partitions=2,
-            start_ts=upstream.pd_client.get_ts(),
+            start_ts=cluster.pd_client.get_ts(),
             safety_interval_ms=0,
             **settings,
         )
@@ -68,9 +76,7 @@ class _Reader:
         return len(self.records)
 
 
-def test_feed_survives_stream_breaks_busy_regions_splits_merges_and_per_region_resolved_ts(
-    upstream: TiKVCluster, source_for: object
-) -> None:
+def test_feed_survives_stream_breaks_busy_regions_splits_and_merges(upstream: TiKVCluster, source_for: object) -> None:
     start, end = key_range("feed")
     upstream.split(start + b"m")
     source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
@@ -86,7 +92,6 @@ def test_feed_survives_stream_breaks_busy_regions_splits_merges_and_per_region_r
     put(range(0, 200), b"a")
     upstream.control("inject", kind="stream_break")
     put(range(100, 300), b"b")
-    upstream.control("resolved_ts_form", form="region")
     upstream.control("inject", kind="feed_busy", count=2)
     upstream.split(start + b"k0150")
     put(range(0, 50), b"c")
@@ -96,7 +101,6 @@ def test_feed_survives_stream_breaks_busy_regions_splits_merges_and_per_region_r
     region = next(r for r in upstream.control("regions") if r["end"] == split_at)
     upstream.control("merge", region_id=region["id"])
     put(range(300, 320), b"d")
-    upstream.control("resolved_ts_form", form="batched")
     wait_until(lambda: reader.poll(upstream) >= len(written), 30, f"{len(written)} changes")
 
     got = [
@@ -113,6 +117,41 @@ def test_feed_survives_stream_breaks_busy_regions_splits_merges_and_per_region_r
         last[record.key["key"]] = ts
     report = check_source_contract(source, max_records=150)
     assert report.records >= len(written)
+
+
+@pytest.mark.parametrize("cluster_name", ["upstream", "tikv_6_5"])
+def test_two_partitions_subscribed_to_one_merged_region_both_advance(
+    cluster_name: str, request: pytest.FixtureRequest, source_for: object
+) -> None:
+    # PD merges the regions either side of the partition cut: both partitions then follow one
+    # region. TiKV >= 7.3 sends the per-region resolved-ts of an old client (version 0.0.0) only
+    # to the subscription registered last on a stream; TiKV < 7.3 refuses a second subscription
+    # of a region on a stream (duplicate_request). Either way one partition must not stall.
+    cluster: TiKVCluster = request.getfixturevalue(cluster_name)
+    start, end = key_range("merged")
+    cluster.split(start + b"m")
+    source: TiKVRawKVSource = source_for(start, end, cluster)  # type: ignore[operator]
+    reader = _Reader(source)
+    reader.poll(cluster)
+    wait_until(lambda: cluster.control("feed_subscriptions") >= 2, 10, "both partitions to subscribe")
+    cut = encode_memcomparable(b"r\x00\x00\x00" + start + b"m").hex()
+    left = next(r for r in cluster.control("regions") if r["end"] == cut)
+    cluster.control("merge", region_id=left["id"])
+    cluster.kv.batch_put([(start + b"a", b"1"), (start + b"z", b"2")])
+    written_ts = cluster.pd_client.get_ts()
+    partitions = list(source.partitions())
+
+    def both_passed() -> bool:
+        cluster.control("advance_resolved_ts")
+        return all(int(source.latest_offset(p, reader.offsets[p.id], None)["ts"]) >= written_ts for p in partitions)
+
+    wait_until(both_passed, 20, "both partitions' resolved-ts to pass the writes")
+    wait_until(lambda: reader.poll(cluster) >= 2, 10, "both writes")
+    assert sorted(r.key["key"] for r in reader.records if isinstance(r, ChangeEvent)) == [start + b"a", start + b"z"]
+    for connection in cluster.control("feed_connections"):
+        # A semantic version TiKV reads as >= 5.3.0: batched resolved-ts and the cluster-id check.
+        assert connection["features"] == ["batch_resolved_ts", "validate_cluster_id"], connection
+        assert len(connection["regions"]) == len(set(connection["regions"])), "a region twice on one stream"
 
 
 def test_rows_that_are_not_rawkv_changes_become_rejected_records_with_their_bytes(

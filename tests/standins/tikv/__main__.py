@@ -1,4 +1,4 @@
-"""``python -m tests.standins.tikv [--stores N]``: serves until stdin closes or SIGTERM.
+"""``python -m tests.standins.tikv [--stores N] [--tikv-version X.Y.Z] ...``: serves until stdin closes or SIGTERM.
 
 Prints one JSON line: ``{"pd": "127.0.0.1:PORT", "stores": {"1": "127.0.0.1:PORT", ...}}``.
 """
@@ -25,9 +25,10 @@ def main() -> None:
     parser.add_argument("--stores", type=int, default=3)
     parser.add_argument("--cluster-id", type=int, default=7)
     parser.add_argument("--resolved-ts-interval", type=float, default=1.0, help="seconds")
+    parser.add_argument("--tikv-version", default="8.5.0", help="the TiKV release whose feed rules to follow")
     args = parser.parse_args()
 
-    cluster = Cluster(args.cluster_id, list(range(1, args.stores + 1)))
+    cluster = Cluster(args.cluster_id, list(range(1, args.stores + 1)), args.tikv_version)
     servers = []
     for store_id in cluster.store_ids:
         server = grpc.server(ThreadPoolExecutor(max_workers=32), options=_OPTIONS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import queue
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -85,6 +86,51 @@ class Subscription:
         return self.start <= region_key and (not self.end or region_key < self.end)
 
 
+# semver.org's regular expression: Rust's `semver::Version::parse`, which TiKV uses, is as strict
+# (MAJOR.MINOR.PATCH, no leading `v`, no leading zeros; "6.2" and "cdcflow" are refused).
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+BATCH_RESOLVED_TS = "batch_resolved_ts"
+VALIDATE_CLUSTER_ID = "validate_cluster_id"
+
+
+@dataclass(frozen=True, order=True)
+class SemVer:
+    """A version as TiKV compares them; a pre-release sorts before its release."""
+
+    major: int
+    minor: int
+    patch: int
+    release: int = 1  # 0: a pre-release (4.0.8-alpha < 4.0.8)
+    pre: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> SemVer:
+        """``text`` as TiKV reads a ``ticdc_version``: anything unparsable is 0.0.0
+        (tikv/tikv components/cdc/src/service.rs ``parse_version_from_request_header``)."""
+        match = _SEMVER.match(text)
+        if match is None:
+            return cls(0, 0, 0)
+        major, minor, patch, pre = match.group(1, 2, 3, 4)
+        return cls(int(major), int(minor), int(patch), 0 if pre else 1, pre or "")
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}" + (f"-{self.pre}" if self.pre else "")
+
+    def features(self) -> frozenset[str]:
+        # service.rs FeatureGate::default_features: >= 4.0.8 batched resolved-ts, >= 5.3.0 the
+        # cluster-id check. (STREAM_MULTIPLEXING needs EventFeedV2, which the stand-in lacks.)
+        features = set()
+        if self >= SemVer(4, 0, 8):
+            features.add(BATCH_RESOLVED_TS)
+        if self >= SemVer(5, 3, 0):
+            features.add(VALIDATE_CLUSTER_ID)
+        return frozenset(features)
+
+
 @dataclass(eq=False)
 class FeedConnection:
     """One EventFeed stream to one store."""
@@ -93,6 +139,10 @@ class FeedConnection:
     outbox: queue.Queue[cdcpb_pb2.ChangeDataEvent | BaseException] = field(default_factory=queue.Queue)
     subscriptions: list[Subscription] = field(default_factory=list)
     closed: bool = False
+    # The client's version: from the first request of the stream (service.rs handle_event_feed,
+    # "Get version from the first request in the stream"), never changed afterwards.
+    version: SemVer | None = None
+    features: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -102,9 +152,15 @@ class Version:
 
 
 class Cluster:
-    def __init__(self, cluster_id: int, store_ids: list[int]) -> None:
+    def __init__(self, cluster_id: int, store_ids: list[int], tikv_version: str = "8.5.0") -> None:
         self.lock = threading.RLock()
         self.cluster_id = cluster_id
+        # The TiKV release emulated: before 7.3.0 a stream holds one subscription per region and
+        # checks the client version on every Register (tikv v6.5.0 components/cdc/src/service.rs
+        # Conn::subscribe / check_version_and_set_feature).
+        self.tikv_version = SemVer.parse(tikv_version)
+        if self.tikv_version == SemVer(0, 0, 0):
+            raise ValueError(f"--tikv-version must be MAJOR.MINOR.PATCH, not {tikv_version!r}")
         self.tso = TSO()
         self.store_ids = store_ids
         self.store_addresses: dict[int, str] = {}
@@ -118,7 +174,6 @@ class Cluster:
         self.service_safe_points: dict[str, tuple[int, float]] = {}
         self.connections: list[FeedConnection] = []
         self.injected: dict[tuple[int | None, str], int] = {}  # (store or None, kind) -> remaining count
-        self.resolved_ts_form = "batched"
 
     # --- regions ---------------------------------------------------------------------------
 
@@ -325,19 +380,48 @@ class Cluster:
     # --- the change feed -------------------------------------------------------------------
 
     def register(self, connection: FeedConnection, request: cdcpb_pb2.ChangeDataRequest) -> None:
+        """A Register, checked in the order of tikv/tikv components/cdc/src/endpoint.rs
+        ``on_register`` (v6.5.0's order before 7.3.0); an error ends the request, nothing follows."""
         with self.lock:
+            version = SemVer.parse(request.header.ticdc_version)
+            if connection.version is None:
+                connection.version, connection.features = version, version.features()
+            modern = self.tikv_version >= SemVer(7, 3, 0)
+            # >= 7.3 the first request's features decide; v6.5.0 checked each request's own version.
+            validates_cluster_id = (
+                VALIDATE_CLUSTER_ID in connection.features if modern else VALIDATE_CLUSTER_ID in version.features()
+            )
             region = self.region_by_id(request.region_id)
             error: cdcpb_pb2.Error | None = None
-            if self._take_injected(connection.store_id, "feed_busy"):
-                error = cdcpb_pb2.Error(server_is_busy=errorpb_pb2.ServerIsBusy(reason="injected busy"))
+            if validates_cluster_id and request.header.cluster_id != self.cluster_id:
+                error = cdcpb_pb2.Error(
+                    cluster_id_mismatch=cdcpb_pb2.ClusterIDMismatch(
+                        current=self.cluster_id, request=request.header.cluster_id
+                    )
+                )
+            elif request.kv_api != cdcpb_pb2.ChangeDataRequest.RawKV:
+                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="RawKV feeds only"))
+            elif self._take_injected(connection.store_id, "feed_busy"):
+                # on_register: "too many pending incremental scans" past incremental_scan_concurrency_limit
+                error = cdcpb_pb2.Error(
+                    server_is_busy=errorpb_pb2.ServerIsBusy(reason="too many pending incremental scans")
+                )
             elif region is None:
                 error = cdcpb_pb2.Error(region_not_found=errorpb_pb2.RegionNotFound(region_id=request.region_id))
+            elif not modern and version != connection.version:
+                # v6.5.0 Conn::check_version_and_set_feature: another version on the same stream.
+                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version=str(connection.version)))
+            elif any(
+                s.region_id == region.id and (not modern or s.request_id == request.request_id)
+                for s in connection.subscriptions
+            ):
+                # >= 7.3 downstreams are keyed by (request_id, region_id) (service.rs DownstreamKey);
+                # before, by region id alone: a second subscription of a region on one stream is refused.
+                error = cdcpb_pb2.Error(duplicate_request=cdcpb_pb2.DuplicateRequest(region_id=region.id))
             elif region.leader_store != connection.store_id:
                 error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
             elif (request.region_epoch.version, request.region_epoch.conf_ver) != (region.version, region.conf_ver):
                 error = _epoch_not_match([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
-            elif request.kv_api != cdcpb_pb2.ChangeDataRequest.RawKV:
-                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="RawKV feeds only"))
             if error is not None:
                 connection.outbox.put(
                     cdcpb_pb2.ChangeDataEvent(
@@ -391,25 +475,43 @@ class Cluster:
         return self.keys_in(start, end)
 
     def advance_resolved_ts(self) -> int:
-        """Sends every initialized subscription a resolved-ts: all its writes below it were sent."""
+        """Sends every initialized subscription a resolved-ts: all its writes below it were sent.
+
+        As tikv/tikv components/cdc/src/endpoint.rs ``Advance::emit_resolved_ts`` (filled by
+        delegate.rs ``Delegate::on_min_ts``): only subscriptions whose incremental scan finished
+        take part; a stream whose client has BATCH_RESOLVED_TS gets ``ResolvedTs{regions, ts,
+        request_id: 0}`` messages, its regions in batches of 8, 32, 128, ...; any other stream
+        gets one ``Event.resolved_ts`` per (stream, region), carrying the request id of the
+        subscription registered last (the ``compat`` map is overwritten per downstream), so an
+        older subscription of the same region on that stream gets none.
+        """
         with self.lock:
             resolved = self.tso.next()
             for connection in self.connections:
                 live = [s for s in connection.subscriptions if s.initialized]
                 if not live:
                     continue
-                if self.resolved_ts_form == "batched":
-                    connection.outbox.put(
-                        cdcpb_pb2.ChangeDataEvent(
-                            resolved_ts=cdcpb_pb2.ResolvedTs(regions=sorted({s.region_id for s in live}), ts=resolved)
+                if BATCH_RESOLVED_TS in connection.features:
+                    regions = [s.region_id for s in live]
+                    index, batch = 0, 8
+                    while index < len(regions):
+                        connection.outbox.put(
+                            cdcpb_pb2.ChangeDataEvent(
+                                resolved_ts=cdcpb_pb2.ResolvedTs(
+                                    regions=regions[index : index + batch], ts=resolved, request_id=0
+                                )
+                            )
                         )
-                    )
+                        index, batch = index + batch, batch * 4
                 else:
+                    compat: dict[int, int] = {}
+                    for subscription in live:
+                        compat[subscription.region_id] = subscription.request_id  # the last one wins
                     connection.outbox.put(
                         cdcpb_pb2.ChangeDataEvent(
                             events=[
-                                cdcpb_pb2.Event(region_id=s.region_id, request_id=s.request_id, resolved_ts=resolved)
-                                for s in live
+                                cdcpb_pb2.Event(region_id=region_id, request_id=request_id, resolved_ts=resolved)
+                                for region_id, request_id in compat.items()
                             ]
                         )
                     )

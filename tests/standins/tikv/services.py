@@ -381,9 +381,17 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
         return None
     if command == "advance_resolved_ts":
         return cluster.advance_resolved_ts()
-    if command == "resolved_ts_form":
-        cluster.resolved_ts_form = args["form"]
-        return None
+    if command == "feed_connections":
+        with cluster.lock:
+            return [
+                {
+                    "store_id": c.store_id,
+                    "version": str(c.version) if c.version is not None else None,
+                    "features": sorted(c.features),
+                    "regions": [s.region_id for s in c.subscriptions],
+                }
+                for c in cluster.connections
+            ]
     if command == "run_gc":
         return cluster.run_gc(int(args["safe_point"]), bool(args.get("ignore_services", False)))
     if command == "gc_state":
