@@ -1,13 +1,26 @@
 """The ChangeData EventFeed client: one subscription per region and partition span.
 
-Each store gets one bidirectional ``EventFeed`` stream; every region of a partition's span is
-registered on its leader's stream with ``kv_api = RawKV`` and ``checkpoint_ts`` = where the span
-resumes. TiKV first sends what is stored above that timestamp (the incremental scan), then an
-``INITIALIZED`` row, then live rows and resolved-ts (per region in ``Event.resolved_ts``, or
-batched in ``ChangeDataEvent.resolved_ts``). A region error (not leader, epoch mismatch after a
-split or merge, region not found, busy) or a broken stream ends the affected subscriptions; their
-spans are subscribed again from their own last resolved-ts, after looking the regions up in PD
-again, so nothing between that resolved-ts and the new subscription is missed.
+Every region of a partition's span is registered on a bidirectional ``EventFeed`` stream to its
+leader's store with ``kv_api = RawKV`` and ``checkpoint_ts`` = where the span resumes. TiKV first
+sends what is stored above that timestamp (the incremental scan), then an ``INITIALIZED`` row,
+then live rows and resolved-ts. A region error (not leader, epoch mismatch after a split or
+merge, region not found, busy) or a broken stream ends the affected subscriptions; their spans
+are subscribed again from their own last resolved-ts, after looking the regions up in PD again,
+so nothing between that resolved-ts and the new subscription is missed.
+
+Streams and versions, as TiKV reads them (tikv/tikv ``components/cdc/src/service.rs``,
+``endpoint.rs``): TiKV takes the client's ``Header.ticdc_version`` from a stream's first request
+as a semantic version (anything else counts as 0.0.0) and gates features on it: from 4.0.8
+resolved-ts comes batched per stream (``ResolvedTs{regions, ts, request_id: 0}``), from 5.3.0
+TiKV refuses a request whose ``cluster_id`` is not its own. Below 4.0.8 it comes per (stream,
+region) to the subscription registered last, so two subscriptions of one region on one stream
+would starve the older one; TiKV before 7.3 refuses the second outright (``duplicate_request``).
+Two partitions share a region whenever PD merges across a partition cut. So a stream never
+carries a region twice: a subscription goes to the first stream to its store that does not
+already carry its region, and another stream is opened when none is free. TiKV-CDC gets the same
+guarantee from one stream per span (tikv/migration ``cdc/cdc/kv/client.go``), and sends its own
+release ("1.1.1"), which TiKV reads as older than 4.0.8; cdcflow sends
+:data:`TIKV_CDC_PROTOCOL_VERSION` instead, for batched resolved-ts and the cluster-id check.
 """
 
 from __future__ import annotations
@@ -29,9 +42,13 @@ from cdcflow.sources.tikv_client.proto import cdcpb_pb2
 from cdcflow.sources.tikv_client.regions import RegionCache
 from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, REJECTED, Item
 
-__all__ = ["EventFeed"]
+__all__ = ["TIKV_CDC_PROTOCOL_VERSION", "EventFeed"]
 
 log = logging.getLogger("cdcflow.tikv.feed")
+
+# Sent as Header.ticdc_version on every request. TiKV gates on it (service.rs FeatureGate):
+# >= 4.0.8 batched resolved-ts, >= 5.3.0 the cluster-id check; 6.2 is the first TiKV with RawKV CDC.
+TIKV_CDC_PROTOCOL_VERSION = "6.2.0"
 
 _ROW = cdcpb_pb2.Event.Row
 RowsCallback = Callable[[str, list[Item]], None]
@@ -45,7 +62,7 @@ class _Subscription:
     start: bytes  # region-key space
     end: bytes
     resolved_ts: int
-    store_id: int
+    stream: _StoreStream
     request_start: bytes = b""  # the same span as request keys, to filter rows cheaply
     request_end: bytes = b""
     initialized: bool = False
@@ -69,6 +86,7 @@ class _StoreStream:
         self.address = address
         self.requests: queue.Queue[cdcpb_pb2.ChangeDataRequest | None] = queue.Queue()
         self.alive = True
+        self.regions: dict[int, _Subscription] = {}  # region id -> its one subscription on this stream
         method = channel.stream_stream(
             "/cdcpb.ChangeData/EventFeed",
             request_serializer=serialize_message,
@@ -102,7 +120,7 @@ class EventFeed:
         self.retry_delay_s = retry_delay_s
         self._lock = threading.RLock()
         self._subscriptions: dict[int, _Subscription] = {}
-        self._streams: dict[int, _StoreStream] = {}
+        self._streams: dict[int, list[_StoreStream]] = {}  # store id -> its streams
         self._pending: list[_Resubscribe] = []
         self._generation: dict[str, int] = {}
         self._request_ids = itertools.count(1)
@@ -129,12 +147,12 @@ class EventFeed:
             self._pending = [p for p in self._pending if p.partition_id != partition_id]
             for request_id, subscription in list(self._subscriptions.items()):
                 if subscription.partition_id == partition_id:
-                    del self._subscriptions[request_id]
-                    stream = self._streams.get(subscription.store_id)
-                    if stream is not None and stream.alive:
+                    self._forget(subscription)
+                    stream = subscription.stream
+                    if stream.alive:
                         stream.requests.put(
                             cdcpb_pb2.ChangeDataRequest(
-                                header=cdcpb_pb2.Header(cluster_id=self.pd.cluster_id),
+                                header=self._header(),
                                 region_id=subscription.region.id,
                                 request_id=request_id,
                                 deregister=cdcpb_pb2.ChangeDataRequest.Deregister(),
@@ -157,7 +175,7 @@ class EventFeed:
         self._closed.set()
         self._wake.set()
         with self._lock:
-            streams = list(self._streams.values())
+            streams = [stream for streams in self._streams.values() for stream in streams]
             self._streams.clear()
         for stream in streams:
             stream.close()
@@ -199,7 +217,7 @@ class EventFeed:
                 if end and start >= end:
                     continue
                 store_id, _ = self.regions.leader_store(region)
-                stream = self._stream(store_id)
+                stream = self._stream(store_id, region.id)
                 request_id = next(self._request_ids)
                 subscription = _Subscription(
                     request_id,
@@ -208,14 +226,15 @@ class EventFeed:
                     start,
                     end,
                     task.from_ts,
-                    store_id,
+                    stream,
                     self._request_key(start),
                     self._request_key(end),
                 )
                 self._subscriptions[request_id] = subscription
+                stream.regions[region.id] = subscription
                 stream.requests.put(
                     cdcpb_pb2.ChangeDataRequest(
-                        header=cdcpb_pb2.Header(cluster_id=self.pd.cluster_id, ticdc_version="cdcflow"),
+                        header=self._header(),
                         region_id=region.id,
                         region_epoch=region.meta.region_epoch,
                         checkpoint_ts=task.from_ts,
@@ -232,12 +251,32 @@ class EventFeed:
             return region_key
         return decode_memcomparable(region_key)[0]
 
-    def _stream(self, store_id: int) -> _StoreStream:
-        stream = self._streams.get(store_id)
-        if stream is None or not stream.alive:
-            address, channel = self.regions.channel_for_store(store_id)
-            stream = self._streams[store_id] = _StoreStream(self, store_id, address, channel)
+    def _header(self) -> cdcpb_pb2.Header:
+        """The same header on every request: TiKV reads the version from a stream's first one."""
+        return cdcpb_pb2.Header(cluster_id=self.pd.cluster_id, ticdc_version=TIKV_CDC_PROTOCOL_VERSION)
+
+    def _stream(self, store_id: int, region_id: int) -> _StoreStream:
+        """A live stream to ``store_id`` that does not carry ``region_id`` yet (see the module
+        docstring: a region twice on one stream starves or is refused)."""
+        streams = self._streams.setdefault(store_id, [])
+        streams[:] = [s for s in streams if s.alive]
+        for stream in streams:
+            if region_id not in stream.regions:
+                return stream
+        address, channel = self.regions.channel_for_store(store_id)
+        stream = _StoreStream(self, store_id, address, channel)
+        streams.append(stream)
         return stream
+
+    def _forget(self, subscription: _Subscription) -> bool:
+        """Drops an ended subscription (its region is free on its stream again); False when it
+        was already gone. Call with the lock held."""
+        if self._subscriptions.pop(subscription.request_id, None) is None:
+            return False
+        stream = subscription.stream
+        if stream.regions.get(subscription.region.id) is subscription:
+            del stream.regions[subscription.region.id]
+        return True
 
     def _retry_span(self, subscription: _Subscription, delay_s: float, why: str) -> None:
         """Subscribes the span of an ended subscription again, from its own resolved-ts."""
@@ -279,14 +318,14 @@ class EventFeed:
     def _stream_ended(self, stream: _StoreStream) -> None:
         with self._lock:
             stream.alive = False
-            if self._streams.get(stream.store_id) is stream:
-                del self._streams[stream.store_id]
+            streams = self._streams.get(stream.store_id, [])
+            if stream in streams:
+                streams.remove(stream)
             if self._closed.is_set():
                 return
             self.regions.forget_store(stream.store_id)
-            for request_id, subscription in list(self._subscriptions.items()):
-                if subscription.store_id == stream.store_id:
-                    del self._subscriptions[request_id]
+            for subscription in list(stream.regions.values()):
+                if self._forget(subscription):
                     self._retry_span(subscription, self.retry_delay_s, f"stream to store {stream.store_id} ended")
 
     def _handle(self, stream: _StoreStream, response: cdcpb_pb2.ChangeDataEvent) -> None:
@@ -303,16 +342,11 @@ class EventFeed:
             elif kind == "error":
                 self._handle_error(subscription, event.error)
         if response.HasField("resolved_ts"):
+            # Batched: request_id 0 (per stream), or a subscription's own (stream multiplexing).
             resolved = response.resolved_ts
-            regions = set(resolved.regions)
             with self._lock:
-                targets = [
-                    s
-                    for s in self._subscriptions.values()
-                    if s.store_id == stream.store_id
-                    and s.region.id in regions
-                    and resolved.request_id in (0, s.request_id)
-                ]
+                found = (stream.regions.get(region_id) for region_id in resolved.regions)
+                targets = [s for s in found if s is not None and resolved.request_id in (0, s.request_id)]
             for subscription in targets:
                 self._advance(subscription, resolved.ts)
 
@@ -323,7 +357,7 @@ class EventFeed:
 
     def _handle_error(self, subscription: _Subscription, error: cdcpb_pb2.Error) -> None:
         with self._lock:
-            if self._subscriptions.pop(subscription.request_id, None) is None:
+            if not self._forget(subscription):
                 return
             kind = _error_kind(error)
             delay = self.retry_delay_s
