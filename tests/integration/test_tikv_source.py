@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from cdcflow.contract import Offset, Partition, PluginContext, Rejected
 from cdcflow.errors import SourceUnavailableError
 from cdcflow.events import ChangeEvent, Op
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, encode_memcomparable
-from cdcflow.sources.tikv_rawkv.exceptions import RowRejectedError
+from cdcflow.sources.tikv_rawkv.exceptions import FeedRefusedError, RowRejectedError
 from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSource, TiKVRawKVSourceConfig
 from cdcflow.testing import check_source_contract
 from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster, wait_until
@@ -152,6 +154,44 @@ def test_two_partitions_subscribed_to_one_merged_region_both_advance(
         # A semantic version TiKV reads as >= 5.3.0: batched resolved-ts and the cluster-id check.
         assert connection["features"] == ["batch_resolved_ts", "validate_cluster_id"], connection
         assert len(connection["regions"]) == len(set(connection["regions"])), "a region twice on one stream"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"api_version": 1}, r"refused the RawKV change feed \(required_version 6\.2\.0\).*api-version = 2"),
+        ({"store_cluster_id": 99}, r"belongs to cluster 99 but PD at .* is cluster 7"),
+    ],
+    ids=["api-v1", "other-cluster"],
+)
+def test_a_feed_tikv_refuses_for_good_fails_the_source_at_once(
+    options: dict[str, int], expected: str, source_for: object
+) -> None:
+    # TiKV answers `compatibility` when it does not run storage.api-version = 2 and
+    # `cluster_id_mismatch` when the request's cluster id is not its own: no retry cures either.
+    if REAL_UPSTREAM:
+        pytest.skip("needs a misconfigured stand-in")
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(contextlib.contextmanager(start_cluster)(None, stores=1, **options))
+        start, end = key_range("refused")
+        source: TiKVRawKVSource = source_for(start, end, cluster)  # type: ignore[operator]
+        partition = source.partitions()[0]
+        offset = source.initial_offset(partition)
+        errors: list[Exception] = []
+
+        def refused() -> bool:
+            try:
+                source.latest_offset(partition, offset, None)
+            except FeedRefusedError as exc:
+                errors.append(exc)
+            return bool(errors)
+
+        wait_until(refused, 10, "the source to report the refusal")
+        assert re.search(expected, str(errors[0])), errors[0]
+        with pytest.raises(FeedRefusedError):
+            list(source.read(partition, offset, {"ts": int(offset["ts"]) + 1}))
+        # Refused once, not retried: TiKV saw the one region's Register once.
+        assert cluster.control("feed_registers") == 1
 
 
 def test_rows_that_are_not_rawkv_changes_become_rejected_records_with_their_bytes(

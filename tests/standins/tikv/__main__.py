@@ -26,9 +26,17 @@ def main() -> None:
     parser.add_argument("--cluster-id", type=int, default=7)
     parser.add_argument("--resolved-ts-interval", type=float, default=1.0, help="seconds")
     parser.add_argument("--tikv-version", default="8.5.0", help="the TiKV release whose feed rules to follow")
+    parser.add_argument("--api-version", type=int, choices=(1, 2), default=2, help="TiKV's storage.api-version")
+    parser.add_argument("--store-cluster-id", type=int, default=None, help="the stores' cluster id (default PD's)")
     args = parser.parse_args()
 
-    cluster = Cluster(args.cluster_id, list(range(1, args.stores + 1)), args.tikv_version)
+    cluster = Cluster(
+        args.cluster_id,
+        list(range(1, args.stores + 1)),
+        args.tikv_version,
+        api_version=args.api_version,
+        store_cluster_id=args.store_cluster_id,
+    )
     servers = []
     for store_id in cluster.store_ids:
         server = grpc.server(ThreadPoolExecutor(max_workers=32), options=_OPTIONS)

@@ -81,6 +81,7 @@ class Subscription:
     start: bytes  # region-key space, the requested span
     end: bytes
     initialized: bool = False
+    raw: bool = True  # kv_api RawKV; a TiDB feed sees no RawKV writes (the stand-in holds no others)
 
     def observes(self, region_key: bytes) -> bool:
         return self.start <= region_key and (not self.end or region_key < self.end)
@@ -152,9 +153,22 @@ class Version:
 
 
 class Cluster:
-    def __init__(self, cluster_id: int, store_ids: list[int], tikv_version: str = "8.5.0") -> None:
+    def __init__(
+        self,
+        cluster_id: int,
+        store_ids: list[int],
+        tikv_version: str = "8.5.0",
+        api_version: int = 2,
+        store_cluster_id: int | None = None,
+    ) -> None:
         self.lock = threading.RLock()
-        self.cluster_id = cluster_id
+        self.cluster_id = cluster_id  # PD's
+        # The id the TiKV stores were bootstrapped with; another one than PD's emulates
+        # pd_endpoints that point at a different cluster than the stores a client reaches.
+        self.store_cluster_id = cluster_id if store_cluster_id is None else store_cluster_id
+        # TiKV's storage.api-version. The stand-in stores API V2 data only: with 1, every RawKV
+        # request is refused as TiKV refuses V2 requests on V1 storage, and so is a RawKV feed.
+        self.api_version = api_version
         # The TiKV release emulated: before 7.3.0 a stream holds one subscription per region and
         # checks the client version on every Register (tikv v6.5.0 components/cdc/src/service.rs
         # Conn::subscribe / check_version_and_set_feature).
@@ -174,6 +188,7 @@ class Cluster:
         self.service_safe_points: dict[str, tuple[int, float]] = {}
         self.connections: list[FeedConnection] = []
         self.injected: dict[tuple[int | None, str], int] = {}  # (store or None, kind) -> remaining count
+        self.registers = 0  # Register requests received, refused ones included
 
     # --- regions ---------------------------------------------------------------------------
 
@@ -324,7 +339,7 @@ class Cluster:
             if connection.store_id != region.leader_store:
                 continue
             for subscription in connection.subscriptions:
-                if subscription.region_id == region.id and subscription.observes(region_key):
+                if subscription.raw and subscription.region_id == region.id and subscription.observes(region_key):
                     rows.setdefault(id(subscription), []).append((subscription, _row(key, ts, value)))
 
     def _flush_feed(self, rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]]) -> None:
@@ -383,6 +398,7 @@ class Cluster:
         """A Register, checked in the order of tikv/tikv components/cdc/src/endpoint.rs
         ``on_register`` (v6.5.0's order before 7.3.0); an error ends the request, nothing follows."""
         with self.lock:
+            self.registers += 1
             version = SemVer.parse(request.header.ticdc_version)
             if connection.version is None:
                 connection.version, connection.features = version, version.features()
@@ -393,14 +409,20 @@ class Cluster:
             )
             region = self.region_by_id(request.region_id)
             error: cdcpb_pb2.Error | None = None
-            if validates_cluster_id and request.header.cluster_id != self.cluster_id:
+            kv_api = request.kv_api
+            if validates_cluster_id and request.header.cluster_id != self.store_cluster_id:
                 error = cdcpb_pb2.Error(
                     cluster_id_mismatch=cdcpb_pb2.ClusterIDMismatch(
-                        current=self.cluster_id, request=request.header.cluster_id
+                        current=self.store_cluster_id, request=request.header.cluster_id
                     )
                 )
-            elif request.kv_api != cdcpb_pb2.ChangeDataRequest.RawKV:
-                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="RawKV feeds only"))
+            elif not (
+                kv_api == cdcpb_pb2.ChangeDataRequest.TiDB
+                or (kv_api == cdcpb_pb2.ChangeDataRequest.RawKV and self.api_version == 2)
+            ):
+                # service.rs validate_kv_api: TiDB always, RawKV only on storage.api-version = 2,
+                # TxnKV never; endpoint.rs answers required_version "6.2.0".
+                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="6.2.0"))
             elif self._take_injected(connection.store_id, "feed_busy"):
                 # on_register: "too many pending incremental scans" past incremental_scan_concurrency_limit
                 error = cdcpb_pb2.Error(
@@ -435,7 +457,9 @@ class Cluster:
             start = max(region.start, bytes(request.start_key))
             end_candidates = [e for e in (region.end, bytes(request.end_key)) if e]
             end = min(end_candidates) if end_candidates else b""
-            subscription = Subscription(connection, request.request_id, region.id, start, end)
+            subscription = Subscription(
+                connection, request.request_id, region.id, start, end, raw=kv_api == cdcpb_pb2.ChangeDataRequest.RawKV
+            )
             connection.subscriptions.append(subscription)
             self._incremental_scan(subscription, int(request.checkpoint_ts))
             subscription.initialized = True
@@ -450,7 +474,7 @@ class Cluster:
 
     def _incremental_scan(self, subscription: Subscription, checkpoint_ts: int) -> None:
         rows: list[cdcpb_pb2.Event.Row] = []
-        for key in self._request_keys_observed(subscription):
+        for key in self._request_keys_observed(subscription) if subscription.raw else []:
             for version in self.versions[key]:
                 if version.ts > checkpoint_ts:
                     rows.append(_row(key, version.ts, decode_raw_value(version.value)))

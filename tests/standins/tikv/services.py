@@ -156,7 +156,7 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
             response = response_type()
             keys = keys_of(request)
             with cluster.lock:
-                if request.context.api_version != kvrpcpb_pb2.V2:
+                if request.context.api_version != kvrpcpb_pb2.V2 or cluster.api_version != 2:
                     response.error = "the stand-in serves API V2 only (api_version mismatch)"  # type: ignore[attr-defined]
                     return response
                 if any(not k.startswith(b"r") for k in keys):
@@ -402,6 +402,8 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
             }
     if command == "history":
         return cluster.history(bytes.fromhex(args.get("start", "")), bytes.fromhex(args.get("end", "")))
+    if command == "feed_registers":
+        return cluster.registers
     if command == "feed_subscriptions":
         with cluster.lock:
             return sum(len(c.subscriptions) for c in cluster.connections)
