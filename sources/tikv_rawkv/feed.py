@@ -40,6 +40,7 @@ from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_message
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2
 from cdcflow.sources.tikv_client.regions import RegionCache
+from cdcflow.sources.tikv_rawkv.exceptions import FeedRefusedError
 from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, REJECTED, Item
 
 __all__ = ["TIKV_CDC_PROTOCOL_VERSION", "EventFeed"]
@@ -130,6 +131,7 @@ class EventFeed:
         self._resubscriber = threading.Thread(target=self._resubscribe_loop, name="tikv-feed-resubscribe", daemon=True)
         self._resubscriber.start()
         self.resubscriptions = 0
+        self.failure: FeedRefusedError | None = None  # the first refusal no retry cures
 
     # --- public ------------------------------------------------------------------------------
 
@@ -360,6 +362,14 @@ class EventFeed:
             if not self._forget(subscription):
                 return
             kind = _error_kind(error)
+            refusal = self._refusal(subscription, error, kind)
+            if refusal is not None:
+                # TiKV-CDC ends the changefeed on these too (tikv/migration cdc/cdc/kv/client.go
+                # handleError: ErrVersionIncompatible, ErrClusterIDMismatch, a panic on duplicates).
+                log.error("%s", refusal)
+                if self.failure is None:
+                    self.failure = FeedRefusedError(refusal)
+                return
             delay = self.retry_delay_s
             if kind == "not_leader" and error.not_leader.leader.store_id:
                 self.regions.update_leader(subscription.region.id, error.not_leader.leader)
@@ -368,6 +378,29 @@ class EventFeed:
             if kind in ("server_is_busy", "congested"):
                 delay = max(delay, 1.0)
             self._retry_span(subscription, delay, f"region {subscription.region.id}: {kind}")
+
+    def _refusal(self, subscription: _Subscription, error: cdcpb_pb2.Error, kind: str) -> str | None:
+        """What to tell the user about an error TiKV will answer again however often it is asked
+        (tikv/tikv components/cdc/src/endpoint.rs on_register), or None for a retryable one."""
+        store = f"TiKV store {subscription.stream.store_id} at {subscription.stream.address}"
+        if kind == "compatibility":
+            return (
+                f"{store} refused the RawKV change feed (required_version "
+                f"{error.compatibility.required_version}): RawKV CDC needs TiKV >= 6.2 running with "
+                f"storage.api-version = 2"
+            )
+        if kind == "cluster_id_mismatch":
+            return (
+                f"{store} belongs to cluster {error.cluster_id_mismatch.current} but PD at {self.pd.endpoints} is "
+                f"cluster {error.cluster_id_mismatch.request}: pd_endpoints point at a different cluster than "
+                f"the stores PD names"
+            )
+        if kind == "duplicate_request":
+            return (
+                f"{store} refused region {subscription.region.id} registered twice on one stream "
+                f"(duplicate_request): a cdcflow bug, please report it"
+            )
+        return None
 
     def _handle_rows(self, subscription: _Subscription, rows: Iterable[cdcpb_pb2.Event.Row]) -> None:
         items: list[Item] = []

@@ -77,7 +77,7 @@ from cdcflow.metrics import source_counter
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.pd import PDClient
-from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, RowRejectedError
+from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, FeedRefusedError, RowRejectedError
 from cdcflow.sources.tikv_rawkv.feed import EventFeed
 from cdcflow.sources.tikv_rawkv.layout import PartitionLayout
 from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
@@ -210,6 +210,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         start_ts = int(start["ts"])
         partition_feed = self._following(partition, start_ts, reads_only=False)
         assert self._feed is not None
+        self._raise_if_refused()
         resolved = self._feed.resolved_ts(partition.id)
         if resolved is None:
             return {"ts": start_ts}
@@ -289,6 +290,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         assert self._feed is not None
         deadline = time.monotonic() + self.config.read_wait_s
         while True:
+            self._raise_if_refused()
             resolved = self._feed.resolved_ts(partition.id)
             if resolved is not None and resolved - self._safety >= end_ts:
                 return
@@ -299,6 +301,12 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
                     f"({self.config.read_wait_s}s); the range is read again on retry"
                 )
             time.sleep(_READ_POLL_S)
+
+    def _raise_if_refused(self) -> None:
+        """TiKV refused a subscription for good (not API V2, another cluster): no retry cures it."""
+        assert self._feed is not None
+        if self._feed.failure is not None:
+            raise FeedRefusedError(str(self._feed.failure)) from self._feed.failure
 
     def _let_go_of_idle_read_follows(self) -> None:
         now = time.monotonic()
