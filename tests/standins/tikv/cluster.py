@@ -27,7 +27,8 @@ from cdcflow.sources.tikv_client.codec import (
 )
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2
 
-ROWS_PER_EVENT = 1024
+SCAN_BATCH_ROWS = 256  # rows per incremental-scan event (TiKV batches by max_scan_batch_bytes/size)
+RAW_RANGE = (b"r", b"s")  # api_version ApiV2::get_rawkv_range: every RawKV key of every keyspace
 
 
 class TSO:
@@ -189,6 +190,9 @@ class Cluster:
         self.connections: list[FeedConnection] = []
         self.injected: dict[tuple[int | None, str], int] = {}  # (store or None, kind) -> remaining count
         self.registers = 0  # Register requests received, refused ones included
+        self.scan_gate = threading.Event()  # cleared: incremental scans wait before each batch
+        self.scan_gate.set()
+        self.scans_waiting = 0
 
     # --- regions ---------------------------------------------------------------------------
 
@@ -460,9 +464,15 @@ class Cluster:
             subscription = Subscription(
                 connection, request.request_id, region.id, start, end, raw=kv_api == cdcpb_pb2.ChangeDataRequest.RawKV
             )
+            # Live rows flow from now on (DownstreamState Initializing: ready_for_change_events),
+            # resolved-ts only once the scan has finished (Normal: ready_for_advancing_ts).
             connection.subscriptions.append(subscription)
-            self._incremental_scan(subscription, int(request.checkpoint_ts))
-            subscription.initialized = True
+            threading.Thread(
+                target=self._incremental_scan,
+                args=(subscription, int(request.checkpoint_ts)),
+                name=f"scan-{request.request_id}",
+                daemon=True,
+            ).start()
 
     def deregister(self, connection: FeedConnection, request: cdcpb_pb2.ChangeDataRequest) -> None:
         with self.lock:
@@ -473,30 +483,66 @@ class Cluster:
             ]
 
     def _incremental_scan(self, subscription: Subscription, checkpoint_ts: int) -> None:
-        rows: list[cdcpb_pb2.Event.Row] = []
-        for key in self._request_keys_observed(subscription) if subscription.raw else []:
-            for version in self.versions[key]:
-                if version.ts > checkpoint_ts:
-                    rows.append(_row(key, version.ts, decode_raw_value(version.value)))
-        rows.append(cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED))
-        for index in range(0, len(rows), ROWS_PER_EVENT):
-            subscription.connection.outbox.put(
-                cdcpb_pb2.ChangeDataEvent(
-                    events=[
-                        cdcpb_pb2.Event(
-                            region_id=subscription.region_id,
-                            request_id=subscription.request_id,
-                            entries=cdcpb_pb2.Event.Entries(entries=rows[index : index + ROWS_PER_EVENT]),
-                        )
-                    ]
+        """The catch-up scan of one subscription, beside its live rows, as tikv/tikv
+        components/cdc/src/initializer.rs ``async_incremental_scan`` does it for RawKV: a snapshot
+        of the *whole region* within ``[r, s)`` (every keyspace, not the requested span: the
+        observed range is used only for TiDB scans), read with ``RawMvccIterator``, which yields
+        each key's newest version only, sent when its timestamp is above the checkpoint (deletes
+        and expired values included), in batches, then INITIALIZED. Live rows of the span keep
+        coming meanwhile, so a scan row can follow a newer live row of its key, and a write made
+        between the subscription and the snapshot arrives twice."""
+        with self.lock:
+            if subscription not in subscription.connection.subscriptions:
+                return
+            region = self.region_by_id(subscription.region_id)
+            assert region is not None
+            rows: list[cdcpb_pb2.Event.Row] = []
+            if subscription.raw:
+                region_start = decode_memcomparable(region.start)[0] if region.start else b""
+                region_end = decode_memcomparable(region.end)[0] if region.end else b""
+                start = max(region_start, RAW_RANGE[0])
+                end = min(region_end, RAW_RANGE[1]) if region_end else RAW_RANGE[1]
+                for key in self.keys_in(start, end):
+                    newest = self.versions[key][-1]
+                    if newest.ts > checkpoint_ts:
+                        rows.append(_row(key, newest.ts, decode_raw_value(newest.value)))
+        batches = [rows[index : index + SCAN_BATCH_ROWS] for index in range(0, len(rows), SCAN_BATCH_ROWS)] or [[]]
+        for number, batch in enumerate(batches):
+            self._wait_for_scan_gate()
+            with self.lock:
+                if subscription not in subscription.connection.subscriptions:
+                    return  # ended meanwhile (an error, a deregister, a closed stream): the scan is cancelled
+                entries = list(batch)
+                if number == len(batches) - 1:
+                    entries.append(cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED))
+                    subscription.initialized = True
+                subscription.connection.outbox.put(
+                    cdcpb_pb2.ChangeDataEvent(
+                        events=[
+                            cdcpb_pb2.Event(
+                                region_id=subscription.region_id,
+                                request_id=subscription.request_id,
+                                entries=cdcpb_pb2.Event.Entries(entries=entries),
+                            )
+                        ]
+                    )
                 )
-            )
 
-    def _request_keys_observed(self, subscription: Subscription) -> list[bytes]:
-        # Request keys sort like their memcomparable encodings, so the span is one slice of keys.
-        start = decode_memcomparable(subscription.start)[0] if subscription.start else b""
-        end = decode_memcomparable(subscription.end)[0] if subscription.end else b""
-        return self.keys_in(start, end)
+    def _wait_for_scan_gate(self) -> None:
+        if self.scan_gate.is_set():
+            return
+        with self.lock:
+            self.scans_waiting += 1
+        self.scan_gate.wait()
+        with self.lock:
+            self.scans_waiting -= 1
+
+    def pause_scans(self, paused: bool) -> None:
+        """Holds every incremental scan before its next batch (after its snapshot), or lets them go."""
+        if paused:
+            self.scan_gate.clear()
+        else:
+            self.scan_gate.set()
 
     def advance_resolved_ts(self) -> int:
         """Sends every initialized subscription a resolved-ts: all its writes below it were sent.

@@ -402,6 +402,12 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
             }
     if command == "history":
         return cluster.history(bytes.fromhex(args.get("start", "")), bytes.fromhex(args.get("end", "")))
+    if command == "pause_scans":
+        cluster.pause_scans(bool(args["paused"]))
+        return None
+    if command == "scans_waiting":
+        with cluster.lock:
+            return cluster.scans_waiting
     if command == "feed_registers":
         return cluster.registers
     if command == "feed_subscriptions":
