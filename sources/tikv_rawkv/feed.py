@@ -113,10 +113,18 @@ class _StoreStream:
 class EventFeed:
     """Subscriptions of every partition span; rows go to ``on_rows(partition_id, items)``."""
 
-    def __init__(self, pd: PDClient, codec: KeyCodec, on_rows: RowsCallback, retry_delay_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        pd: PDClient,
+        codec: KeyCodec,
+        on_rows: RowsCallback,
+        retry_delay_s: float = 0.2,
+        on_rows_outside_span: Callable[[int], object] = lambda count: None,
+    ) -> None:
         self.pd = pd
         self.codec = codec
         self.on_rows = on_rows
+        self.on_rows_outside_span = on_rows_outside_span  # how many scan rows of others' keys were dropped
         self.regions = RegionCache(pd)
         self.retry_delay_s = retry_delay_s
         self._lock = threading.RLock()
@@ -403,34 +411,47 @@ class EventFeed:
         return None
 
     def _handle_rows(self, subscription: _Subscription, rows: Iterable[cdcpb_pb2.Event.Row]) -> None:
+        """Rows of the subscription's span become items; every other row is dropped first.
+
+        TiKV's RawKV incremental scan reads the subscription's whole region within ``[r, s)``
+        (tikv/tikv components/cdc/src/initializer.rs), so its rows include other partitions' keys
+        and other keyspaces' keys sharing the region: they are not errors, and are counted, not
+        rejected. Only a row inside the span can be rejected (it is then always of this keyspace,
+        as the span lies within it; the prefix check stays as a guard).
+        """
         items: list[Item] = []
         prefix = self._prefix
         start, end = subscription.request_start, subscription.request_end
         cut = len(prefix)
+        outside = 0
         for row in rows:
             row_type = row.type
-            if row_type == _COMMITTED:
-                key = row.key
-                if not key.startswith(prefix):
-                    items.append(_rejected(row, f"key is not a RawKV key of keyspace {self.codec.keyspace_id}"))
-                    continue
-                if key < start or (end and key >= end):
-                    continue  # another partition's span of the same region: it reaches that partition
-                ts = row.commit_ts or row.start_ts
-                op = row.op_type
-                if op == _PUT:
-                    if not row.value:
-                        items.append(_rejected(row, "PUT with an empty value (RawKV refuses empty values)"))
-                        continue
-                    items.append(Item(ts, key[cut:], ts, PUT, row.value, row.expire_ts_unix_secs, ""))
-                elif op == _DELETE:
-                    items.append(Item(ts, key[cut:], ts, DELETE, b"", 0, ""))
-                else:
-                    items.append(_rejected(row, f"unknown op type {op} (a value meta flag TiKV could not map)"))
-            elif row_type == _INITIALIZED:
+            if row_type == _INITIALIZED:
                 subscription.initialized = True
-            else:
+                continue
+            key = row.key
+            if key < start or (end and key >= end):
+                outside += 1
+                continue
+            if row_type != _COMMITTED:
                 items.append(_rejected(row, f"log type {cdcpb_pb2.Event.LogType.Name(row_type)} in a RawKV feed"))
+                continue
+            if not key.startswith(prefix):
+                items.append(_rejected(row, f"key is not a RawKV key of keyspace {self.codec.keyspace_id}"))
+                continue
+            ts = row.commit_ts or row.start_ts
+            op = row.op_type
+            if op == _PUT:
+                if not row.value:
+                    items.append(_rejected(row, "PUT with an empty value (RawKV refuses empty values)"))
+                    continue
+                items.append(Item(ts, key[cut:], ts, PUT, row.value, row.expire_ts_unix_secs, ""))
+            elif op == _DELETE:
+                items.append(Item(ts, key[cut:], ts, DELETE, b"", 0, ""))
+            else:
+                items.append(_rejected(row, f"unknown op type {op} (a value meta flag TiKV could not map)"))
+        if outside:
+            self.on_rows_outside_span(outside)
         if items:
             self.on_rows(subscription.partition_id, items)
 

@@ -35,10 +35,10 @@ service GC safepoint: only a process that runs ``latest_offset`` and ``commit`` 
 loop, the Spark driver) keeps it, because only it knows which checkpoint is durable; a reader
 that moved it could move it past an uncommitted range or back below another reader's.
 
-On a real cluster such a read is exact only for keys written once between ``start`` and its
-subscription: TiKV's RawKV incremental scan sends the newest version of each key above the
-checkpoint, not every version (``RawMvccIterator`` in TiKV's CDC initializer; the stand-in sends
-every version). An overwritten key then shows its newest value, in the range of that value's
+Such a read is exact only for keys written once between ``start`` and its subscription: TiKV's
+RawKV incremental scan sends the newest version of each key above the checkpoint, not every
+version (``RawMvccIterator`` in tikv/tikv ``components/cdc/src/initializer.rs``; the stand-in
+does the same). An overwritten key then shows its newest value, in the range of that value's
 timestamp (eventual consistency, as after any resubscription or restart). This is why the source
 sets ``read_where_planned``: the spark engine reads each range in its driver, where
 ``latest_offset`` has followed the partition all along, and ships the records with the task.
@@ -50,10 +50,12 @@ A PUT is ``op = c`` (RawKV cannot tell an insert from an overwrite; every PUT is
 ``{"key": <user key bytes>}`` without the ``r`` + keyspace prefix; ``expire_ts`` is the absolute
 expiry in seconds since the epoch (None without TTL). ``source.position`` is ``{"ts", "key"}``,
 ``source.ts_us`` the write's timestamp (physical part) and ``source.extra["tikv_ts"]`` the full
-TSO timestamp. Topics are ``<cluster>.ks<keyspace_id>.rawkv``. A row that is not a RawKV change
-(a PUT with an empty value, an op type TiKV could not map from the value's meta flags, a key of
-another keyspace, a transactional log type) is yielded as :class:`Rejected` with its raw key and
-value, for the dead-letter destination.
+TSO timestamp. Topics are ``<cluster>.ks<keyspace_id>.rawkv``. A row of the partition's span
+that is not a RawKV change (a PUT with an empty value, an op type TiKV could not map from the
+value's meta flags, a transactional log type) is yielded as :class:`Rejected` with its raw key
+and value, for the dead-letter destination. Rows outside the span (the catch-up scan reads the
+whole region: other partitions' and other keyspaces' keys) are dropped and counted
+(``tikv_scan_row_outside_span``).
 """
 
 from __future__ import annotations
@@ -157,6 +159,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self._owns_spill_dir = False
         self._late = source_counter(context.pipeline, "tikv_late_row")
         self._rejected = source_counter(context.pipeline, "tikv_rejected_row")
+        self._outside_span = source_counter(context.pipeline, "tikv_scan_row_outside_span")
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -183,7 +186,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         else:
             self._spill_dir = Path(tempfile.mkdtemp(prefix="cdcflow-tikv-sorter-"))
         self._owns_spill_dir = True
-        self._feed = EventFeed(self.pd, self.codec, self._on_rows)
+        self._feed = EventFeed(self.pd, self.codec, self._on_rows, on_rows_outside_span=self._outside_span.inc)
 
     def close(self) -> None:
         if self._feed is not None:
