@@ -4,11 +4,16 @@ cluster-id check, region errors, per-key errors, raft entry limits, range delete
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from cdcflow.sources.tikv_client import PDClient
-from cdcflow.sources.tikv_client.exceptions import PDError
+from cdcflow.contract import PluginContext
+from cdcflow.errors import RecordRejectedError
+from cdcflow.events import ChangeEvent, Op, SourceInfo
+from cdcflow.sinks.tikv.sink import TiKVSink, TiKVSinkConfig
+from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client.exceptions import PDError, TiKVServerError
 from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, start_cluster
 from tests.standins.tikv.control import StandinCluster
 
@@ -44,3 +49,65 @@ def test_pd_endpoints_of_two_clusters_are_refused_not_followed() -> None:
         pd.close()
         first.stop()
         second.stop()
+
+
+@pytest.fixture(scope="module")
+def small_entries() -> Iterator[TiKVCluster]:
+    """A stand-in whose raft-entry-max-size is 64 KiB (TiKV's default is 8 MiB)."""
+    if REAL_UPSTREAM:
+        pytest.skip("needs a stand-in with a small raft-entry-max-size")
+    yield from start_cluster(None, stores=1, raft_entry_max_size=64 << 10)
+
+
+def _entry_too_large_replies(cluster: TiKVCluster) -> int:
+    return int(cluster.control("region_errors_sent").get("raft_entry_too_large", 0))
+
+
+def test_a_batch_larger_than_a_raft_entry_goes_in_requests_that_fit(small_entries: TiKVCluster) -> None:
+    kv = RawKVClient(small_entries.pd_client, KeyCodec(2, 0), backoff_budget_s=3.0)
+    try:
+        pairs = [(b"big/%04d" % n, bytes([n % 250 + 1]) * 2048) for n in range(200)]  # 400 KiB, one region
+        kv.batch_put(pairs)
+        assert kv.batch_get([key for key, _ in pairs]) == dict(pairs)
+        kv.batch_delete([key for key, _ in pairs])
+        assert kv.batch_get([key for key, _ in pairs]) == {}
+        assert _entry_too_large_replies(small_entries) == 0
+    finally:
+        kv.close()
+
+
+def test_one_pair_larger_than_a_raft_entry_fails_at_once_naming_the_limit(small_entries: TiKVCluster) -> None:
+    kv = RawKVClient(small_entries.pd_client, KeyCodec(2, 0), backoff_budget_s=3.0)
+    before = _entry_too_large_replies(small_entries)
+    try:
+        with pytest.raises(TiKVServerError, match="raft-entry-max-size"):
+            kv.batch_put([(b"huge/a", b"x" * 100_000), (b"huge/b", b"y")])
+        assert _entry_too_large_replies(small_entries) - before <= 2  # refused, not retried for 3 s
+        assert kv.get(b"huge/b") == b"y"  # the pair that fits is written
+    finally:
+        kv.close()
+
+
+def test_the_sink_sends_a_big_flush_in_entries_that_fit_and_rejects_a_record_no_entry_can_hold(
+    small_entries: TiKVCluster, tmp_path: Path
+) -> None:
+    config = TiKVSinkConfig(
+        type="tikv", pd_endpoints=[small_entries.pd], workers=2, max_write_bytes=32 << 10, batch_max_ms=50
+    )
+    sink = TiKVSink(config, PluginContext("tikv-sink-test", tmp_path / "p.yaml"))
+    sink.open()
+    try:
+        records = [_put(b"sink/%04d" % n, b"v" * 2048) for n in range(200)] + [_put(b"sink/huge", b"x" * 40_000)]
+        rejected = sink.write(records) + sink.flush()
+        assert [r.record.key for r in rejected] == [{"key": b"sink/huge"}]  # type: ignore[union-attr]
+        assert isinstance(rejected[0].error, RecordRejectedError) and "max_write_bytes" in str(rejected[0].error)
+        written = small_entries.kv.batch_get([b"sink/%04d" % n for n in range(200)])
+        assert len(written) == 200 and set(written.values()) == {b"v" * 2048}
+        assert _entry_too_large_replies(small_entries) == 0
+    finally:
+        sink.close()
+
+
+def _put(key: bytes, value: bytes) -> ChangeEvent:
+    source = SourceInfo(system="tikv", cluster="c", keyspace="ks0", table="rawkv", partition="p", position={}, ts_us=0)
+    return ChangeEvent(Op.CREATE, {"key": key}, None, {"key": key, "value": value, "expire_ts": None}, source, 0)

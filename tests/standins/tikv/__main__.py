@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--tikv-version", default="8.5.0", help="the TiKV release whose feed rules to follow")
     parser.add_argument("--api-version", type=int, choices=(1, 2), default=2, help="TiKV's storage.api-version")
     parser.add_argument("--store-cluster-id", type=int, default=None, help="the stores' cluster id (default PD's)")
+    parser.add_argument("--raft-entry-max-size", type=int, default=8 << 20, help="bytes, raftstore's limit")
     args = parser.parse_args()
 
     cluster = Cluster(
@@ -36,6 +37,7 @@ def main() -> None:
         args.tikv_version,
         api_version=args.api_version,
         store_cluster_id=args.store_cluster_id,
+        raft_entry_max_size=args.raft_entry_max_size,
     )
     servers = []
     for store_id in cluster.store_ids:

@@ -24,6 +24,7 @@ from cdcflow.sources.tikv_client.codec import (
     decode_raw_value,
     encode_memcomparable,
     encode_raw_value,
+    encode_storage_key,
 )
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2
 
@@ -153,6 +154,32 @@ class Version:
     value: bytes  # API V2 stored value: user value, optional expire ts, meta byte
 
 
+def _varint_len(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def _field_len(payload: int) -> int:
+    """A length-delimited protobuf field: one-byte tag, varint length, payload."""
+    return 1 + _varint_len(payload) + payload
+
+
+RAFT_HEADER_BYTES = 48  # RaftRequestHeader: region id, peer, epoch, term (approximate)
+
+
+def raft_entry_size(writes: list[tuple[bytes, bytes]]) -> int:
+    """The serialized size of the RaftCmdRequest that TiKV proposes for RawKV API V2 writes
+    (request key, stored value): tikv_kv ``Modify::Put`` becomes ``Request{cmd_type: Put,
+    put: PutRequest{key: memcomparable key + 8-byte ts, value}}`` (components/tikv_kv/src/lib.rs),
+    and raftstore compares ``req.write_to_bytes().len()`` with raft-entry-max-size
+    (components/raftstore/src/store/peer.rs, before proposing). The storage key is the
+    memcomparable request key and the write's timestamp; the header is approximated."""
+    total = _field_len(RAFT_HEADER_BYTES)
+    for key, value in writes:
+        put = _field_len(len(key)) + _field_len(len(value))
+        total += _field_len(2 + _field_len(put))  # cmd_type varint, then the put
+    return total
+
+
 class Cluster:
     def __init__(
         self,
@@ -161,6 +188,7 @@ class Cluster:
         tikv_version: str = "8.5.0",
         api_version: int = 2,
         store_cluster_id: int | None = None,
+        raft_entry_max_size: int = 8 << 20,
     ) -> None:
         self.lock = threading.RLock()
         self.cluster_id = cluster_id  # PD's
@@ -170,6 +198,9 @@ class Cluster:
         # TiKV's storage.api-version. The stand-in stores API V2 data only: with 1, every RawKV
         # request is refused as TiKV refuses V2 requests on V1 storage, and so is a RawKV feed.
         self.api_version = api_version
+        # raftstore raft-entry-max-size (components/raftstore/src/store/config.rs: 8 MiB default)
+        self.raft_entry_max_size = raft_entry_max_size
+        self.region_errors_sent: dict[str, int] = {}  # by variant, what RawKV requests were answered
         # The TiKV release emulated: before 7.3.0 a stream holds one subscription per region and
         # checks the client version on every Register (tikv v6.5.0 components/cdc/src/service.rs
         # Conn::subscribe / check_version_and_set_feature).
@@ -297,6 +328,23 @@ class Cluster:
                     ),
                 )
         return None
+
+    def check_entry_size(self, region_id: int, entries: list[tuple[bytes, RawValue]]) -> errorpb_pb2.Error | None:
+        """RaftEntryTooLarge when the writes' raft command exceeds raft-entry-max-size, as
+        raftstore answers it (components/raftstore/src/errors.rs: message "raft entry is too
+        large, region {id}, entry size {n}" and errorpb field raft_entry_too_large)."""
+        size = raft_entry_size([(encode_storage_key(k, 0), encode_raw_value(v)) for k, v in entries])
+        if size <= self.raft_entry_max_size:
+            return None
+        return errorpb_pb2.Error(
+            message=f"raft entry is too large, region {region_id}, entry size {size}",
+            raft_entry_too_large=errorpb_pb2.RaftEntryTooLarge(region_id=region_id, entry_size=size),
+        )
+
+    def count_region_error(self, error: errorpb_pb2.Error) -> None:
+        for descriptor, _ in error.ListFields():
+            if descriptor.name != "message":
+                self.region_errors_sent[descriptor.name] = self.region_errors_sent.get(descriptor.name, 0) + 1
 
     def _take_injected(self, store_id: int, kind: str) -> bool:
         for target in ((store_id, kind), (None, kind)):

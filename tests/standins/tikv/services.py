@@ -14,10 +14,12 @@ import grpc
 from google.protobuf.message import Message
 
 from cdcflow.sources.tikv_client.codec import RawValue, decode_raw_value, encode_memcomparable
-from cdcflow.sources.tikv_client.proto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
+from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
 from tests.standins.tikv.cluster import Cluster
 
 log = logging.getLogger("standin.tikv")
+
+MAX_KEY_SIZE = 8 << 10  # storage.max-key-size (src/storage/config.rs: 8 KiB default)
 
 
 def _unary(handler: Callable[[Any, Any], Message], request_type: type[Message]) -> grpc.RpcMethodHandler:
@@ -150,7 +152,9 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
 
 def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
     def guarded(
-        response_type: type[Message], keys_of: Callable[[Any], list[bytes]], run: Callable[[Any, Any], None]
+        response_type: type[Message],
+        keys_of: Callable[[Any], list[bytes]],
+        run: Callable[[Any, Any], errorpb_pb2.Error | None],
     ) -> Callable[[Any, Any], Message]:
         def handle(request: Any, context: Any) -> Message:
             response = response_type()
@@ -162,11 +166,10 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
                 if any(not k.startswith(b"r") for k in keys):
                     response.error = "RawKV keys must start with 'r' under API V2"  # type: ignore[attr-defined]
                     return response
-                region_error = cluster.check_request(store_id, request.context, keys)
+                region_error = cluster.check_request(store_id, request.context, keys) or run(request, response)
                 if region_error is not None:
+                    cluster.count_region_error(region_error)
                     response.region_error.CopyFrom(region_error)  # type: ignore[attr-defined]
-                    return response
-                run(request, response)
             return response
 
         return handle
@@ -185,31 +188,48 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
             if value is not None:
                 response.pairs.add(key=key, value=value.user_value)
 
-    def raw_put(request: kvrpcpb_pb2.RawPutRequest, response: kvrpcpb_pb2.RawPutResponse) -> None:
+    def write(request: Any, response: Any, entries: list[tuple[bytes, RawValue]]) -> errorpb_pb2.Error | None:
+        """Stores the writes, or refuses them as TiKV would: a key above storage.max-key-size in
+        ``error`` (src/storage/errors.rs KeyTooLarge), a raft command above raft-entry-max-size
+        as a region error."""
+        too_long = next((key for key, _ in entries if len(key) > MAX_KEY_SIZE), None)
+        if too_long is not None:
+            response.error = f"max key size exceeded, size: {len(too_long)}, limit: {MAX_KEY_SIZE}"
+            return None
+        refused = cluster.check_entry_size(request.context.region_id, entries)
+        if refused is None:
+            cluster.write(entries)
+        return refused
+
+    def raw_put(request: kvrpcpb_pb2.RawPutRequest, response: kvrpcpb_pb2.RawPutResponse) -> errorpb_pb2.Error | None:
         if not request.value:
             response.error = "empty value is not allowed in RawKV"
-            return
-        cluster.write([(request.key, RawValue(request.value, _expire(request.ttl)))])
+            return None
+        return write(request, response, [(request.key, RawValue(request.value, _expire(request.ttl)))])
 
-    def raw_batch_put(request: kvrpcpb_pb2.RawBatchPutRequest, response: kvrpcpb_pb2.RawBatchPutResponse) -> None:
+    def raw_batch_put(
+        request: kvrpcpb_pb2.RawBatchPutRequest, response: kvrpcpb_pb2.RawBatchPutResponse
+    ) -> errorpb_pb2.Error | None:
         ttls = list(request.ttls)
         if ttls and len(ttls) not in (1, len(request.pairs)):
             response.error = f"ttls length {len(ttls)} does not match pairs length {len(request.pairs)}"
-            return
+            return None
         if any(not pair.value for pair in request.pairs):
             response.error = "empty value is not allowed in RawKV"
-            return
+            return None
         entries = []
         for index, pair in enumerate(request.pairs):
             ttl = (ttls[0] if len(ttls) == 1 else ttls[index]) if ttls else 0
             entries.append((pair.key, RawValue(pair.value, _expire(ttl))))
-        cluster.write(entries)
+        return write(request, response, entries)
 
-    def raw_delete(request: kvrpcpb_pb2.RawDeleteRequest, response: kvrpcpb_pb2.RawDeleteResponse) -> None:
-        cluster.write([(request.key, RawValue(b"", is_delete=True))])
+    def raw_delete(
+        request: kvrpcpb_pb2.RawDeleteRequest, response: kvrpcpb_pb2.RawDeleteResponse
+    ) -> errorpb_pb2.Error | None:
+        return write(request, response, [(request.key, RawValue(b"", is_delete=True))])
 
-    def raw_batch_delete(request: kvrpcpb_pb2.RawBatchDeleteRequest, response: Message) -> None:
-        cluster.write([(key, RawValue(b"", is_delete=True)) for key in request.keys])
+    def raw_batch_delete(request: kvrpcpb_pb2.RawBatchDeleteRequest, response: Message) -> errorpb_pb2.Error | None:
+        return write(request, response, [(key, RawValue(b"", is_delete=True)) for key in request.keys])
 
     def raw_scan(request: kvrpcpb_pb2.RawScanRequest, response: kvrpcpb_pb2.RawScanResponse) -> None:
         region = cluster.region_by_id(request.context.region_id)
@@ -408,6 +428,9 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
     if command == "scans_waiting":
         with cluster.lock:
             return cluster.scans_waiting
+    if command == "region_errors_sent":
+        with cluster.lock:
+            return dict(cluster.region_errors_sent)
     if command == "feed_registers":
         return cluster.registers
     if command == "feed_subscriptions":
