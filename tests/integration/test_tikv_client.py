@@ -14,7 +14,7 @@ from cdcflow.events import ChangeEvent, Op, SourceInfo
 from cdcflow.sinks.tikv.sink import TiKVSink, TiKVSinkConfig
 from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
 from cdcflow.sources.tikv_client.exceptions import PDError, TiKVServerError
-from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, start_cluster
+from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster
 from tests.standins.tikv.control import StandinCluster
 
 
@@ -113,3 +113,61 @@ def test_the_sink_sends_a_big_flush_in_entries_that_fit_and_rejects_a_record_no_
 def _put(key: bytes, value: bytes) -> ChangeEvent:
     source = SourceInfo(system="tikv", cluster="c", keyspace="ks0", table="rawkv", partition="p", position={}, ts_us=0)
     return ChangeEvent(Op.CREATE, {"key": key}, None, {"key": key, "value": value, "expire_ts": None}, source, 0)
+
+
+def test_a_request_tikv_refuses_as_a_whole_reports_its_error_not_a_bad_key(upstream: TiKVCluster) -> None:
+    # TiKV answers a V1 request to V2 storage in `error`, or, for RawScan and RawBatchGet, which
+    # have no such field, in one KvPair with an empty key and KeyError.abort set.
+    v1 = RawKVClient(upstream.pd_client, KeyCodec(1))
+    try:
+        with pytest.raises(TiKVServerError, match="Api version in request does not match with TiKV storage"):
+            v1.scan(b"a", b"b")
+        with pytest.raises(TiKVServerError, match="Api version in request does not match with TiKV storage"):
+            v1.batch_get([b"a"])
+        with pytest.raises(TiKVServerError, match="Api version in request does not match with TiKV storage"):
+            v1.get(b"a")
+    finally:
+        v1.close()
+
+
+def test_a_key_error_in_a_batch_get_is_reported(upstream: TiKVCluster) -> None:
+    start, _ = key_range("keyerror")
+    upstream.kv.put(start + b"k", b"v")
+    upstream.control("inject", kind="key_error")
+    with pytest.raises(TiKVServerError, match="injected key error"):
+        upstream.kv.batch_get([start + b"k"])
+    assert upstream.kv.batch_get([start + b"k"]) == {start + b"k": b"v"}
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["", "undetermined_result", "disk_full", "region_not_initialized", "mismatch_peer_id", "key_not_in_region"],
+)
+def test_region_errors_are_retried_after_refreshing_the_route(upstream: TiKVCluster, variant: str) -> None:
+    # errorpb.Error is not a oneof: a bare error (no message, no variant) or a variant the
+    # client has no special case for means "refresh the route and retry", as in client-go.
+    start, _ = key_range("regionerror")
+    upstream.control("inject", kind="region_error", variant=variant, count=2)
+    upstream.kv.batch_put([(start + b"a", b"1"), (start + b"b", b"2")])
+    assert upstream.kv.batch_get([start + b"a", start + b"b"]) == {start + b"a": b"1", start + b"b": b"2"}
+
+
+def test_a_region_in_flashback_fails_the_request_at_once(upstream: TiKVCluster) -> None:
+    start, _ = key_range("flashback")
+    upstream.control("inject", kind="region_error", variant="FlashbackInProgress", count=1)
+    with pytest.raises(TiKVServerError, match="FlashbackInProgress"):
+        upstream.kv.put(start + b"a", b"1")
+
+
+@pytest.mark.parametrize(("error_type", "shown"), [(10, "INVALID_VALUE"), (42, "error type 42")])
+def test_pd_error_types_the_client_may_not_know_are_reported(
+    upstream: TiKVCluster, error_type: int, shown: str
+) -> None:
+    pd = PDClient([upstream.pd])
+    try:
+        pd.connect()
+        upstream.control("inject", kind="pd_error", error_type=error_type)
+        with pytest.raises(PDError, match=f"GetGCSafePoint answered {shown}: injected"):
+            pd.get_gc_safe_point()
+    finally:
+        pd.close()

@@ -220,6 +220,8 @@ class Cluster:
         self.service_safe_points: dict[str, tuple[int, float]] = {}
         self.connections: list[FeedConnection] = []
         self.injected: dict[tuple[int | None, str], int] = {}  # (store or None, kind) -> remaining count
+        self.injected_variant = ""  # the errorpb.Error field an injected region_error sets
+        self.injected_pd_error_type = 1
         self.registers = 0  # Register requests received, refused ones included
         self.scan_gate = threading.Event()  # cleared: incremental scans wait before each batch
         self.scan_gate.set()
@@ -288,8 +290,18 @@ class Cluster:
         self, store_id: int, context: kvrpcpb_pb2.Context, keys: Iterable[bytes]
     ) -> errorpb_pb2.Error | None:
         """The region error TiKV would answer for this request at this store, if any."""
+        if self.take_injected(store_id, "region_error"):
+            # errorpb.Error is not a oneof: a store may send a bare message, or a variant a
+            # client does not know; nothing is set but the variant (with its region id).
+            injected = errorpb_pb2.Error()
+            if self.injected_variant:
+                variant = getattr(injected, self.injected_variant)
+                variant.SetInParent()
+                if "region_id" in variant.DESCRIPTOR.fields_by_name:
+                    variant.region_id = context.region_id
+            return injected
         for kind in ("not_leader", "epoch_not_match", "server_is_busy"):
-            if self._take_injected(store_id, kind):
+            if self.take_injected(store_id, kind):
                 region = self.region_by_id(context.region_id)
                 if kind == "server_is_busy":
                     return errorpb_pb2.Error(
@@ -346,7 +358,7 @@ class Cluster:
             if descriptor.name != "message":
                 self.region_errors_sent[descriptor.name] = self.region_errors_sent.get(descriptor.name, 0) + 1
 
-    def _take_injected(self, store_id: int, kind: str) -> bool:
+    def take_injected(self, store_id: int | None, kind: str) -> bool:
         for target in ((store_id, kind), (None, kind)):
             remaining = self.injected.get(target, 0)
             if remaining > 0:
@@ -475,7 +487,7 @@ class Cluster:
                 # service.rs validate_kv_api: TiDB always, RawKV only on storage.api-version = 2,
                 # TxnKV never; endpoint.rs answers required_version "6.2.0".
                 error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="6.2.0"))
-            elif self._take_injected(connection.store_id, "feed_busy"):
+            elif self.take_injected(connection.store_id, "feed_busy"):
                 # on_register: "too many pending incremental scans" past incremental_scan_concurrency_limit
                 error = cdcpb_pb2.Error(
                     server_is_busy=errorpb_pb2.ServerIsBusy(reason="too many pending incremental scans")

@@ -33,6 +33,11 @@ def _unary(handler: Callable[[Any, Any], Message], request_type: type[Message]) 
 
 def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
     def header() -> pdpb_pb2.ResponseHeader:
+        with cluster.lock:
+            if cluster.take_injected(None, "pd_error"):
+                # an error header of a type a client may not know (kvproto pdpb.ErrorType grows)
+                error = pdpb_pb2.Error(type=cluster.injected_pd_error_type, message="injected")  # type: ignore[arg-type]
+                return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id, error=error)
         return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
 
     def check_cluster_id(request: Any, context: Any) -> None:
@@ -55,7 +60,8 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
 
     def get_members(request: pdpb_pb2.GetMembersRequest, context: Any) -> Message:
         member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[f"http://{pd_address}"])
-        return pdpb_pb2.GetMembersResponse(header=header(), members=[member], leader=member)
+        header = pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
+        return pdpb_pb2.GetMembersResponse(header=header, members=[member], leader=member)
 
     def tso(requests: Iterator[pdpb_pb2.TsoRequest], context: Any) -> Iterator[Message]:
         for request in requests:
@@ -151,7 +157,46 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
 
 
 def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
+    def storage_error(method: str, request: Any, keys: list[bytes]) -> str | None:
+        """What TiKV's storage refuses before any region lookup (src/storage/mod.rs
+        ``check_api_version`` / ``check_api_version_ranges``, with components/api_version
+        ``ApiV2::parse_key_mode`` / ``parse_range_mode``): a request API version other than
+        the storage's for RawKV, and keys or ranges outside RawKV's key mode. A range needs both
+        ends, of one key mode, or the end right after it (``b"s"``); an empty end is refused."""
+        requested = request.context.api_version
+        if cluster.api_version != 2 or requested != kvrpcpb_pb2.V2:
+            if cluster.api_version == 1 and requested != kvrpcpb_pb2.V2:
+                return "the stand-in stores API V2 data only"
+            return (
+                f"Api version in request does not match with TiKV storage, cmd: {method}, "
+                f"storage: V{cluster.api_version}, request: {kvrpcpb_pb2.APIVersion.Name(requested)}"
+            )
+        if method in ("RawScan", "RawDeleteRange"):
+            start, end = bytes(request.start_key), bytes(request.end_key)
+            if not (start and end and start[:1] == b"r" and (end[:1] == b"r" or end == b"s")):
+                return (
+                    f"Key mode mismatched with the request mode, cmd: {method}, storage: V2, "
+                    f"range: ({start.hex().upper()!r}, {end.hex().upper() or None!r})"
+                )
+            return None
+        wrong = next((key for key in keys if not key.startswith(b"r")), None)
+        if wrong is not None:
+            return f"Key mode mismatched with the request mode, cmd: {method}, storage: V2, key: {wrong.hex().upper()}"
+        return None
+
+    def refuse(response: Any, text: str) -> None:
+        """A request-level error where TiKV puts it: the ``error`` string of responses that have
+        one; RawScan and RawBatchGet have none, so src/storage/errors.rs ``extract_kv_pairs``
+        answers one KvPair with an empty key and ``KeyError.abort`` set."""
+        fields = response.DESCRIPTOR.fields_by_name
+        if "error" in fields:
+            response.error = text
+        else:
+            pairs = response.kvs if "kvs" in fields else response.pairs
+            pairs.add(error=kvrpcpb_pb2.KeyError(abort=text))
+
     def guarded(
+        method: str,
         response_type: type[Message],
         keys_of: Callable[[Any], list[bytes]],
         run: Callable[[Any, Any], errorpb_pb2.Error | None],
@@ -160,11 +205,9 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
             response = response_type()
             keys = keys_of(request)
             with cluster.lock:
-                if request.context.api_version != kvrpcpb_pb2.V2 or cluster.api_version != 2:
-                    response.error = "the stand-in serves API V2 only (api_version mismatch)"  # type: ignore[attr-defined]
-                    return response
-                if any(not k.startswith(b"r") for k in keys):
-                    response.error = "RawKV keys must start with 'r' under API V2"  # type: ignore[attr-defined]
+                refused = storage_error(method, request, keys)
+                if refused is not None:
+                    refuse(response, refused)
                     return response
                 region_error = cluster.check_request(store_id, request.context, keys) or run(request, response)
                 if region_error is not None:
@@ -183,6 +226,9 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
 
     def raw_batch_get(request: kvrpcpb_pb2.RawBatchGetRequest, response: kvrpcpb_pb2.RawBatchGetResponse) -> None:
         now = time.time()
+        if cluster.take_injected(store_id, "key_error"):
+            # storage/errors.rs entry_result_to_kv_pair: a key's own error, the key not set
+            response.pairs.add(error=kvrpcpb_pb2.KeyError(abort="injected key error"))
         for key in request.keys:
             value = cluster.live_value(key, now)
             if value is not None:
@@ -286,7 +332,7 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         "tikvpb.Tikv",
         {
-            name: _unary(guarded(response_type, keys_of, run), request_type)
+            name: _unary(guarded(name, response_type, keys_of, run), request_type)
             for name, (request_type, response_type, keys_of, run) in handlers.items()
         },
     )
@@ -385,6 +431,12 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
                 for r in cluster.regions
             ]
     if command == "inject":
+        # kinds: not_leader, epoch_not_match, server_is_busy, feed_busy, stream_break, key_error,
+        # region_error (args "variant": an errorpb.Error field name, "" for a bare error),
+        # pd_error (args "error_type": a pdpb.ErrorType number)
+        with cluster.lock:
+            cluster.injected_variant = str(args.get("variant", cluster.injected_variant))
+            cluster.injected_pd_error_type = int(args.get("error_type", cluster.injected_pd_error_type))
         cluster.inject(args["kind"], args.get("store_id"), int(args.get("count", 1)))
         return None
     if command == "inject_row":
