@@ -388,33 +388,72 @@ class RawKVClient:
         error = getattr(response, "error", "")
         if error:
             raise TiKVServerError(f"{method} on {region.describe()}: {error}")
+        # RawScan and RawBatchGet have no error field: TiKV answers a request it refuses as one
+        # pair with an empty key and a KeyError, and a key it cannot read as a pair with an error
+        # (tikv/tikv src/storage/errors.rs extract_kv_pairs).
+        for pair in getattr(response, "kvs", None) or getattr(response, "pairs", None) or ():
+            if pair.HasField("error"):
+                key_error = pair.error
+                text = key_error.abort or key_error.retryable or str(key_error).strip()
+                raise TiKVServerError(f"{method} on {region.describe()}: {text}")
         typed: ResponseT = response
         return typed
 
     def _handle_region_error(self, region: RegionInfo, error: errorpb_pb2.Error) -> RegionRetry:
-        if error.HasField("raft_entry_too_large"):
+        """What to do about a region error. kvproto's ``errorpb.Error`` is not a oneof: it names
+        its kind by which field is set, possibly none (a bare message) or one newer than this
+        client; as in client-go (``internal/locate/region_request.go`` ``onRegionError``), what is
+        not known to need more is answered by refreshing the route and retrying."""
+        kind = _region_error_kind(error)
+        why = f"{region.describe()}: {error.message or kind or 'region error'}"
+        if kind == "raft_entry_too_large":
             # raftstore refused the proposal (peer.rs): the route is right, the request too big.
-            return RegionRetry(
-                f"{region.describe()}: {error.message or 'raft entry too large'}",
-                entry_size=int(error.raft_entry_too_large.entry_size) or 1,
-            )
-        if error.HasField("not_leader"):
+            return RegionRetry(why, entry_size=int(error.raft_entry_too_large.entry_size) or 1)
+        if kind == "not_leader":
             leader = error.not_leader.leader
             if not (leader.store_id and self.regions.update_leader(region.id, leader)):
                 self.regions.invalidate(region.id)
             return RegionRetry(f"{region.describe()}: not leader")
-        if error.HasField("server_is_busy"):
+        if kind == "server_is_busy":
             return RegionRetry(
                 f"{region.describe()}: server is busy ({error.server_is_busy.reason})",
                 int(error.server_is_busy.backoff_ms),
             )
-        if error.HasField("epoch_not_match"):
+        if kind == "epoch_not_match":
             self.regions.invalidate(region.id)
             for current in error.epoch_not_match.current_regions:
                 self.regions.invalidate(int(current.id))
             return RegionRetry(f"{region.describe()}: epoch not match")
+        if kind in _NOT_RETRYABLE:
+            raise TiKVServerError(f"{why} ({kind}: the region is being flashed back; retry once that is over)")
+        if kind in _RETRY_IN_PLACE:
+            return RegionRetry(why)  # the route is right; the store needs time
+        if kind in ("store_not_match", "is_witness", "mismatch_peer_id"):
+            store_id, _ = self.regions.leader_store(region)
+            self.regions.forget_store(store_id)
         self.regions.invalidate(region.id)
-        return RegionRetry(f"{region.describe()}: {error.message or error.WhichOneof('_') or 'region error'}")
+        return RegionRetry(why)
+
+
+_RETRY_IN_PLACE = frozenset(
+    {
+        "stale_command",
+        "max_timestamp_not_synced",
+        "read_index_not_ready",
+        "proposal_in_merging_mode",
+        "data_is_not_ready",
+        "region_not_initialized",
+        "disk_full",
+        "RecoveryInProgress",
+        "undetermined_result",  # RawKV puts and deletes are idempotent: sending them again is safe
+    }
+)
+_NOT_RETRYABLE = frozenset({"FlashbackInProgress", "FlashbackNotPrepared"})
+
+
+def _region_error_kind(error: errorpb_pb2.Error) -> str:
+    """The name of the variant set in ``error``, "" when only a message (or nothing) is."""
+    return next((field.name for field, _ in error.ListFields() if field.name != "message"), "")
 
 
 def _min_end(request_end: bytes, region_end: bytes) -> bytes:
