@@ -290,6 +290,34 @@ def test_the_catch_up_scan_of_a_shared_region_gives_only_the_partitions_newest_r
         assert all(stamps == sorted(stamps) for stamps in per_key.values()), per_key
 
 
+def test_a_range_delete_upstream_is_not_in_the_change_stream(upstream: TiKVCluster, source_for: object) -> None:
+    # TiKV API V2 RawDeleteRange is one raft DeleteRange of every version (no delete markers);
+    # the CDC observer passes on Put commands only. RawBatchDelete writes markers: those come.
+    start, end = key_range("delrange")
+    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
+    reader = _Reader(source)
+    reader.poll(upstream)
+    wait_until(lambda: upstream.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    keys = [start + b"k%d" % n for n in range(6)]
+    upstream.kv.batch_put([(key, b"v") for key in keys])
+    wait_until(lambda: reader.poll(upstream) >= 6, 20, "the puts")
+    upstream.kv.delete_range(start + b"k0", start + b"k3")  # k0, k1, k2: gone, silently
+    upstream.kv.batch_delete([start + b"k3"])  # k3: a delete marker, fed
+    upstream.kv.put(start + b"z", b"after")
+
+    def arrived_after() -> bool:
+        reader.poll(upstream)
+        return any(isinstance(r, ChangeEvent) and r.key["key"] == start + b"z" for r in reader.records)
+
+    wait_until(arrived_after, 20, "the write after the deletes")
+
+    deletes = [r.key["key"] for r in reader.records if isinstance(r, ChangeEvent) and r.op is Op.DELETE]
+    assert deletes == [start + b"k3"]
+    assert upstream.snapshot(start, end) == {start + b"k4": b"v", start + b"k5": b"v", start + b"z": b"after"}
+    history = upstream.history(start, end)
+    assert all(key not in history for key in keys[:3]), "a range delete leaves no version behind"
+
+
 def _newest_per_key(records: list[ChangeEvent | Rejected]) -> list[ChangeEvent | Rejected]:
     """``records`` in their order, each key's last one only."""
     last = {r.key["key"]: index for index, r in enumerate(records) if isinstance(r, ChangeEvent)}
