@@ -205,7 +205,14 @@ class RawKVClient:
             cursor = batch[-1][0] + b"\x00"
 
     def delete_range(self, start: bytes = b"", end: bytes = b"") -> None:
-        """Deletes every key in [start, end), region by region."""
+        """Deletes every key in [start, end), region by region.
+
+        Under API V2 this is not a change a change feed sees: TiKV removes every version of the
+        range physically (one raft DeleteRange, no delete markers; tikv/tikv src/storage/mod.rs
+        ``raw_delete_range``) and its CDC passes on puts only. A ``tikv_rawkv`` source (or
+        TiKV-CDC) downstream keeps the keys; use :meth:`batch_delete`, which writes delete
+        markers, when deletes must replicate, or delete the range downstream too.
+        """
         request_start, request_end = self.codec.request_range(start, end)
         cursor = request_start
         while True:

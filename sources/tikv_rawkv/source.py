@@ -56,6 +56,13 @@ value's meta flags, a transactional log type) is yielded as :class:`Rejected` wi
 and value, for the dead-letter destination. Rows outside the span (the catch-up scan reads the
 whole region: other partitions' and other keyspaces' keys) are dropped and counted
 (``tikv_scan_row_outside_span``).
+
+An upstream ``RawDeleteRange`` is not in the change stream: under API V2 TiKV removes every
+version of the range physically, writes no delete markers, and its CDC passes on puts only
+(tikv/tikv ``src/storage/mod.rs`` ``raw_delete_range``, ``components/cdc/src/delegate.rs``). The
+keys stay in the downstream (TiKV, Kafka, Parquet), and writes to them above the checkpoint made
+before the delete can vanish from a later catch-up scan as well. Deletes that must replicate use
+``RawBatchDelete`` (delete markers, fed as ``op d``), or repeat the range delete downstream.
 """
 
 from __future__ import annotations

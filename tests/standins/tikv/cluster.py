@@ -421,6 +421,19 @@ class Cluster:
                 )
             )
 
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """RawDeleteRange under API V2 (tikv/tikv src/storage/mod.rs ``raw_delete_range``): one
+        raft ``DeleteRange`` over the encoded keys without a timestamp, which removes every
+        version of every key in [start, end) physically; no delete marker is written, and the
+        CDC observer passes on Put commands only (components/cdc/src/delegate.rs "cdc skip other
+        command"), so nothing reaches the feed."""
+        with self.lock:
+            doomed = self.keys_in(start, end)
+            for key in doomed:
+                del self.versions[key]
+            low = bisect.bisect_left(self.keys, start)
+            del self.keys[low : low + len(doomed)]
+
     def inject_row(self, row: cdcpb_pb2.Event.Row) -> None:
         """Sends ``row`` as it is to the subscribers observing its key, storing nothing."""
         with self.lock:

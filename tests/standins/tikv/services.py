@@ -292,10 +292,7 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
                 break
 
     def raw_delete_range(request: kvrpcpb_pb2.RawDeleteRangeRequest, response: Message) -> None:
-        now = time.time()
-        keys = [k for k in cluster.keys_in(request.start_key, request.end_key) if cluster.live_value(k, now)]
-        if keys:
-            cluster.write([(key, RawValue(b"", is_delete=True)) for key in keys])
+        cluster.delete_range(bytes(request.start_key), bytes(request.end_key))
 
     def one_key(request: Any) -> list[bytes]:
         return [request.key]
