@@ -13,6 +13,7 @@ from cdcflow.errors import RecordRejectedError
 from cdcflow.events import ChangeEvent, Op, SourceInfo
 from cdcflow.sinks.tikv.sink import TiKVSink, TiKVSinkConfig
 from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client.codec import encode_memcomparable
 from cdcflow.sources.tikv_client.exceptions import PDError, TiKVServerError
 from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster
 from tests.standins.tikv.control import StandinCluster
@@ -171,3 +172,19 @@ def test_pd_error_types_the_client_may_not_know_are_reported(
             pd.get_gc_safe_point()
     finally:
         pd.close()
+
+
+def test_a_conf_change_does_not_stale_a_region_the_client_knows(upstream: TiKVCluster) -> None:
+    # TiKV checks a request's region epoch on `version` only (raftstore util.rs
+    # NORMAL_REQ_CHECK_CONF_VER = false): a peer change leaves cached routes valid.
+    start, _ = key_range("confver")
+    upstream.kv.put(start + b"a", b"1")  # the region is now cached, with its conf_ver
+    region_key = encode_memcomparable(b"r\x00\x00\x00" + start + b"a").hex()
+    region = next(
+        r for r in upstream.control("regions") if r["start"] <= region_key and (not r["end"] or region_key < r["end"])
+    )
+    before = upstream.control("region_errors_sent").get("epoch_not_match", 0)
+    upstream.control("conf_change", region_id=region["id"])
+    upstream.kv.put(start + b"b", b"2")
+    assert upstream.control("region_errors_sent").get("epoch_not_match", 0) == before
+    assert upstream.kv.get(start + b"b") == b"2"

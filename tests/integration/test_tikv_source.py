@@ -318,6 +318,26 @@ def test_a_range_delete_upstream_is_not_in_the_change_stream(upstream: TiKVClust
     assert all(key not in history for key in keys[:3]), "a range delete leaves no version behind"
 
 
+def test_a_conf_change_leaves_the_feed_subscribed(upstream: TiKVCluster, source_for: object) -> None:
+    # TiKV's CDC ends subscriptions on splits and merges, not on peer changes, and checks a
+    # Register's epoch on `version` only (delegate.rs sink_admin, check_epoch_on_ready).
+    start, end = key_range("confchange")
+    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
+    reader = _Reader(source)
+    reader.poll(upstream)
+    wait_until(lambda: upstream.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    registers = upstream.control("feed_registers")
+    key = b"r\x00\x00\x00" + start
+    for region in upstream.control("regions"):
+        if (not region["end"] or encode_memcomparable(key).hex() < region["end"]) and region["start"] <= (
+            encode_memcomparable(b"r\x00\x00\x00" + end).hex()
+        ):
+            upstream.control("conf_change", region_id=region["id"])
+    upstream.kv.put(start + b"a", b"1")
+    wait_until(lambda: reader.poll(upstream) >= 1, 20, "the write")
+    assert upstream.control("feed_registers") == registers, "a conf change ended a subscription"
+
+
 def _newest_per_key(records: list[ChangeEvent | Rejected]) -> list[ChangeEvent | Rejected]:
     """``records`` in their order, each key's last one only."""
     last = {r.key["key"]: index for index, r in enumerate(records) if isinstance(r, ChangeEvent)}

@@ -276,6 +276,17 @@ class Cluster:
             self._fail_subscriptions(left.id, _epoch_not_match([left]))
             return left.id
 
+    def conf_change(self, region_id: int) -> None:
+        """A peer of the region replaced (raft ChangePeer): ``conf_ver`` moves, ``version`` does
+        not, and CDC subscriptions go on (delegate.rs ``sink_admin`` ends them on splits and
+        merges only)."""
+        with self.lock:
+            region = self.region_by_id(region_id)
+            assert region is not None
+            follower = next((s for s in sorted(region.peers) if s != region.leader_store), region.leader_store)
+            region.peers[follower] = next(self._ids)
+            region.conf_ver += 2  # one peer removed, one added
+
     def transfer_leader(self, region_id: int, store_id: int) -> None:
         with self.lock:
             region = self.region_by_id(region_id)

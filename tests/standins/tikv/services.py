@@ -411,6 +411,9 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
         return cluster.split(bytes.fromhex(args["key"]))
     if command == "merge":
         return cluster.merge(int(args["region_id"]))
+    if command == "conf_change":
+        cluster.conf_change(int(args["region_id"]))
+        return None
     if command == "transfer_leader":
         cluster.transfer_leader(int(args["region_id"]), int(args["store_id"]))
         return None
