@@ -239,30 +239,35 @@ class Cluster:
         return next((r for r in self.regions if r.id == region_id), None)
 
     def split(self, request_key: bytes) -> list[int]:
-        """Splits the region holding ``request_key`` there; returns the two region ids."""
+        """Splits the region holding ``request_key`` there; returns the two region ids, left
+        first. As raftstore's default right-derive-when-split = true (store/config.rs), the
+        original id keeps the right part; the subscriptions of the region end with
+        epoch_not_match listing both (delegate.rs sink_admin)."""
         with self.lock:
             at = encode_memcomparable(request_key)
             old = self.region_of(at)
             if old.start == at:
                 return [old.id]
-            new = Region(
+            left = Region(
                 next(self._ids),
+                old.start,
                 at,
-                old.end,
                 old.conf_ver,
                 old.version + 1,
                 {s: next(self._ids) for s in old.peers},
                 old.leader_store,
             )
-            old.end = at
+            old.start = at
             old.version += 1
-            self.regions.append(new)
+            self.regions.append(left)
             self.regions.sort(key=lambda r: r.start)
-            self._fail_subscriptions(old.id, _epoch_not_match([old, new]))
-            return [old.id, new.id]
+            self._fail_subscriptions(old.id, _epoch_not_match([left, old]))
+            return [left.id, old.id]
 
     def merge(self, left_id: int) -> int:
-        """Merges the region after ``left_id`` into it; returns the merged region's id."""
+        """Merges the region after ``left_id`` into it; returns the merged region's id. The
+        subscriptions of both end with epoch_not_match and no regions listed (delegate.rs
+        sink_admin on PrepareMerge / CommitMerge)."""
         with self.lock:
             left = self.region_by_id(left_id)
             assert left is not None and left.end, f"region {left_id} has no right neighbour"
@@ -270,10 +275,8 @@ class Cluster:
             left.end = right.end
             left.version = max(left.version, right.version) + 1
             self.regions.remove(right)
-            self._fail_subscriptions(
-                right.id, cdcpb_pb2.Error(region_not_found=errorpb_pb2.RegionNotFound(region_id=right.id))
-            )
-            self._fail_subscriptions(left.id, _epoch_not_match([left]))
+            self._fail_subscriptions(right.id, _epoch_not_match([]))
+            self._fail_subscriptions(left.id, _epoch_not_match([]))
             return left.id
 
     def conf_change(self, region_id: int) -> None:
@@ -338,8 +341,10 @@ class Cluster:
             return errorpb_pb2.Error(
                 message="not leader", not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader())
             )
+        # raftstore util.rs check_region_epoch with NORMAL_REQ_CHECK_VER = true and
+        # NORMAL_REQ_CHECK_CONF_VER = false: "for get/set/delete, we don't care conf_version".
         epoch = context.region_epoch
-        if epoch.version != region.version or epoch.conf_ver != region.conf_ver:
+        if epoch.version != region.version:
             return _region_error_epoch([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
         for key in keys:
             region_key = encode_memcomparable(key)
@@ -530,7 +535,8 @@ class Cluster:
                 error = cdcpb_pb2.Error(duplicate_request=cdcpb_pb2.DuplicateRequest(region_id=region.id))
             elif region.leader_store != connection.store_id:
                 error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
-            elif (request.region_epoch.version, request.region_epoch.conf_ver) != (region.version, region.conf_ver):
+            elif request.region_epoch.version != region.version:
+                # delegate.rs check_epoch_on_ready: compare_region_epoch(check_conf_ver = false)
                 error = _epoch_not_match([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
             if error is not None:
                 connection.outbox.put(
