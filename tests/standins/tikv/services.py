@@ -31,7 +31,7 @@ def _unary(handler: Callable[[Any, Any], Message], request_type: type[Message]) 
 # --- PD ----------------------------------------------------------------------------------------
 
 
-def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
+def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
     def header() -> pdpb_pb2.ResponseHeader:
         with cluster.lock:
             if cluster.take_injected(None, "pd_error"):
@@ -59,7 +59,7 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
         return handle
 
     def get_members(request: pdpb_pb2.GetMembersRequest, context: Any) -> Message:
-        member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[f"http://{pd_address}"])
+        member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[pd_url])
         header = pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
         return pdpb_pb2.GetMembersResponse(header=header, members=[member], leader=member)
 
