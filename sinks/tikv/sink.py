@@ -40,6 +40,7 @@ from cdcflow.events import ChangeEvent, Op, Record
 from cdcflow.retry import Backoff
 from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
+from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
 
 __all__ = ["TiKVSink", "TiKVSinkConfig"]
 
@@ -65,6 +66,7 @@ class TiKVSinkConfig(PluginConfig):
     batch_max_ms: int = Field(default=500, ge=1, description="a batch is sent at the latest this long after it began")
     queue_max_batches: int = Field(default=64, ge=1, description="write() blocks when a worker has this many waiting")
     request_timeout_s: float = Field(default=10.0, gt=0)
+    tls: TLSConfig | None = Field(default=None, description="mutual TLS to PD and TiKV: {ca, cert, key} PEM files")
     retry: RetryConfig = Field(
         default=RetryConfig(initial_backoff_ms=100, max_backoff_ms=5000, max_elapsed_s=120.0),
         description="backoff of a failed batch before the flush fails (the pipeline then replays)",
@@ -98,7 +100,7 @@ class TiKVSink(Sink[TiKVSinkConfig]):
     def __init__(self, config: TiKVSinkConfig, context: PluginContext) -> None:
         super().__init__(config, context)
         self.codec = KeyCodec(config.api_version, config.keyspace_id if config.api_version == 2 else 0)
-        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s)
+        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
         self.client = RawKVClient(self.pd, self.codec, config.request_timeout_s)
         self._workers: list[_Worker] = []
         self._error: BaseException | None = None
@@ -112,6 +114,8 @@ class TiKVSink(Sink[TiKVSinkConfig]):
     def open(self) -> None:
         try:
             self.pd.connect()
+        except TLSFileError:
+            raise  # a setting to fix, not a cluster to wait for
         except TiKVClientError as exc:
             raise SinkUnavailableError(f"downstream TiKV: {exc}") from exc
         for index in range(self.config.workers):

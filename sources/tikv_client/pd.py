@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 from cdcflow.sources.tikv_client.codec import compose_ts
 from cdcflow.sources.tikv_client.exceptions import PDError, TiKVUnavailableError
 from cdcflow.sources.tikv_client.proto import metapb_pb2, pdpb_pb2
+from cdcflow.sources.tikv_client.tls import TLSConfig
 
 __all__ = ["PDClient", "RegionInfo", "grpc_channel", "serialize_message", "strip_scheme"]
 
@@ -30,9 +31,13 @@ _CHANNEL_OPTIONS = [
 _RETRIED_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
-def grpc_channel(address: str) -> grpc.Channel:
-    """An insecure channel with cdcflow's message-size and keepalive settings."""
-    return grpc.insecure_channel(strip_scheme(address), options=_CHANNEL_OPTIONS)
+def grpc_channel(address: str, tls: TLSConfig | None = None) -> grpc.Channel:
+    """A channel with cdcflow's message-size and keepalive settings: mutual TLS with ``tls``,
+    plain otherwise. The server certificate must name the address dialled (an IP SAN for an IP)."""
+    target = strip_scheme(address)
+    if tls is None:
+        return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+    return grpc.secure_channel(target, tls.channel_credentials(), options=_CHANNEL_OPTIONS)
 
 
 def strip_scheme(url: str) -> str:
@@ -80,11 +85,12 @@ class PDClient:
     ``timeout_s``, and :class:`PDError` when PD answers with an error header.
     """
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 10.0) -> None:
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 10.0, tls: TLSConfig | None = None) -> None:
         if not endpoints:
             raise ValueError("at least one PD endpoint is needed")
         self.endpoints = [strip_scheme(e) for e in endpoints]
         self.timeout_s = timeout_s
+        self.tls = tls  # for PD and, through RegionCache, every store
         self.cluster_id = 0
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -104,14 +110,14 @@ class PDClient:
                 return
             failures: list[str] = []
             for endpoint in self.endpoints:
-                channel = grpc_channel(endpoint)
+                channel = grpc_channel(endpoint, self.tls)
                 try:
                     members = self._unary(
                         channel, "GetMembers", pdpb_pb2.GetMembersRequest(), pdpb_pb2.GetMembersResponse
                     )
                 except grpc.RpcError as exc:
                     channel.close()
-                    failures.append(f"{endpoint}: {exc.code().name}")
+                    failures.append(f"{endpoint}: {exc.code().name}: {exc.details()}")
                     continue
                 cluster_id = int(members.header.cluster_id)
                 error = members.header.error
@@ -130,10 +136,16 @@ class PDClient:
                 leader_urls = list(members.leader.client_urls)
                 if leader_urls and strip_scheme(leader_urls[0]) != endpoint:
                     channel.close()
-                    channel = grpc_channel(leader_urls[0])
+                    channel = grpc_channel(leader_urls[0], self.tls)
                 self._channel = channel
                 return
-            raise TiKVUnavailableError(f"no PD endpoint answered: {'; '.join(failures)}")
+            hint = (
+                "if the cluster serves TLS, set tls: {ca, cert, key}"
+                if self.tls is None
+                else "with tls: check that tls.ca signed PD's certificate, that PD's CA signed tls.cert, and that "
+                "PD's certificate names the address dialled"
+            )
+            raise TiKVUnavailableError(f"no PD endpoint answered ({hint}): {'; '.join(failures)}")
 
     def close(self) -> None:
         with self._lock:

@@ -37,7 +37,7 @@ from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_messa
 from cdcflow.sources.tikv_client.proto import errorpb_pb2, kvrpcpb_pb2
 from cdcflow.sources.tikv_client.regions import RegionCache
 
-__all__ = ["RawKVClient", "RegionRetry"]
+__all__ = ["RawKVClient", "RegionRetry", "certificate_refused"]
 
 log = logging.getLogger("cdcflow.tikv.rawkv")
 
@@ -387,6 +387,8 @@ class RawKVClient:
                 self.regions.forget_store(store_id)
                 self.regions.invalidate(region.id)
                 return RegionRetry(f"store {store_id} at {address}: {exc.code().name}")
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise TiKVServerError(f"store {store_id} at {address}: {certificate_refused(exc.details())}") from exc
             raise TiKVServerError(
                 f"{method} to store {store_id} at {address}: {exc.code().name}: {exc.details()}"
             ) from exc
@@ -461,6 +463,15 @@ _NOT_RETRYABLE = frozenset({"FlashbackInProgress", "FlashbackNotPrepared"})
 def _region_error_kind(error: errorpb_pb2.Error) -> str:
     """The name of the variant set in ``error``, "" when only a message (or nothing) is."""
     return next((field.name for field, _ in error.ListFields() if field.name != "message"), "")
+
+
+def certificate_refused(details: str | None) -> str:
+    """What to say when a store answers UNAUTHENTICATED: TiKV's cert-allowed-cn or
+    cert-allowed-san refused the client certificate (tikv/tikv components/security/src/lib.rs)."""
+    return (
+        f"TiKV refused this client's certificate ({details}): its cert-allowed-cn / cert-allowed-san do not "
+        f"allow the common name or subject alternative names of tls.cert"
+    )
 
 
 def _min_end(request_end: bytes, region_end: bytes) -> bytes:

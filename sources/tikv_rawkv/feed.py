@@ -39,6 +39,7 @@ from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_message
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2
+from cdcflow.sources.tikv_client.rawkv import certificate_refused
 from cdcflow.sources.tikv_client.regions import RegionCache
 from cdcflow.sources.tikv_rawkv.exceptions import FeedRefusedError
 from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, REJECTED, Item
@@ -87,6 +88,7 @@ class _StoreStream:
         self.address = address
         self.requests: queue.Queue[cdcpb_pb2.ChangeDataRequest | None] = queue.Queue()
         self.alive = True
+        self.refused = False  # TiKV refused the client certificate: the stream is not opened again
         self.regions: dict[int, _Subscription] = {}  # region id -> its one subscription on this stream
         method = channel.stream_stream(
             "/cdcpb.ChangeData/EventFeed",
@@ -318,7 +320,14 @@ class EventFeed:
             for response in stream.call:
                 self._handle(stream, response)
         except grpc.RpcError as exc:
-            if not self._closed.is_set() and stream.alive:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                refusal = f"TiKV store {stream.store_id} at {stream.address}: {certificate_refused(exc.details())}"
+                log.error("%s", refusal)
+                with self._lock:
+                    stream.refused = True
+                    if self.failure is None:
+                        self.failure = FeedRefusedError(refusal)
+            elif not self._closed.is_set() and stream.alive:
                 log.warning("EventFeed stream to store %d at %s broke: %s", stream.store_id, stream.address, exc.code())
         except Exception:
             log.exception("EventFeed stream to store %d failed", stream.store_id)
@@ -335,7 +344,7 @@ class EventFeed:
                 return
             self.regions.forget_store(stream.store_id)
             for subscription in list(stream.regions.values()):
-                if self._forget(subscription):
+                if self._forget(subscription) and not stream.refused:
                     self._retry_span(subscription, self.retry_delay_s, f"stream to store {stream.store_id} ended")
 
     def _handle(self, stream: _StoreStream, response: cdcpb_pb2.ChangeDataEvent) -> None:

@@ -86,6 +86,7 @@ from cdcflow.metrics import source_counter
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.pd import PDClient
+from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
 from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, FeedRefusedError, RowRejectedError
 from cdcflow.sources.tikv_rawkv.feed import EventFeed
 from cdcflow.sources.tikv_rawkv.layout import PartitionLayout
@@ -116,6 +117,7 @@ class TiKVRawKVSourceConfig(PluginConfig):
     gc_ttl_s: int = Field(default=86_400, ge=60, description="TTL of the PD service GC safepoint")
     gc_refresh_s: float = Field(default=60.0, gt=0, description="the service GC safepoint moves at most this often")
     request_timeout_s: float = Field(default=10.0, gt=0)
+    tls: TLSConfig | None = Field(default=None, description="mutual TLS to PD and TiKV: {ca, cert, key} PEM files")
     read_wait_s: float = Field(
         default=60.0, gt=0, description="how long a read in a process that did not follow the partition waits for it"
     )
@@ -148,7 +150,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self.codec = KeyCodec(2, config.keyspace_id)
         self.start_key = decode_key_setting(config.start_key, config.key_encoding)
         self.end_key = decode_key_setting(config.end_key, config.key_encoding)
-        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s)
+        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
         self.service_id = f"cdcflow-{context.pipeline}-w{context.worker_id}"
         self.schema = RowSchema(
             f"{config.cluster}.ks{config.keyspace_id}.rawkv",
@@ -185,6 +187,8 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
                 self.config.partitions,
                 lambda: self.config.start_ts if self.config.start_ts is not None else self.pd.get_ts(),
             )
+        except TLSFileError:
+            raise  # a setting to fix, not a cluster to wait for
         except TiKVClientError as exc:
             raise SourceUnavailableError(f"TiKV source {self.context.pipeline}: {exc}") from exc
         if self.config.spill_dir is not None:

@@ -45,7 +45,7 @@ class TiKVCluster:
     tls: TLSConfig | None = None
 
     def __post_init__(self) -> None:
-        self.pd_client = PDClient([self.pd], tls=self.tls) if self.tls else PDClient([self.pd])
+        self.pd_client = PDClient([self.pd], tls=self.tls)
         self.kv = RawKVClient(self.pd_client, KeyCodec(2, 0))
 
     def control(self, command: str, **args: Any) -> Any:
