@@ -59,6 +59,14 @@ def source_for(upstream: TiKVCluster, tmp_path: Path) -> Iterator[object]:
         source.close()
 
 
+def _following(cluster: TiKVCluster, source: TiKVRawKVSource) -> _Reader:
+    """A reader of ``source`` whose feed has subscribed: what is written now arrives live."""
+    reader = _Reader(source)
+    reader.poll(cluster)
+    wait_until(lambda: cluster.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    return reader
+
+
 class _Reader:
     """Drives a source like the worker loop, without committing (so reads can be repeated)."""
 
@@ -211,10 +219,7 @@ def test_rows_that_are_not_rawkv_changes_become_rejected_records_with_their_byte
     upstream: TiKVCluster, source_for: object
 ) -> None:
     start, end = key_range("reject")
-    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
-    reader = _Reader(source)
-    reader.poll(upstream)
-    wait_until(lambda: upstream.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    reader = _following(upstream, source_for(start, end))  # type: ignore[operator]
     ts = upstream.pd_client.get_ts()
     prefix = b"r\x00\x00\x00"
     upstream.control("inject_row", key=(prefix + start + b"empty").hex(), value="", op_type=1, ts=ts)
@@ -294,10 +299,7 @@ def test_a_range_delete_upstream_is_not_in_the_change_stream(upstream: TiKVClust
     # TiKV API V2 RawDeleteRange is one raft DeleteRange of every version (no delete markers);
     # the CDC observer passes on Put commands only. RawBatchDelete writes markers: those come.
     start, end = key_range("delrange")
-    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
-    reader = _Reader(source)
-    reader.poll(upstream)
-    wait_until(lambda: upstream.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    reader = _following(upstream, source_for(start, end))  # type: ignore[operator]
     keys = [start + b"k%d" % n for n in range(6)]
     upstream.kv.batch_put([(key, b"v") for key in keys])
     wait_until(lambda: reader.poll(upstream) >= 6, 20, "the puts")
@@ -322,10 +324,7 @@ def test_a_conf_change_leaves_the_feed_subscribed(upstream: TiKVCluster, source_
     # TiKV's CDC ends subscriptions on splits and merges, not on peer changes, and checks a
     # Register's epoch on `version` only (delegate.rs sink_admin, check_epoch_on_ready).
     start, end = key_range("confchange")
-    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
-    reader = _Reader(source)
-    reader.poll(upstream)
-    wait_until(lambda: upstream.control("feed_subscriptions") > 0, 10, "the feed to subscribe")
+    reader = _following(upstream, source_for(start, end))  # type: ignore[operator]
     registers = upstream.control("feed_registers")
     key = b"r\x00\x00\x00" + start
     for region in upstream.control("regions"):

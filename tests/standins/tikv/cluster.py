@@ -88,6 +88,11 @@ class Subscription:
     def observes(self, region_key: bytes) -> bool:
         return self.start <= region_key and (not self.end or region_key < self.end)
 
+    def send_rows(self, rows: list[cdcpb_pb2.Event.Row]) -> None:
+        entries = cdcpb_pb2.Event.Entries(entries=rows)
+        event = cdcpb_pb2.Event(region_id=self.region_id, request_id=self.request_id, entries=entries)
+        self.connection.outbox.put(cdcpb_pb2.ChangeDataEvent(events=[event]))
+
 
 # semver.org's regular expression: Rust's `semver::Version::parse`, which TiKV uses, is as strict
 # (MAJOR.MINOR.PATCH, no leading `v`, no leading zeros; "6.2" and "cdcflow" are refused).
@@ -424,18 +429,7 @@ class Cluster:
 
     def _flush_feed(self, rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]]) -> None:
         for pairs in rows.values():
-            subscription = pairs[0][0]
-            subscription.connection.outbox.put(
-                cdcpb_pb2.ChangeDataEvent(
-                    events=[
-                        cdcpb_pb2.Event(
-                            region_id=subscription.region_id,
-                            request_id=subscription.request_id,
-                            entries=cdcpb_pb2.Event.Entries(entries=[row for _, row in pairs]),
-                        )
-                    ]
-                )
-            )
+            pairs[0][0].send_rows([row for _, row in pairs])
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         """RawDeleteRange under API V2 (tikv/tikv src/storage/mod.rs ``raw_delete_range``): one
@@ -458,17 +452,7 @@ class Cluster:
             for connection in self.connections:
                 for subscription in connection.subscriptions:
                     if subscription.region_id == region.id and connection.store_id == region.leader_store:
-                        connection.outbox.put(
-                            cdcpb_pb2.ChangeDataEvent(
-                                events=[
-                                    cdcpb_pb2.Event(
-                                        region_id=region.id,
-                                        request_id=subscription.request_id,
-                                        entries=cdcpb_pb2.Event.Entries(entries=[row]),
-                                    )
-                                ]
-                            )
-                        )
+                        subscription.send_rows([row])
 
     def live_value(self, key: bytes, now_s: float) -> RawValue | None:
         versions = self.versions.get(key)
@@ -606,17 +590,7 @@ class Cluster:
                 if number == len(batches) - 1:
                     entries.append(cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED))
                     subscription.initialized = True
-                subscription.connection.outbox.put(
-                    cdcpb_pb2.ChangeDataEvent(
-                        events=[
-                            cdcpb_pb2.Event(
-                                region_id=subscription.region_id,
-                                request_id=subscription.request_id,
-                                entries=cdcpb_pb2.Event.Entries(entries=entries),
-                            )
-                        ]
-                    )
-                )
+                subscription.send_rows(entries)
 
     def _wait_for_scan_gate(self) -> None:
         if self.scan_gate.is_set():
