@@ -342,7 +342,8 @@ class EventFeed:
                 streams.remove(stream)
             if self._closed.is_set():
                 return
-            self.regions.forget_store(stream.store_id)
+            if not streams:  # its last stream: look the store up again (closing the channel)
+                self.regions.forget_store(stream.store_id)
             for subscription in list(stream.regions.values()):
                 if self._forget(subscription) and not stream.refused:
                     self._retry_span(subscription, self.retry_delay_s, f"stream to store {stream.store_id} ended")
