@@ -584,7 +584,7 @@ class Cluster:
         for number, batch in enumerate(batches):
             self._wait_for_scan_gate()
             with self.lock:
-                if subscription not in subscription.connection.subscriptions:
+                if subscription.connection.closed or subscription not in subscription.connection.subscriptions:
                     return  # ended meanwhile (an error, a deregister, a closed stream): the scan is cancelled
                 entries = list(batch)
                 if number == len(batches) - 1:
