@@ -314,11 +314,21 @@ class ScyllaCdcWriter:
 
     def join_node(self, vnodes: int = 16, publish: bool = True) -> int:
         """A node joins: its tokens refine the vnodes, and the new generation starts operating
-        ``2 x ring_delay`` from now. ``publish=False`` stops after the streams are written and
-        before the timestamp is, as a node failing in between would (see :meth:`publish`)."""
+        ``2 x ring_delay + generation_leeway`` from now (no delay at all when ring_delay is 0).
+        ``publish=False`` stops after the streams are written and before the timestamp is, as a
+        node failing in between would (see :meth:`publish`)."""
         self.ring = sorted(set(self.ring) | set(split_ring(vnodes, self.rng)))
-        start = self.coordinator_now_us() + int(2 * self.ring_delay_s * 1_000_000)
-        return self._new_generation(start, publish)
+        return self._new_generation(self._delayed_timestamp_us(), publish)
+
+    def _delayed_timestamp_us(self) -> int:
+        """``cdc::new_generation_timestamp(add_delay=true, ring_delay)`` (scylladb
+        ``cdc/generation.cc``): ``db_clock::now() + 2 * ring_delay + generation_leeway``, and just
+        now when ring_delay is 0. The topology coordinator asks for the delay for every
+        generation but the first (``service/topology_coordinator.cc``), as do tablet resizes."""
+        now = self.coordinator_now_us()
+        if self.ring_delay_s == 0:
+            return now
+        return now + int(2 * self.ring_delay_s * 1_000_000) + self.metadata.generation_leeway_us
 
     def _new_generation(self, start_us: int, publish: bool = True) -> int:
         start_us -= start_us % 1000  # generation timestamps are `timestamp` columns: milliseconds
@@ -432,22 +442,25 @@ class ScyllaCdcWriter:
             '"cdc$end_of_batch" boolean',
             *(f"{n} {t}" for n, t in (*partition_key, *clustering)),
         ]
+        # The log's columns as ``cdc/log.cc`` add_columns_to_cdc_log() makes them: nothing static
+        # and no cdc$closed_time (no such column exists in scylladb).
         for name, type_text in columns:
             log_definitions += self._log_definitions(keyspace, name, type_text)
-        if tablets is not None:
-            log_definitions.append('"cdc$closed_time" timestamp static')
         self.session.execute(
             f"CREATE TABLE {keyspace}.{table}{LOG_SUFFIX} ({', '.join(log_definitions)}, "
             'PRIMARY KEY ("cdc$stream_id", "cdc$time", "cdc$batch_seq_no"))'
         )
         self._tables[spec.qualified] = spec
         if tablets is not None:
-            spec.table_id = self._table_id(keyspace, table)
-            now = self.coordinator_now_us()
-            now -= now % 1000
+            # Stream sets are keyed by the *log* table's id (``cdc/log.cc``
+            # on_before_allocate_tablet_map() acts only for is_log_schema(s) and passes s.id()), and
+            # the first set starts a generation leeway in the past: db_clock::now() - leeway.
+            spec.table_id = self._table_id(keyspace, table + LOG_SUFFIX)
+            first = self.coordinator_now_us() - self.metadata.generation_leeway_us
+            first -= first % 1000
             streams = tablet_stream_ids(tablets, self.rng)
-            spec.tablets = TabletStreamHistory.starting(now, streams)
-            self._store_tablet_state(spec, now, streams)
+            spec.tablets = TabletStreamHistory.starting(first, streams)
+            self._store_tablet_state(spec, first, streams)
 
     def _log_definitions(self, keyspace: str, name: str, type_text: str) -> list[str]:
         value_type, elements_type = log_columns(type_text, _kind(type_text, self._user_types[keyspace]))
@@ -508,14 +521,18 @@ class ScyllaCdcWriter:
             (spec.keyspace, spec.name, ms),
         )
 
-    def change_tablets(self, table: str, tablet_count: int, delay_s: float = 0.0) -> int:
+    def change_tablets(self, table: str, tablet_count: int, delay_s: float | None = None) -> int:
         """Split or merge the log table's tablets: every stream closes and ``tablet_count`` new
-        ones open ``delay_s`` from now; closed streams get ``cdc$closed_time``. Returns the
+        ones open at ``new_generation_timestamp(true, ring_delay)`` (now + 2 x ring_delay +
+        leeway), and at least 1 ms after the current set (scylladb ``cdc/generation.cc``
+        generate_tablet_resize_update()); ``delay_s`` overrides the delay for tests. Returns the
         timestamp of the new stream set (µs, whole milliseconds)."""
         spec = self._tables[table]
         assert spec.tablets is not None, f"{table} is not in a tablet keyspace"
-        at = self.coordinator_now_us() + int(delay_s * 1_000_000)
+        delayed = self.coordinator_now_us() + int(delay_s * 1_000_000) if delay_s is not None else None
+        at = delayed if delayed is not None else self._delayed_timestamp_us()
         at -= at % 1000
+        at = max(at, spec.tablets.timestamps()[-1] + 1000)
         closed = list(spec.tablets.streams_at(at))
         opened = tablet_stream_ids(tablet_count, self.rng)
         local = self.keyspaces.local
@@ -528,12 +545,6 @@ class ScyllaCdcWriter:
                 )
         spec.tablets.change(at, closed, opened)
         self._publish_stream_set(spec, at, closed, opened)
-        for stream in closed:
-            self.session.execute(
-                f'UPDATE {table}{LOG_SUFFIX} USING TTL {spec.ttl_s} SET "cdc$closed_time" = %s '
-                'WHERE "cdc$stream_id" = %s',
-                (at // 1000, stream.raw),
-            )
         return at
 
     # --- base writes -------------------------------------------------------------------------------------
@@ -561,27 +572,23 @@ class ScyllaCdcWriter:
         select = self._prepare(f"SELECT {names[0]} FROM {table} WHERE " + " AND ".join(f"{n} = ?" for n in names))
         return partition_token(select.bind([partition_key[n] for n in names]).routing_key)
 
-    def streams_for(self, table: str, timestamp_us: int, token: int) -> list[StreamId]:
-        """The streams a write logs into: the generation's (or tablet set's) stream; with tablets,
-        a write within the generation leeway of a stream-set change is logged in both sets."""
+    def stream_for(self, table: str, timestamp_us: int, token: int) -> StreamId:
+        """The one stream a log record at ``timestamp_us`` goes to (``transformer::begin_timestamp``
+        in scylladb ``cdc/log.cc``): the vnode generation's stream of the token, or, with tablets,
+        the stream of the newest stream set whose timestamp is at or before the record's
+        (``cdc/metadata.cc`` get_tablet_stream_set()): never two streams."""
         spec = self._tables[table]
         if spec.tablets is None:
-            return [self.metadata.get_stream(timestamp_us, token)]
-        streams = [spec.tablets.get_stream(timestamp_us, token)]
-        leeway = self.metadata.generation_leeway_us
-        for change in spec.tablets.timestamps()[1:]:
-            if abs(timestamp_us - change) < leeway:
-                other = change - 1 if timestamp_us >= change else change
-                neighbour = spec.tablets.get_stream(other, token)
-                if neighbour not in streams:
-                    streams.append(neighbour)
-        return streams
+            return self.metadata.get_stream(timestamp_us, token)
+        return spec.tablets.get_stream(timestamp_us, token)
 
     def _check_write(self, spec: _Table, timestamp_us: int) -> None:
         now = self.coordinator_now_us()
         if spec.tablets is None:
             self.metadata.check_write(timestamp_us, now)
-        elif timestamp_us >= now + self.metadata.generation_leeway_us:
+        elif timestamp_us > now + self.metadata.generation_leeway_us:
+            # ``cdc/metadata.cc`` get_tablet_stream_set(): only ``ts > now + leeway`` is refused,
+            # and tablets have no refusal of past writes.
             raise WriteRejectedError(f"write timestamp {timestamp_us} is beyond the leeway past {now}")
 
     def write(
@@ -602,8 +609,7 @@ class ScyllaCdcWriter:
             self._apply(spec, op, stamp, ttl_s)
         after = {self._row_key(spec, op): self._read_row(spec, op) for op in operations if _row_level(op)}
         rows = self._log_rows(spec, operations, before, after, ttl_s, stamp)
-        for stream in self.streams_for(table, stamp, token):
-            self._insert_log_rows(spec, stream, stamp, rows)
+        self._insert_log_rows(spec, self.stream_for(table, stamp, token), stamp, rows)
         return stamp
 
     def insert(self, table: str, row: Row, **options: Any) -> int:
@@ -726,10 +732,12 @@ class ScyllaCdcWriter:
             if kind == "list" and state.get(name) is not None:
                 raise ValueError(f"{spec.qualified}.{name}: images of non-frozen lists are not simulated")
             value = state.get(name)
-            if value is None:
-                row[DELETED_PREFIX + name] = True
-            else:
+            if value is not None:
                 row[name] = _frozen(value)
+            elif operation == 0:
+                # Only pre-images flag nulls: post-images are always whole rows (scylladb
+                # ``cdc/log.cc`` transformer::generate_image()).
+                row[DELETED_PREFIX + name] = True
         return row
 
     def _deltas(self, spec: _Table, op: Operation, ttl_s: int | None, stamp: int) -> list[Row]:
@@ -828,9 +836,8 @@ class ScyllaCdcWriter:
                 f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) USING TIMESTAMP ?"
             )
             statements.append((base, [*(_base_value(row[n]) for n in names), stamp]))
-            token = self.token_of(table, row)
-            for stream in self.streams_for(table, stamp, token):
-                statements.append(self._log_batch(spec, stream, stamp, self._deltas(spec, Insert(row), None, stamp)))
+            stream = self.stream_for(table, stamp, self.token_of(table, row))
+            statements.append(self._log_batch(spec, stream, stamp, self._deltas(spec, Insert(row), None, stamp)))
         execute_concurrent(self.session, statements, concurrency=concurrency)
         return stamps
 
