@@ -78,7 +78,6 @@ class LogRow:
     operation: int | None
     ttl: int | None
     end_of_batch: bool | None
-    closed_time_us: int | None
     values: dict[str, Any]
 
     @property

@@ -16,14 +16,12 @@ from typing import Any
 from cdcflow.sources.cql.cqltypes import CqlType, build_type
 from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, UnknownCdcTableError
 from cdcflow.sources.scylla_cdc.log_events import LogLayout, LogRow
-from cdcflow.sources.scylla_cdc.metadata import datetime_to_micros
 from cdcflow.sources.scylla_cdc.timeuuids import max_timeuuid, micros_of
 
 __all__ = ["LOG_SUFFIX", "LogTableReader", "WindowTooLargeError"]
 
 LOG_SUFFIX = "_scylla_cdc_log"
 _META = ("cdc$stream_id", "cdc$time", "cdc$batch_seq_no", "cdc$operation", "cdc$ttl", "cdc$end_of_batch")
-_CLOSED_TIME = "cdc$closed_time"
 
 log = logging.getLogger("cdcflow.scylla_cdc")
 
@@ -42,8 +40,7 @@ class _Columns:
     @classmethod
     def of(cls, names: Sequence[str]) -> _Columns:
         index = {name: i for i, name in enumerate(names)}
-        skip = {*_META, _CLOSED_TIME}
-        return cls(index, tuple((i, name) for i, name in enumerate(names) if name not in skip))
+        return cls(index, tuple((i, name) for i, name in enumerate(names) if name not in _META))
 
 
 class LogTableReader:
@@ -83,7 +80,7 @@ class LogTableReader:
         types: dict[str, CqlType] = {
             name: build_type(column.cql_type, user_types)
             for name, column in log_table.columns.items()
-            if name not in _META and name != _CLOSED_TIME
+            if name not in _META
         }
         partition_key = tuple(c.name for c in base.partition_key)
         clustering = tuple(c.name for c in base.clustering_key)
@@ -107,7 +104,7 @@ class LogTableReader:
             self.table,
             ", ".join(self.layout.value_columns),
         )
-        unknown = [n for n in names if n not in self.layout.types and n not in _META and n != _CLOSED_TIME]
+        unknown = [n for n in names if n not in self.layout.types and n not in _META]
         if unknown:
             log.warning("%s: columns %s are not in the schema yet; their values pass as read", self.log_table, unknown)
 
@@ -115,7 +112,7 @@ class LogTableReader:
         key = tuple(names)
         columns = self._columns.get(key)
         if columns is None:
-            if any(n not in self.layout.types for n in names if n not in _META and n != _CLOSED_TIME):
+            if any(n not in self.layout.types for n in names if n not in _META):
                 self._refresh_layout(names)
             columns = self._columns[key] = _Columns.of(names)
         return columns
@@ -189,7 +186,6 @@ class LogTableReader:
             position = index.get(name)
             return row[position] if position is not None else None
 
-        closed = meta(_CLOSED_TIME)
         return LogRow(
             stream=row[index["cdc$stream_id"]],
             time=time,
@@ -198,7 +194,6 @@ class LogTableReader:
             operation=meta("cdc$operation"),
             ttl=meta("cdc$ttl"),
             end_of_batch=meta("cdc$end_of_batch"),
-            closed_time_us=datetime_to_micros(closed) if closed is not None else None,
             values={name: row[i] for i, name in columns.data},
         )
 

@@ -4,8 +4,8 @@ Partitions are stream groups of one table: in a vnode keyspace, the streams of o
 of one generation (its row of ``cdc_streams_descriptions_v2``); in a tablet keyspace, up to
 ``tablet_streams_per_partition`` streams opened at the same timestamp. Each stream is read only
 within its operating interval: ``[generation, next generation)`` for vnodes, ``[opened, closed)``
-for tablets (a write near a stream-set change may be logged in both an old and a new stream;
-the bounds keep exactly one), where ``closed`` also comes from ``cdc$closed_time`` in the rows.
+for tablets (ScyllaDB logs a write in the newest stream set whose timestamp is at or before
+the write's, so a stream holds only rows of its lifetime; the bounds are kept all the same).
 
 A partition is read continuously up to its watermark, ``now - confidence_window`` (clamped to its
 end, and to the last metadata refresh so a generation published since cannot be missed), in
@@ -240,8 +240,8 @@ class _Position:
 
 
 def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bool:
-    """The row is inside its stream's ``[opened, closed)``: a copy logged in a stream outside its
-    lifetime (a write next to a stream-set change) is read from the other stream."""
+    """The row is inside its stream's ``[opened, closed)`` (a query of several streams reads each
+    over the whole window; rows outside a stream's lifetime belong to no partition of it)."""
     bounds = lifetimes.get(row.stream)
     if bounds is None:
         return False
@@ -286,7 +286,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._tablet_tables: set[str] = set()
         self._groups: dict[str, _Group] = {}
         self._listed: list[str] = []
-        self._closed_seen: dict[bytes, int] = {}  # cdc$closed_time read from a stream's rows
         self._ttl_us: dict[str, int | None] = {}
         self._metadata_at_us = 0  # metadata is complete up to here: read before this time
         self._metadata_due = 0.0
@@ -403,7 +402,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def _tablet_groups(self, table: str, lifetimes: Sequence[tuple[StreamId, int, int | None]]) -> dict[str, _Group]:
         by_opening: dict[int, list[_Stream]] = {}
         for stream, opened, closed in lifetimes:
-            by_opening.setdefault(opened, []).append(_Stream(stream, opened, self._closed_bound(stream, closed)))
+            by_opening.setdefault(opened, []).append(_Stream(stream, opened, closed))
         groups = {}
         size = self.config.tablet_streams_per_partition
         for opened, streams in sorted(by_opening.items()):
@@ -415,31 +414,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 group_id = f"{table}/t{opened // 1000}/{number}"
                 groups[group_id] = _Group(group_id, table, chunk, opened, end)
         return groups
-
-    def _closed_bound(self, stream: StreamId, closed: int | None) -> int | None:
-        seen = self._closed_seen.get(stream.raw)
-        if seen is None:
-            return closed
-        return seen if closed is None else min(seen, closed)
-
-    def _note_closed_times(self, group: _Group, rows: Sequence[LogRow]) -> _Group:
-        """``cdc$closed_time`` in a stream's rows closes it even before the metadata shows it."""
-        changed = False
-        for row in rows:
-            if row.closed_time_us is not None and self._closed_seen.get(row.stream) != row.closed_time_us:
-                self._closed_seen[row.stream] = row.closed_time_us
-                changed = True
-        if not changed:
-            return group
-        streams = tuple(
-            _Stream(s.stream, s.opened_us, self._closed_bound(s.stream, s.closed_us)) for s in group.streams
-        )
-        ends = [s.closed_us for s in streams]
-        end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
-        updated = _Group(group.id, group.table, streams, group.start_us, end)
-        self._groups[group.id] = updated
-        self._metadata_due = 0.0  # a stream closed: learn its successors now
-        return updated
 
     # --- partitions and offsets --------------------------------------------------------------
 
@@ -618,9 +592,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             else:
                 rows, up_to = self._window(group, reader, streams, after_us, end.ts)
             prefetched = None
-            if rows:
-                group = self._note_closed_times(group, rows)
-                lifetimes = self._lifetimes(group, after_us, end.ts)
             kept = sorted(
                 (r for r in rows if position.bound < r.sort_key <= end.bound and _alive(lifetimes, r)),
                 key=lambda r: r.sort_key,

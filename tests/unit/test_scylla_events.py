@@ -40,7 +40,7 @@ def layout(**columns: str) -> LogLayout:
 
 
 def row(seq: int, operation: int, ttl: int | None = None, time: uuid.UUID = TIME, **values: Any) -> LogRow:
-    return LogRow(STREAM, time, micros_of(time), seq, operation, ttl, None, None, values)
+    return LogRow(STREAM, time, micros_of(time), seq, operation, ttl, None, values)
 
 
 def events(table: LogLayout, rows: list[LogRow]) -> list[ChangeEvent]:
@@ -181,7 +181,7 @@ def test_unknown_operations_and_images_without_a_delta_are_rejected_not_dropped(
 def test_rows_are_cut_into_base_writes_by_stream_and_time() -> None:
     other_time = uuid.UUID("84d2059c-3eea-11eb-f572-692d1e15a146")
     rows = [row(0, 2), row(1, 2), row(0, 2, time=other_time)]
-    rows.append(LogRow(b"\x01" * 16, other_time, micros_of(other_time), 0, 2, None, None, None, {}))
+    rows.append(LogRow(b"\x01" * 16, other_time, micros_of(other_time), 0, 2, None, None, {}))
     assert [len(b) for b in batches(rows)] == [2, 1, 1]
 
 
