@@ -241,23 +241,50 @@ class ScyllaCdcWriter:
             f"CREATE TABLE IF NOT EXISTS {local}.cdc_streams_history (table_id uuid, timestamp timestamp, "
             "stream_state tinyint, last_token bigint, stream_id blob, "
             "PRIMARY KEY (table_id, timestamp, stream_state, last_token))",
-            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions (time timestamp PRIMARY KEY, "
-            "streams frozen<set<blob>>, expired timestamp)",
-            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_descriptions (time timestamp PRIMARY KEY, "
-            "description frozen<list<frozen<tuple<bigint, frozen<list<blob>>, tinyint>>>>, expired timestamp)",
         ]
-        if self.layout == "v2":
+        if self.layout == "v1":
+            # Clusters from before 4.4 only; new clusters do not create the v1 tables
+            # (scylladb db/system_distributed_keyspace.cc ensured_tables()).
             statements += [
-                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_timestamps (key text, time timestamp, "
-                "expired timestamp, PRIMARY KEY (key, time)) WITH CLUSTERING ORDER BY (time DESC)",
-                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions_v2 (time timestamp, "
-                "range_end bigint, streams frozen<set<blob>>, PRIMARY KEY (time, range_end))",
+                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions (time timestamp PRIMARY KEY, "
+                "streams frozen<set<blob>>, expired timestamp)",
+                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_descriptions (time timestamp "
+                "PRIMARY KEY, description frozen<list<frozen<tuple<bigint, frozen<list<blob>>, tinyint>>>>, "
+                "expired timestamp)",
             ]
         for statement in statements:
             self.session.execute(statement)
         if self.layout == "v2":
-            # Bootstrapping nodes insert it too, so a new cluster never rewrites v1 descriptions.
-            self.session.execute(f"INSERT INTO {local}.cdc_local (key) VALUES ('rewritten')")
+            self._create_v2_tables()
+
+    def _create_v2_tables(self) -> None:
+        distributed = self.keyspaces.distributed
+        self.session.execute(
+            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_timestamps (key text, time timestamp, "
+            "expired timestamp, PRIMARY KEY (key, time)) WITH CLUSTERING ORDER BY (time DESC)"
+        )
+        self.session.execute(
+            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions_v2 (time timestamp, "
+            "range_end bigint, streams frozen<set<blob>>, PRIMARY KEY (time, range_end))"
+        )
+
+    def upgrade_to_v2(self, rewritten_row: bool = False) -> None:
+        """An old (v1) cluster upgraded: the v2 tables, every known generation rewritten into
+        them, and from now on new generations in v2 only; the v1 table stays, with its old
+        generations. The ``rewritten`` row of ``cdc_local`` only with ``rewritten_row``: it is
+        node-local, written by the node that rewrote (and by gossip-mode bootstraps before 6.0), and
+        by nothing since 2026.2 (scylladb 6a7e850161 "cdc: remove legacy code"), so a node added
+        later answers without it."""
+        if self.layout != "v1":
+            raise ValueError("only a v1 cluster is upgraded")
+        self.layout = "v2"
+        self._create_v2_tables()
+        for generation in self.metadata.generations():
+            if generation.description is not None:
+                self._describe(generation.timestamp_us, generation.description)
+                self.publish(generation.timestamp_us)
+        if rewritten_row:
+            self.session.execute(f"INSERT INTO {self.keyspaces.local}.cdc_local (key) VALUES ('rewritten')")
 
     def drop_keyspaces(self) -> None:
         for keyspace in self.keyspaces.all():
@@ -348,13 +375,16 @@ class ScyllaCdcWriter:
             self.session.execute(insert, (ms, entry.token_range_end, {s.raw for s in entry.streams}))
 
     def publish(self, start_us: int) -> None:
-        """The last step of a generation's publication: its timestamp in ``cdc_generation_timestamps``."""
+        """The last step of a generation's publication: its timestamp in ``cdc_generation_timestamps``
+        (v2); a v1 cluster's node notes its generation in ``cdc_local`` (since 2026.2 nothing
+        writes ``cdc_local``: scylladb 4402b030ae)."""
         if self.layout == "v2":
             self.session.execute(
                 f"INSERT INTO {self.keyspaces.distributed}.cdc_generation_timestamps (key, time) "
                 "VALUES ('timestamps', %s)",
                 (start_us // 1000,),
             )
+            return
         self.session.execute(
             f"INSERT INTO {self.keyspaces.local}.cdc_local (key, streams_timestamp, uuid) VALUES ('cdc_local', %s, %s)",
             (start_us // 1000, self._generation_uuid),
