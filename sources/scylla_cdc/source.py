@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.scylla_cdc.connection import connect
 from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
@@ -48,11 +49,9 @@ _MAX_TAIL = b"\xff" * 17  # sorts after every (time UUID, stream) pair of a micr
 Bound = tuple[int, bytes, bytes, int]
 
 
-class ScyllaCdcSourceConfig(PluginConfig):
+class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity):
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1, description="contact points")
     port: int = Field(default=9042, ge=1, le=65535)
-    username: str | None = Field(default=None, description="for PasswordAuthenticator; null: no authentication")
-    password: str | None = Field(default=None, description="use ${ENV_VAR} to keep it out of the file")
     local_dc: str | None = Field(default=None, description="read from this datacenter's replicas first")
     protocol_version: int = Field(default=4, ge=3, le=5, description="CQL protocol (ScyllaDB speaks 4)")
     cluster: str = Field(default="scylla", description="the server name: topics are <cluster>.<keyspace>.<table>")
@@ -305,12 +304,14 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 config.hosts,
                 config.port,
                 consistency=config.consistency,
-                username=config.username,
-                password=config.password,
+                security=config,
                 local_dc=config.local_dc,
                 protocol_version=config.protocol_version,
             )
         except Exception as exc:
+            refused = refusal(config.hosts, exc)
+            if refused is not None:
+                raise refused from exc
             raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
         try:
             self._discover()
