@@ -783,17 +783,21 @@ class ScyllaCdcWriter:
 
     # --- bulk loading -------------------------------------------------------------------------------------
 
-    def insert_many(self, table: str, rows: Iterable[Row], concurrency: int = 64) -> list[int]:
-        """Inserts without images, many in flight at once (for benchmarks). Returns their timestamps."""
+    def insert_many(
+        self, table: str, rows: Iterable[Row], concurrency: int = 64, timestamp_us: int | None = None
+    ) -> list[int]:
+        """Inserts without images, many in flight at once (for benchmarks), stamped now or, with
+        ``timestamp_us``, one microsecond apart from it. Returns their timestamps."""
         from cassandra.concurrent import execute_concurrent
 
         spec = self._tables[table]
         if spec.preimage or spec.postimage:
             raise ValueError("insert_many does not read images; use insert")
+        shape = self._shape(spec)
         statements: list[tuple[Any, Any]] = []
         stamps = []
-        for row in rows:
-            stamp = self.client_timestamp_us()
+        for index, row in enumerate(rows):
+            stamp = self.client_timestamp_us() if timestamp_us is None else timestamp_us + index
             self._check_write(spec, stamp)
             stamps.append(stamp)
             names = list(row)
@@ -802,12 +806,9 @@ class ScyllaCdcWriter:
             )
             statements.append((base, [*(self._base_value(spec, n, row[n]) for n in names), stamp]))
             token = self.token_of(table, row)
-            for record in log_records(
-                self._shape(spec), build_mutation(self._shape(spec), [Insert(row)], stamp, None), ImageState()
-            ):
-                statements.append(
-                    self._log_batch(spec, self.stream_for(table, record.ts, token), record.ts, record.rows)
-                )
+            for record in log_records(shape, build_mutation(shape, [Insert(row)], stamp, None), ImageState()):
+                stream = self.stream_for(table, record.ts, token)
+                statements.append(self._log_batch(spec, stream, record.ts, record.rows))
         execute_concurrent(self.session, statements, concurrency=concurrency)
         return stamps
 

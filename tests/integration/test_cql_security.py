@@ -16,6 +16,8 @@ from cdcflow.events import ChangeEvent
 from cdcflow.sources.cassandra_commitlog.snapshot import CassandraSnapshotSource, CassandraSnapshotSourceConfig
 from cdcflow.sources.cassandra_commitlog.source import CassandraCommitLogSource, CassandraCommitLogSourceConfig
 from cdcflow.sources.cql.connection import CqlAccessRefusedError
+from cdcflow.sources.scylla_cdc.exceptions import StreamsPerQueryError
+from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 from tests.integration.secure_cassandra import SecureNode, secure_keyspace, secure_node
 
@@ -131,3 +133,50 @@ def test_verify_false_encrypts_without_checking_the_node(secure_node: SecureNode
     source = CassandraSnapshotSource(config, PluginContext("unverified", tmp_path / "p.yaml"))
     source.open()
     source.close()
+
+
+def test_a_node_with_128_shards_is_read_in_queries_of_at_most_100_streams(
+    secure_node: SecureNode, secure_keyspace: str, tmp_path: Path
+) -> None:
+    # A vnode generation has one stream per shard of the range's owner (cdc/generation.cc
+    # create_stream_ids), and a window query names every stream of its group in one IN. ScyllaDB
+    # refuses more than max_partition_key_restrictions_per_query (100) keys
+    # (cql3/restrictions/statement_restrictions.cc); this node's guardrail refuses the same.
+    writer = ScyllaCdcWriter(secure_node.session, SimulatedKeyspaces.prefixed(secure_keyspace), shards=128, seed=12)
+    writer.create_metadata_tables()
+    try:
+        writer.bootstrap(vnodes=2, timestamp_us=writer.coordinator_now_us() - 60_000_000)
+        table = f"{secure_keyspace}.t"
+        writer.create_table(secure_keyspace, "t", [("id", "int")], [], [("v", "int")])
+        past = writer.coordinator_now_us() - 4_000_000
+        writer.insert_many(table, [{"id": i, "v": i} for i in range(300)], timestamp_us=past)
+        section = {
+            "type": "scylla_cdc",
+            "tables": [table],
+            "confidence_window_ms": 2000,
+            "cluster_write_timeout_ms": 1000,
+            "generations_keyspace": writer.keyspaces.distributed,
+            "tablets_keyspace": writer.keyspaces.local,
+            **secure_node.reader(),
+        }
+        context = PluginContext(f"shards-{secure_keyspace}", tmp_path / "p.yaml")
+        unchunked = ScyllaCdcSource(
+            ScyllaCdcSourceConfig.model_validate({**section, "max_streams_per_query": 128}), context
+        )
+        unchunked.open()
+        try:
+            with pytest.raises(StreamsPerQueryError, match="128 streams"):
+                drain(unchunked)
+        finally:
+            unchunked.close()
+        source = ScyllaCdcSource(ScyllaCdcSourceConfig.model_validate(section), context)
+        source.open()
+        try:
+            partitions = source.partitions()
+            events = drain(source)
+        finally:
+            source.close()
+        assert len(partitions) == 2 and all(len(p.info["streams"]) == 128 for p in partitions)
+        assert sorted(e.after["id"] for e in events if e.after) == list(range(300))
+    finally:
+        writer.drop_keyspaces()
