@@ -38,7 +38,7 @@ from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.scylla_cdc.connection import connect
 from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
-from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, WindowTooLargeError
+from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, WindowTooLargeError
 from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 
@@ -102,7 +102,15 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity):
         default=4,
         ge=0,
         description="window queries of the next partitions sent ahead while one is processed (their "
-        "first pages wait in memory: at most page_size x this rows); 0: one query at a time",
+        "first pages wait in memory: at most page_size x this rows, times the queries a group needs "
+        "when it has more than max_streams_per_query streams); 0: one query at a time",
+    )
+    max_streams_per_query: int = Field(
+        default=100,
+        ge=1,
+        description="streams named in one query's IN list: a group with more (a node with more shards, "
+        "tablet_streams_per_partition above it) is read in several queries sent together. ScyllaDB refuses "
+        "more than max_partition_key_restrictions_per_query (default 100) keys in one query",
     )
     max_buffered_rows: int = Field(
         default=50_000,
@@ -255,7 +263,7 @@ class _Prefetch:
     start: str
     after_us: int
     up_to_us: int
-    future: Any
+    window: SentWindow
 
 
 @dataclass
@@ -329,7 +337,14 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         for name in config.tables:
             keyspace, table = name.split(".")
             self._readers[name] = LogTableReader(
-                self._cluster, self._session, self._profile, config.cluster, keyspace, table, config.page_size
+                self._cluster,
+                self._session,
+                self._profile,
+                config.cluster,
+                keyspace,
+                table,
+                config.page_size,
+                config.max_streams_per_query,
             )
             self._ttl_us[name] = self._log_ttl_us(keyspace, table)
             if self._tablets.newest_timestamp(keyspace, table) is not None:
@@ -552,9 +567,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             up_to = min(after_us + self._spans.get(group.id, self.config.window_ms * 1000), upper)
             if not lifetimes or up_to <= after_us:
                 continue
-            future = self._readers[group.table].start_window(list(lifetimes), after_us, up_to)
+            window = self._readers[group.table].start_window(list(lifetimes), after_us, up_to)
             self._counted("window_query")
-            self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, future)
+            self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, window)
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
         now_ms = time.time_ns() // 1_000_000
@@ -646,7 +661,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self, group: _Group, reader: LogTableReader, streams: list[bytes], sent: _Prefetch, limit_us: int
     ) -> tuple[list[LogRow], int]:
         try:
-            return reader.finish_window(sent.future, self.config.max_buffered_rows), sent.up_to_us
+            return reader.finish_window(sent.window, self.config.max_buffered_rows), sent.up_to_us
         except WindowTooLargeError:
             self._counted("window_split")
             self._spans[group.id] = max(1, (sent.up_to_us - sent.after_us) // 2)

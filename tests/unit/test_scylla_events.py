@@ -16,6 +16,7 @@ from cdcflow.events import ChangeEvent, Op
 from cdcflow.sources.cql.cqltypes import build_type
 from cdcflow.sources.scylla_cdc.exceptions import LogRowError
 from cdcflow.sources.scylla_cdc.log_events import LogLayout, LogRow, batch_events, batches
+from cdcflow.sources.scylla_cdc.log_reader import stream_chunks
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSourceConfig
 from cdcflow.sources.scylla_cdc.timeuuids import micros_of
 
@@ -273,3 +274,15 @@ def test_start_accepts_earliest_latest_a_time_or_epoch_ms(start: str) -> None:
 def test_bad_fields_are_named(field: str, value: Any) -> None:
     with pytest.raises(ValidationError, match=field):
         config(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("streams", "sizes"), [(1, [1]), (100, [100]), (101, [51, 50]), (128, [64, 64]), (201, [67, 67, 67])]
+)
+def test_a_group_is_queried_in_chunks_of_at_most_100_streams(streams: int, sizes: list[int]) -> None:
+    # ScyllaDB refuses more than max_partition_key_restrictions_per_query (100) keys in an IN list.
+    raws = [i.to_bytes(16, "big") for i in range(streams)]
+    chunks = stream_chunks(raws, 100)
+    assert [len(c) for c in chunks] == sizes
+    assert [s for c in chunks for s in c] == raws
+    assert config().max_streams_per_query == 100
