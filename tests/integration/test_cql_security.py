@@ -5,6 +5,9 @@ refusal is a config error, not a retry."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from cdcflow.sources.cql.connection import CqlAccessRefusedError
 from cdcflow.sources.scylla_cdc.exceptions import StreamsPerQueryError
 from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
+from tests.integration.conftest import REPO
 from tests.integration.secure_cassandra import SecureNode, secure_keyspace, secure_node
 
 __all__ = ["secure_keyspace", "secure_node"]  # the fixtures, for pytest
@@ -180,3 +184,31 @@ def test_a_node_with_128_shards_is_read_in_queries_of_at_most_100_streams(
         assert sorted(e.after["id"] for e in events if e.after) == list(range(300))
     finally:
         writer.drop_keyspaces()
+
+
+def test_bootstrap_reads_with_the_commitlog_pipeline_s_credentials_and_tls(
+    secure_node: SecureNode, secure_keyspace: str, tmp_path: Path
+) -> None:
+    table = f"{secure_keyspace}.t"
+    secure_node.session.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text) WITH cdc = true")
+    for i in range(30):
+        secure_node.session.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (i, str(i)))
+    reader = secure_node.reader()
+    file = tmp_path / "secure.yaml"
+    file.write_text(
+        "name: secure-bootstrap\n"
+        f"source: {json.dumps({'type': 'cassandra_commitlog', 'cdc_raw': str(secure_node.cdc_raw), **reader})}\n"
+        "sink: {type: file, path: out/changes.jsonl}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cdcflow.cli", "bootstrap", str(file), "--table", table, "--ranges", "4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "out" / "changes.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["value"]["after"]["id"] for line in lines) == list(range(30))
