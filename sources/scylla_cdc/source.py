@@ -122,7 +122,7 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity):
         default=5_000,
         ge=1,
         description="how often generations and tablet stream sets are re-read. A generation starts 2 x "
-        "ring_delay (60 s) after it is published, so it is known long before it operates; "
+        "ring_delay + 5 s (65 s) after it is published, so it is known long before it operates; "
         "scylla-cdc-go polls every 15 s",
     )
     consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = Field(
