@@ -39,13 +39,20 @@ def drain(source: Source[Any]) -> list[ChangeEvent]:
     return events
 
 
+def table_of_rows(node: SecureNode, keyspace: str, rows: int, cdc: bool = False) -> str:
+    """``<keyspace>.t (id int PRIMARY KEY, v text)`` holding ``rows`` rows, made by the superuser."""
+    table = f"{keyspace}.t"
+    node.session.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)" + (" WITH cdc = true" if cdc else ""))
+    insert = node.session.prepare(f"INSERT INTO {table} (id, v) VALUES (?, ?)")
+    for i in range(rows):
+        node.session.execute(insert, (i, str(i)))
+    return table
+
+
 def test_the_snapshot_source_reads_over_tls_as_an_ordinary_role(
     secure_node: SecureNode, secure_keyspace: str, tmp_path: Path
 ) -> None:
-    table = f"{secure_keyspace}.t"
-    secure_node.session.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-    for i in range(40):
-        secure_node.session.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (i, str(i)))
+    table = table_of_rows(secure_node, secure_keyspace, 40)
     config = CassandraSnapshotSourceConfig.model_validate(
         {"type": "cassandra_snapshot", "table": table, "ranges": 4, "progress": False, **secure_node.reader()}
     )
@@ -61,10 +68,7 @@ def test_the_snapshot_source_reads_over_tls_as_an_ordinary_role(
 def test_the_commitlog_source_reads_its_node_over_tls_as_an_ordinary_role(
     secure_node: SecureNode, secure_keyspace: str, tmp_path: Path
 ) -> None:
-    table = f"{secure_keyspace}.t"
-    secure_node.session.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text) WITH cdc = true")
-    for i in range(20):
-        secure_node.session.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (i, str(i)))
+    table = table_of_rows(secure_node, secure_keyspace, 20, cdc=True)
     config = CassandraCommitLogSourceConfig.model_validate(
         {
             "type": "cassandra_commitlog",
@@ -189,10 +193,7 @@ def test_a_node_with_128_shards_is_read_in_queries_of_at_most_100_streams(
 def test_bootstrap_reads_with_the_commitlog_pipeline_s_credentials_and_tls(
     secure_node: SecureNode, secure_keyspace: str, tmp_path: Path
 ) -> None:
-    table = f"{secure_keyspace}.t"
-    secure_node.session.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text) WITH cdc = true")
-    for i in range(30):
-        secure_node.session.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (i, str(i)))
+    table = table_of_rows(secure_node, secure_keyspace, 30, cdc=True)
     reader = secure_node.reader()
     file = tmp_path / "secure.yaml"
     file.write_text(
