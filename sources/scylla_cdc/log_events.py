@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -150,8 +150,15 @@ def batches(rows: Sequence[LogRow]) -> Iterator[list[LogRow]]:
         yield current
 
 
-def _key_text(key: Mapping[str, Any]) -> str:
-    return json.dumps(key, sort_keys=True, default=json_default, separators=(",", ":"))
+def _identity(layout: LogLayout, row: LogRow) -> Hashable:
+    """The row's primary key as the driver gave it (a static row's clustering columns are null),
+    to pair a row's deltas and images; as text when a key value is unhashable (a frozen map)."""
+    raw = tuple(row.values.get(n) for n in layout.key_columns)
+    try:
+        hash(raw)
+    except TypeError:
+        return json.dumps(_key(layout, row, layout.key_columns), sort_keys=True, default=json_default)
+    return raw
 
 
 def _key(layout: LogLayout, row: LogRow, columns: Sequence[str]) -> dict[str, Any]:
@@ -279,8 +286,8 @@ class _Change:
 
     rows: list[LogRow]
     key: dict[str, Any]
-    row_key: str | None  # the row's primary key as text, for images; None for ranges and for
-    # partition deletions of tables with clustering columns
+    row_key: Hashable | None  # the row's identity, for images; None for ranges and for partition
+    # deletions of tables with clustering columns
 
 
 def batch_events(
@@ -291,34 +298,32 @@ def batch_events(
     if len(batch) == 1 and batch[0].operation in (UPDATE, INSERT):
         row = batch[0]  # the common case: nothing to pair or coalesce
         yield _change_event(
-            layout, partition, _Change([row], _key(layout, row, layout.key_columns), ""), {}, {}, now_ms
+            layout, partition, _Change([row], _key(layout, row, layout.key_columns), None), {}, {}, now_ms
         )
         return
-    pre: dict[str, LogRow] = {}
-    post: dict[str, LogRow] = {}
+    pre: dict[Hashable, LogRow] = {}
+    post: dict[Hashable, LogRow] = {}
     changes: list[_Change] = []
-    upserts: dict[str, _Change] = {}
+    upserts: dict[Hashable, _Change] = {}
     pending_left: LogRow | None = None
     for row in sorted(batch, key=lambda r: r.seq):
         operation = row.operation
         if operation in (PRE_IMAGE, POST_IMAGE):
             images = pre if operation == PRE_IMAGE else post
-            images.setdefault(_key_text(_key(layout, row, layout.key_columns)), row)
+            images.setdefault(_identity(layout, row), row)
         elif operation in (UPDATE, INSERT):
-            key = _key(layout, row, layout.key_columns)
-            text = _key_text(key)
-            upsert = upserts.get(text)
+            identity = _identity(layout, row)
+            upsert = upserts.get(identity)
             if upsert is None:
-                upsert = upserts[text] = _Change([], key, text)
+                upsert = upserts[identity] = _Change([], _key(layout, row, layout.key_columns), identity)
                 changes.append(upsert)
             upsert.rows.append(row)
         elif operation in _ROW_DELETES:
-            key = _key(layout, row, layout.key_columns)
-            changes.append(_Change([row], key, _key_text(key)))
+            changes.append(_Change([row], _key(layout, row, layout.key_columns), _identity(layout, row)))
         elif operation in _PARTITION_DELETES:
             key = _key(layout, row, layout.partition_key)
             # Without clustering columns the partition is the row: its pre-image (2026.1+) pairs.
-            changes.append(_Change([row], key, None if layout.clustering else _key_text(key)))
+            changes.append(_Change([row], key, None if layout.clustering else _identity(layout, row)))
         elif operation in _LEFT_BOUNDS:
             if pending_left is not None:
                 changes.append(_Change([pending_left], _key(layout, pending_left, layout.partition_key), None))
@@ -332,21 +337,22 @@ def batch_events(
     if pending_left is not None:
         changes.append(_Change([pending_left], _key(layout, pending_left, layout.partition_key), None))
 
-    first_of: dict[str, int] = {}
-    last_of: dict[str, int] = {}
+    first_of: dict[Hashable, int] = {}
+    last_of: dict[Hashable, int] = {}
     for index, change in enumerate(changes):
         if change.row_key is not None:
             first_of.setdefault(change.row_key, index)
             last_of[change.row_key] = index
     for which, images in (("pre", pre), ("post", post)):
-        for text, row in images.items():
-            if text not in first_of:
+        for identity, row in images.items():
+            if identity not in first_of:
                 yield _rejected(layout, partition, row, f"a {which}-image with no delta of its row", now_ms)
     for index, change in enumerate(changes):
-        before = pre.get(change.row_key) if change.row_key and first_of.get(change.row_key) == index else None
-        after = post.get(change.row_key) if change.row_key and last_of.get(change.row_key) == index else None
-        images = {k: v for k, v in (("before", before), ("after", after)) if v is not None}
-        yield _change_event(layout, partition, change, images, {}, now_ms)
+        row_key = change.row_key
+        before = pre.get(row_key) if row_key is not None and first_of.get(row_key) == index else None
+        after = post.get(row_key) if row_key is not None and last_of.get(row_key) == index else None
+        paired = {k: v for k, v in (("before", before), ("after", after)) if v is not None}
+        yield _change_event(layout, partition, change, paired, {}, now_ms)
 
 
 def _change_event(

@@ -784,10 +784,16 @@ class ScyllaCdcWriter:
     # --- bulk loading -------------------------------------------------------------------------------------
 
     def insert_many(
-        self, table: str, rows: Iterable[Row], concurrency: int = 64, timestamp_us: int | None = None
+        self,
+        table: str,
+        rows: Iterable[Row],
+        concurrency: int = 64,
+        timestamp_us: int | None = None,
+        ttl_s: int | None = None,
     ) -> list[int]:
         """Inserts without images, many in flight at once (for benchmarks), stamped now or, with
-        ``timestamp_us``, one microsecond apart from it. Returns their timestamps."""
+        ``timestamp_us``, one microsecond apart from it; ``ttl_s``: USING TTL. Returns their
+        timestamps."""
         from cassandra.concurrent import execute_concurrent
 
         spec = self._tables[table]
@@ -802,11 +808,12 @@ class ScyllaCdcWriter:
             stamps.append(stamp)
             names = list(row)
             base = self._prepare(
-                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) USING TIMESTAMP ?"
+                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) "
+                "USING TIMESTAMP ? AND TTL ?"
             )
-            statements.append((base, [*(self._base_value(spec, n, row[n]) for n in names), stamp]))
+            statements.append((base, [*(self._base_value(spec, n, row[n]) for n in names), stamp, ttl_s or 0]))
             token = self.token_of(table, row)
-            for record in log_records(shape, build_mutation(shape, [Insert(row)], stamp, None), ImageState()):
+            for record in log_records(shape, build_mutation(shape, [Insert(row)], stamp, ttl_s), ImageState()):
                 stream = self.stream_for(table, record.ts, token)
                 statements.append(self._log_batch(spec, stream, record.ts, record.rows))
         execute_concurrent(self.session, statements, concurrency=concurrency)
