@@ -97,7 +97,7 @@ SnapshotMode = Literal["never", "initial", "initial_only"]
 
 _MIN_TOKEN, _MAX_TOKEN = -(2**63), 2**63 - 1  # Murmur3Partitioner
 # How often a closed gate reads the committed checkpoints again (a store read: a folder, a topic).
-_VIEW_REFRESH_S = 1.0
+VIEW_REFRESH_S = 1.0
 _PROGRESS_REFRESH_S = 0.25
 _ROWS_PER_METRICS_UPDATE = 500
 
@@ -184,8 +184,8 @@ def _done(offset: Offset | None) -> bool:
 
 
 class _ProgressBar:
-    """One line on a terminal, redrawn in place: slices finished by the whole pipeline, rows read
-    by this process."""
+    """One line on a terminal, redrawn in place: slices finished by the whole pipeline (as the
+    committed checkpoints say), rows read by this process."""
 
     def __init__(self, enabled: bool, stream: IO[str]) -> None:
         self.enabled = enabled
@@ -206,7 +206,7 @@ class _ProgressBar:
         plural = "" if tables == 1 else "s"
         self._stream.write(
             f"\rsnapshot [{'#' * filled}{'.' * (width - filled)}] {finished}/{total} slices of {tables} "
-            f"table{plural}, {rows_here:,} rows read here" + ("\n" if complete else "")
+            f"table{plural}, {rows_here:,} rows read by this process" + ("\n" if complete else "")
         )
         self._stream.flush()
         self._ended = complete
@@ -234,6 +234,7 @@ class TokenRangeSnapshot:
         id_prefix: str = "",
         execution_profile: object | None = None,
         progress_stream: IO[str] | None = None,
+        view_refresh_s: float = VIEW_REFRESH_S,
     ) -> None:
         self.settings = settings
         self._context = context
@@ -252,6 +253,7 @@ class TokenRangeSnapshot:
                 self._slices_of[table.name].append(partition_id)
         self._view: dict[str, Offset] = {}
         self._view_read_at = float("-inf")
+        self._view_refresh_s = view_refresh_s
         self._slices_open = False
         self._waiting_logged = False
         self._open_streams: dict[str, int | None] = {}  # table (or "*") -> when its snapshot began
@@ -261,7 +263,8 @@ class TokenRangeSnapshot:
             metrics.slices.set(len(self._slices_of[name]))
         stream = progress_stream or sys.stderr
         enabled = settings.snapshot_progress if settings.snapshot_progress is not None else stream.isatty()
-        self._bar = _ProgressBar(enabled, stream)
+        # Worker processes share the terminal: the first one draws (its slice counts are everyone's).
+        self._bar = _ProgressBar(enabled and context.worker_id == "0", stream)
 
     # --- slices as partitions -----------------------------------------------------------------
 
@@ -351,7 +354,7 @@ class TokenRangeSnapshot:
 
     def _refresh_view(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._view_read_at < _VIEW_REFRESH_S:
+        if not force and now - self._view_read_at < self._view_refresh_s:
             return
         reader = self._context.committed_offsets
         if reader is None:
@@ -414,16 +417,6 @@ class TokenRangeSnapshot:
         :meth:`stream_may_start` said yes for it; None before, or without slices."""
         return self._open_streams.get(table if table is not None else "*")
 
-    # --- progress -----------------------------------------------------------------------------
-
-    def _show_progress(self, force: bool = False) -> None:
-        finished_total = 0
-        for name, slices in self._slices_of.items():
-            finished = sum(1 for pid in slices if _done(self._view.get(pid)))
-            self._metrics[name].slices_finished.set(finished)
-            finished_total += finished
-        self._bar.show(finished_total, len(self._slices), self._rows_here, len(self._tables), force)
-
     def check_log_kept(
         self, stream_position_us: int, started_us: int | None, horizon_us: int, margin_us: int, where: str
     ) -> None:
@@ -441,6 +434,16 @@ class TokenRangeSnapshot:
                 "could read them. Take the snapshot again (cdcflow offsets reset FILE with the snapshot/... and "
                 "stream partitions, while stopped) with more slices and workers, or raise the table's CDC ttl"
             )
+
+    # --- progress -----------------------------------------------------------------------------
+
+    def _show_progress(self, force: bool = False) -> None:
+        finished_total = 0
+        for name, slices in self._slices_of.items():
+            finished = sum(1 for pid in slices if _done(self._view.get(pid)))
+            self._metrics[name].slices_finished.set(finished)
+            finished_total += finished
+        self._bar.show(finished_total, len(self._slices), self._rows_here, len(self._tables), force)
 
 
 def _utc(micros: int) -> str:

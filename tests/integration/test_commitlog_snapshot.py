@@ -198,7 +198,7 @@ def test_initial_only_reads_the_rows_and_ends_with_a_progress_bar_on_a_terminal(
         f"node1%2Fsnapshot%2F{keyspace}.orders%2F{i:05d}-of-{SLICES:05d}.checkpoint.json" for i in range(SLICES)
     )
     text = shown.decode(errors="replace")
-    assert "\rsnapshot [" in text and f"] {SLICES}/{SLICES} slices of 1 table, 100 rows read here" in text
+    assert "\rsnapshot [" in text and f"] {SLICES}/{SLICES} slices of 1 table, 100 rows read by this process" in text
 
 
 def test_resumes_after_sigkill_mid_snapshot_without_rereading_finished_slices(
