@@ -10,7 +10,8 @@ by type, never by parsing messages.
     ├── ConfigError
     │   ├── ConfigFileError            unreadable file or YAML
     │   ├── ConfigFieldError           one or more bad fields (file, dotted path, expected, found)
-    │   └── MissingEnvironmentVariableError
+    │   ├── MissingEnvironmentVariableError
+    │   └── MalformedEnvironmentReferenceError  looks like ${NAME} but is not
     ├── PluginError
     │   ├── UnknownPluginTypeError
     │   ├── PluginConflictError        two packages claim one type name
@@ -54,6 +55,7 @@ __all__ = [
     "EngineUnavailableError",
     "EngineUnsupportedError",
     "FieldProblem",
+    "MalformedEnvironmentReferenceError",
     "MissingEnvironmentVariableError",
     "PluginConflictError",
     "PluginError",
@@ -131,6 +133,20 @@ class MissingEnvironmentVariableError(ConfigError):
         super().__init__(
             f"{where}: field {path}: environment variable {variable} is not set "
             f"(set it, or write ${{{variable}:-default}})"
+        )
+
+
+class MalformedEnvironmentReferenceError(ConfigError):
+    """Text that looks like an environment reference but is neither ``${NAME}`` nor
+    ``${NAME:-default}`` (``$NAME``, ``${A B}``, ``${NAME:default}``, an unclosed ``${``)."""
+
+    def __init__(self, file: Path | str, path: str, reference: str, line: int | None = None) -> None:
+        self.file, self.path, self.reference = str(file), path, reference
+        where = f"{file}: line {line}" if line is not None else str(file)
+        super().__init__(
+            f"{where}: field {path}: {reference!r} is not an environment reference cdcflow reads: write "
+            "${NAME} or ${NAME:-default} (NAME: letters, digits and _, not starting with a digit), "
+            "or $$ for a literal $"
         )
 
 
