@@ -123,6 +123,7 @@ def _cmd_plugins_list(args: argparse.Namespace) -> int:
 def _store_for(file: str, registry: Any) -> tuple[PipelineSpec, CheckpointStore[Any]]:
     spec = load_pipeline(file, registry)
     store: CheckpointStore[Any] = registry.create(spec.checkpoint, PluginContext(spec.name, spec.file))
+    store.check_reachable(spec.engine.startup_timeout_s)
     store.open()
     return spec, store
 

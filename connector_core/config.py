@@ -97,6 +97,17 @@ class EngineConfig(_Strict):
     poll_interval_ms: int = Field(default=200, ge=1, description="idle wait when no partition has news")
     partition_refresh_ms: int = Field(default=30_000, ge=1, description="how often partitions are listed")
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Prometheus port; null: off")
+    startup_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="at start, how long each sink, source and checkpoint store may take to reach its system",
+    )
+    shutdown_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="after SIGTERM, the process ends within this: flushed and checkpointed, or exit 1 "
+        "without committing what the sink did not acknowledge",
+    )
     master: str | None = Field(default=None, description="Spark master URL (spark engine); default local[*]")
     trigger_interval_ms: int = Field(
         default=1000, ge=0, description="how often Spark plans a micro-batch (spark engine)"

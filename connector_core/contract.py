@@ -139,6 +139,14 @@ class _Plugin(ABC, Generic[ConfigT]):
     def close(self) -> None:
         """Release connections. Called once, also after a failure; must not raise."""
 
+    def check_reachable(self, timeout_s: float) -> None:
+        """Called once at start, before ``open``: return once the plugin's system answered, or raise
+        :class:`~cdcflow.errors.StartupCheckError` naming the setting and the address, within about
+        ``timeout_s`` (``engine.startup_timeout_s``). A refusal no wait will cure (credentials,
+        certificates) may fail at once. Plugins whose ``open`` talks to their system anyway, or
+        that have none, keep this default: ``open`` failing transiently past the same bound is
+        reported as a :class:`~cdcflow.errors.StartupCheckError` too."""
+
 
 class Source(_Plugin[ConfigT]):
     """A change source: describes its partitions and reads bounded ranges of them.

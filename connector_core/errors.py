@@ -30,6 +30,7 @@ by type, never by parsing messages.
     │   ├── CheckpointUnavailableError (transient)
     │   └── CheckpointCorruptError
     ├── ProtocolError                  a peer answered outside its protocol
+    ├── StartupCheckError              a system did not answer at start (names the setting and address)
     ├── EngineError
     │   ├── EngineUnavailableError     the engine cannot start here (no pyspark, no or old Java)
     │   └── EngineUnsupportedError     this pipeline cannot run on this engine
@@ -70,6 +71,7 @@ __all__ = [
     "SourceDataError",
     "SourceError",
     "SourceUnavailableError",
+    "StartupCheckError",
     "TransformError",
     "TransientError",
     "UnknownPluginTypeError",
@@ -236,6 +238,12 @@ class CheckpointCorruptError(CheckpointError):
 
 class ProtocolError(CdcflowError):
     """A peer answered in a way its protocol does not allow."""
+
+
+class StartupCheckError(CdcflowError):
+    """At start, a sink, source or checkpoint store could not reach its system within
+    ``engine.startup_timeout_s``, or its system refused the credentials or certificates. Not
+    retried: the message names the setting and the address to fix."""
 
 
 class EngineError(CdcflowError):

@@ -21,7 +21,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from cdcflow.config import ResolvedPath
-from cdcflow.errors import ConfigError
+from cdcflow.errors import ConfigError, StartupCheckError
 
 __all__ = ["LIBRDKAFKA_LOGGER", "KafkaClientConfig", "KafkaClientFileError"]
 
@@ -175,6 +175,47 @@ class KafkaClientConfig(BaseModel):
         java.update(self.java)
         return {f"kafka.{name}": value for name, value in java.items()}
 
+    # --- start-up -------------------------------------------------------------------------------
+
+    def check_reachable(self, bootstrap_servers: str, timeout_s: float, where: str) -> None:
+        """Return once a broker of ``bootstrap_servers`` answered a metadata request with this
+        block's security settings; else raise :class:`StartupCheckError` naming the setting (under
+        ``where``, e.g. ``sink``) and the address. Refused credentials or certificates fail at once;
+        a broker that cannot be reached yet is waited for up to ``timeout_s``."""
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        errors: list[KafkaError] = []
+        connection_log = _ConnectionLog()
+        admin = AdminClient(
+            self.librdkafka_settings(bootstrap_servers, {"error_cb": errors.append}) | connection_log.settings()
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                admin.list_topics(timeout=max(0.2, min(1.0, remaining)))
+                return
+            except KafkaException as exc:
+                errors.append(exc.args[0])
+            admin.poll(0)  # serves error_cb
+            seen: list[Any] = [*errors, *connection_log.failures()]
+            for error in seen:
+                refusal = _refusal(error)
+                if refusal is not None:
+                    settings, what = refusal
+                    raise StartupCheckError(
+                        f"{' / '.join(f'{where}.kafka.{s}' for s in settings)}: {what.format(bootstrap_servers)}: "
+                        f"{_readable(error.str())}"
+                    )
+            if remaining <= 1.0:
+                causes = [e for e in errors if e.code() not in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)]
+                cause = (causes or [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN] or errors)[-1]
+                raise StartupCheckError(
+                    f"{where}.bootstrap_servers: no Kafka broker at {bootstrap_servers} answered within "
+                    f"{timeout_s:.3g} s (engine.startup_timeout_s): {_readable(cause.str())}"
+                )
+
     def _ssl_files(self) -> dict[str, Path]:
         files = {
             "ca": (self.ssl_ca_location, "ssl_ca_location"),
@@ -189,6 +230,72 @@ class KafkaClientConfig(BaseModel):
                 raise KafkaClientFileError(f"kafka.{field}: {path} is not a readable file")
             found[name] = path
         return found
+
+
+class _ConnectionFailure:
+    """A connection failure librdkafka only logs (at info level), shaped like a KafkaError."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def code(self) -> int:
+        return 0
+
+    def str(self) -> str:
+        return self.text
+
+
+class _ConnectionLog:
+    """librdkafka's connection log during a start-up check: a client speaking the wrong security
+    protocol is disconnected while asking for API versions, which librdkafka reports only there.
+    Warnings and errors still go to :data:`LIBRDKAFKA_LOGGER`."""
+
+    def __init__(self) -> None:
+        self._failures: list[str] = []
+
+    def settings(self) -> dict[str, Any]:
+        return {"logger": self, "log_level": 6}
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        if level >= logging.WARNING:
+            LIBRDKAFKA_LOGGER.log(level, message, *args)
+        text = str(args[-1]) if args else message
+        if "Disconnected" in text and "state APIVERSION_QUERY" in text:
+            self._failures.append(text)
+
+    def failures(self) -> list[_ConnectionFailure]:
+        return [_ConnectionFailure(f"{text} (a plaintext client at a TLS listener?)") for text in self._failures[:1]]
+
+
+def _refusal(error: Any) -> tuple[tuple[str, ...], str] | None:
+    """For an error no wait will cure: the ``kafka`` settings to fix and what happened (``{}`` is
+    the address); None for a broker not reached (yet)."""
+    from confluent_kafka import KafkaError
+
+    code, text = error.code(), error.str()
+    protocol = ("security_protocol",), "the Kafka broker at {} speaks another security protocol"
+    wrong_protocol = ("state APIVERSION_QUERY", "wrong version number", "packet length too long", "PLAINTEXT broker")
+    if any(sign in text for sign in wrong_protocol):
+        return protocol
+    if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+        return ("sasl_username", "sasl_password"), "the Kafka broker at {} refused the credentials"
+    if code == KafkaError._SSL:
+        return ("ssl_ca_location",), "the certificate of the Kafka broker at {} is not trusted"
+    if "alert bad certificate" in text or "alert certificate required" in text or "alert unknown ca" in text:
+        client_certificate = ("ssl_certificate_location", "ssl_key_location")
+        return client_certificate, "the Kafka broker at {} refused this client's certificate"
+    if "might be caused by incorrect security.protocol" in text:
+        return protocol
+    return None
+
+
+_BROKER_PREFIX = re.compile(r"^(?:\[thrd:[^\]]*\]: )?\S+/(?:bootstrap|\d+): ")
+_STATE_SUFFIX = re.compile(r" \(after \d+ms in state \w+(?:, \d+ identical error\(s\) suppressed)?\)")
+
+
+def _readable(message: str) -> str:
+    """A librdkafka error without the broker-handle prefix and connection-state suffix."""
+    return _STATE_SUFFIX.sub("", _BROKER_PREFIX.sub("", message))
 
 
 def _jaas_quoted(value: str) -> str:

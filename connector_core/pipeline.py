@@ -35,6 +35,7 @@ from cdcflow.errors import (
     EngineUnsupportedError,
     RecordRejectedError,
     SinkError,
+    StartupCheckError,
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Record
@@ -47,6 +48,7 @@ __all__ = [
     "PartitionAssignment",
     "PipelineRunner",
     "RecordFailedError",
+    "StoppedWhileRetryingError",
     "apply_transforms",
     "dead_letter_record",
 ]
@@ -83,6 +85,12 @@ class HashAssignment:
 
 class _StopRequestedError(Exception):
     """Stop was requested while waiting to retry."""
+
+
+class StoppedWhileRetryingError(CdcflowError):
+    """A stop came while a failure was being retried: no final flush and checkpoint happened. The
+    last checkpoint stands and what came after it is read again at the next start; the process
+    exits non-zero so that a supervisor knows the stop was not clean."""
 
 
 class RecordFailedError(CdcflowError):
@@ -185,12 +193,15 @@ class PipelineRunner:
         plugins = self._plugins()
         try:
             for plugin in plugins:  # one at a time, so a retry does not reopen what is already open
-                self._with_retries(f"open {type(plugin).__name__}", plugin.open)
+                self._open_within_startup_timeout(plugin)
             self._committed = self._with_retries("load checkpoints", self.store.load)
             log.info("pipeline %s running: %d committed partition checkpoints", self.spec.name, len(self._committed))
             self._with_retries("deliver", self._deliver_until_done)
-        except _StopRequestedError:
-            log.info("pipeline %s stopped while waiting to retry; the last checkpoint stands", self.spec.name)
+        except _StopRequestedError as exc:
+            raise StoppedWhileRetryingError(
+                f"pipeline {self.spec.name}: stopped while retrying after {type(exc.__cause__).__name__}: "
+                f"{exc.__cause__}; the last checkpoint stands, what came after it is read again at the next start"
+            ) from exc.__cause__
         finally:
             for plugin in reversed(plugins):
                 try:
@@ -201,6 +212,32 @@ class PipelineRunner:
     def _plugins(self) -> list[Any]:
         plugins: list[Any] = [self.store, self.source, *self.transforms, self.sink]
         return plugins + ([self.dead_letter] if self.dead_letter is not None else [])
+
+    def _open_within_startup_timeout(self, plugin: Any) -> None:
+        """``check_reachable`` then ``open``, retrying transient failures for at most
+        ``engine.startup_timeout_s``: a system that is not there fails the start with a message
+        naming the setting, instead of being retried for the whole retry budget."""
+        timeout_s = self.spec.engine.startup_timeout_s
+        where = f"{plugin.context.field_path or type(plugin).__name__} ({plugin.config.type})"
+        deadline = time.monotonic() + timeout_s
+        backoff = Backoff(self.spec.errors.retry)
+        while True:
+            try:
+                plugin.check_reachable(max(0.1, deadline - time.monotonic()))
+                plugin.open()
+                return
+            except TransientError as exc:
+                self.metrics.error(type(exc).__name__)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StartupCheckError(
+                        f"pipeline {self.spec.name}: {where} could not start within engine.startup_timeout_s = "
+                        f"{timeout_s:g} s: {exc}"
+                    ) from exc
+                delay = min(backoff.next_delay(f"pipeline {self.spec.name}: open {where}", exc), remaining)
+                log.warning("opening %s failed (%s: %s); retrying in %.2fs", where, type(exc).__name__, exc, delay)
+                if self.stop.wait(delay):
+                    raise _StopRequestedError from exc
 
     def _with_retries(self, operation: str, action: Callable[[], Any]) -> Any:
         """Run ``action``; on a transient failure, wait (interruptibly), rewind, and run it again."""

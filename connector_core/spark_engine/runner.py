@@ -119,6 +119,11 @@ def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event)
     if "spark" not in sink.engines:
         raise EngineUnsupportedError(f"{spec.file}: sink type {spec.sink.config.type!r} cannot run on the spark engine")
     view = _DriverView(registry.create(spec.source, context))
+    # Sinks run in Spark's tasks; the driver checks they can be reached before a query starts.
+    dead_letter: Sink[Any] | None = registry.create(spec.dead_letter, context) if spec.dead_letter else None
+    for plugin in (view.source, sink, dead_letter):
+        if plugin is not None:
+            plugin.check_reachable(spec.engine.startup_timeout_s)
     view.source.open()
     try:
         done = committed_end_offsets(location)

@@ -40,6 +40,11 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
 
     _producer: Producer | None = None
 
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(
+            self.config.bootstrap_servers, timeout_s, self.context.field_path or "checkpoint"
+        )
+
     def open(self) -> None:
         settings = self.config.kafka.librdkafka_settings(self.config.bootstrap_servers)
         admin = AdminClient(settings)

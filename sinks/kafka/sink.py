@@ -92,6 +92,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}"
             ) from exc
 
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "sink")
+
     def write(self, records: Sequence[Record]) -> list[Rejected]:
         producer = self._producer
         assert producer is not None, "open() first"

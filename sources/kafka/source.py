@@ -80,6 +80,9 @@ class KafkaSource(Source[KafkaSourceConfig]):
             self._consumer.close()
             self._consumer = None
 
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "source")
+
     @property
     def consumer(self) -> Consumer:
         assert self._consumer is not None, "open() first"

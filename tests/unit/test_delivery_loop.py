@@ -16,7 +16,7 @@ from cdcflow.config import parse_pipeline
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.errors import SinkDeliveryError, SourceDataError
 from cdcflow.events import Record
-from cdcflow.pipeline import HashAssignment, PipelineRunner, RecordFailedError, build_runner
+from cdcflow.pipeline import HashAssignment, PipelineRunner, RecordFailedError, StoppedWhileRetryingError, build_runner
 from cdcflow.plugins import PluginRegistry
 from cdcflow.sources.datagen.source import DatagenSource
 
@@ -175,14 +175,22 @@ def test_hash_assignment_gives_every_partition_exactly_one_owner(workers: int) -
     assert len({found[0] for found in owners.values()}) == workers  # nobody idles on 80 partitions
 
 
-def test_stop_during_backoff_returns_without_committing(tmp_path: Path, registry: PluginRegistry) -> None:
+def test_stop_during_backoff_ends_without_committing_and_says_so(tmp_path: Path, registry: PluginRegistry) -> None:
     runner = pipeline(
         tmp_path,
         registry,
         sink={"type": "recording", "fail_flushes": 1000},
         errors={"retry": {"initial_backoff_ms": 50, "max_backoff_ms": 50}},
     )
-    thread = threading.Thread(target=runner.run)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
     thread.start()
     while "flush" not in RecordingSink.calls:
         thread.join(0.01)
@@ -190,6 +198,9 @@ def test_stop_during_backoff_returns_without_committing(tmp_path: Path, registry
     thread.join(10)
     assert not thread.is_alive()
     assert committed_offsets(tmp_path) == {}
+    # Not a clean stop: the process exits non-zero, naming the failure it was retrying.
+    assert [type(f) for f in failures] == [StoppedWhileRetryingError]
+    assert "stopped while retrying after SinkDeliveryError" in str(failures[0])
 
 
 def test_metrics_count_events_and_expose_the_committed_watermark(tmp_path: Path, registry: PluginRegistry) -> None:
