@@ -135,10 +135,16 @@ def _cmd_offsets_show(args: argparse.Namespace) -> int:
     finally:
         store.close()
     now_us = time.time() * 1e6
+    # lag_s is as of the commit (0: the partition had nothing more then); a running pipeline's
+    # present lag is its cdcflow_checkpoint_lag_seconds metric. committed_s_ago says how old that is.
     result = {
         "pipeline": spec.name,
         "partitions": {
-            pid: {**c.to_json(), "lag_s": None if c.watermark_us is None else round((now_us - c.watermark_us) / 1e6, 3)}
+            pid: {
+                **c.to_json(),
+                "lag_s": round(c.lag_at_commit_s(), 3),
+                "committed_s_ago": round((now_us - c.committed_at_us) / 1e6, 3),
+            }
             for pid, c in sorted(checkpoints.items())
         },
     }

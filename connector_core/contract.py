@@ -98,14 +98,21 @@ class Partition:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A partition's committed offset, with the watermark it implies and when it was committed."""
+    """A partition's committed offset, with the watermark it implies, when it was committed, and
+    whether the partition had nothing more to give then (``Source.caught_up``)."""
 
     offset: Offset
     watermark_us: int | None
     committed_at_us: int
+    caught_up: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "watermark_us": self.watermark_us, "committed_at_us": self.committed_at_us}
+        return {
+            "offset": self.offset,
+            "watermark_us": self.watermark_us,
+            "committed_at_us": self.committed_at_us,
+            "caught_up": self.caught_up,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
@@ -113,7 +120,19 @@ class Checkpoint:
             offset=dict(data["offset"]),
             watermark_us=data.get("watermark_us"),
             committed_at_us=int(data.get("committed_at_us", 0)),
+            caught_up=bool(data.get("caught_up", False)),
         )
+
+    def durable_until_us(self) -> int:
+        """Up to when the partition was durable downstream at this commit: the commit itself when
+        it was caught up, else its watermark (or the commit, for a source without watermarks)."""
+        if self.caught_up or self.watermark_us is None:
+            return self.committed_at_us
+        return min(self.watermark_us, self.committed_at_us)
+
+    def lag_at_commit_s(self) -> float:
+        """How far behind the partition was when it committed (0: caught up)."""
+        return (self.committed_at_us - self.durable_until_us()) / 1e6
 
 
 @dataclass(frozen=True)
@@ -204,6 +223,14 @@ class Source(_Plugin[ConfigT]):
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
         """True when a bounded partition has nothing beyond ``offset``, ever."""
         return False
+
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        """True when ``offset`` holds everything the partition has to give now: nothing waits
+        beyond it. The pipeline reports a caught-up partition's lag as 0 (see
+        :mod:`cdcflow.metrics`). None, the default, lets the pipeline decide: caught up when
+        ``latest_offset`` had nothing beyond the position. A source whose offsets move with time
+        even when nothing happens (a change log read up to now minus a window) says it here."""
+        return None
 
     def spark_native_stream(self, session: Any, max_records_per_trigger: int) -> Any | None:
         """A streaming DataFrame read by a native Spark connector instead of this contract, or None.
