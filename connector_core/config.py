@@ -92,7 +92,9 @@ class EngineConfig(_Strict):
     workers: int = Field(default=1, ge=1, description="worker processes that split the partitions")
     batch_size: int = Field(default=2000, ge=1, description="records per sink.write call")
     max_records_per_read: int = Field(
-        default=50_000, ge=1, description="records one read cycle of a partition may hold; bounds replay"
+        default=50_000,
+        ge=1,
+        description="records one read of one partition may take (a read cycle; a Spark micro-batch); bounds replay",
     )
     poll_interval_ms: int = Field(default=200, ge=1, description="idle wait when no partition has news")
     partition_refresh_ms: int = Field(default=30_000, ge=1, description="how often partitions are listed")
@@ -113,6 +115,17 @@ class EngineConfig(_Strict):
         default=1000, ge=0, description="how often Spark plans a micro-batch (spark engine)"
     )
     conf: dict[str, str] = Field(default_factory=dict, description="Spark configuration (spark engine)")
+    python: str | None = Field(
+        default=None,
+        description="the Python executors run (spark.pyspark.python), with cdcflow and the pipeline's plugins "
+        "installed; default $PYSPARK_PYTHON, else the interpreter running cdcflow (spark engine)",
+    )
+    executor_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="on a cluster, how long to wait for a first executor before failing with the resources "
+        "asked for (spark engine)",
+    )
 
 
 class PipelineConfig(_Strict):

@@ -232,13 +232,15 @@ class Source(_Plugin[ConfigT]):
         even when nothing happens (a change log read up to now minus a window) says it here."""
         return None
 
-    def spark_native_stream(self, session: Any, max_records_per_trigger: int) -> Any | None:
+    def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any | None:
         """A streaming DataFrame read by a native Spark connector instead of this contract, or None.
 
-        The spark engine calls it on the driver; each row it yields is passed to
+        The spark engine calls it on the driver, after ``open``; each row it yields is passed to
         :meth:`decode_spark_row` in Spark's tasks. Spark's connector then owns the offsets (in the
         query's checkpoint) and ``partitions``/``read`` are not used. The ``kafka`` source does this
-        to read with ``spark-sql-kafka``.
+        to read with ``spark-sql-kafka``. ``max_records_per_read`` is ``engine.max_records_per_read``
+        (per partition and micro-batch); a connector that cannot bound each partition says in its
+        own settings what it bounds instead.
         """
         return None
 

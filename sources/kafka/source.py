@@ -39,6 +39,13 @@ class KafkaSourceConfig(PluginConfig):
         default="earliest", description="where a partition with no committed offset starts"
     )
     poll_timeout_ms: int = Field(default=1000, ge=10)
+    max_records_per_batch: int | None = Field(
+        default=None,
+        ge=1,
+        description="spark engine: records one micro-batch takes over all its topic-partitions (Spark's "
+        "maxOffsetsPerTrigger, split between partitions by backlog; Spark cannot bound each one); "
+        "default engine.max_records_per_read for each topic-partition",
+    )
     consumer: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="extra librdkafka consumer settings (worker engine); Spark's connector takes kafka.java",
@@ -191,12 +198,14 @@ class KafkaSource(Source[KafkaSourceConfig]):
             envelope=False,
         )
 
-    def spark_native_stream(self, session: Any, max_records_per_trigger: int) -> Any | None:
+    def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any | None:
+        # Spark's connector bounds a whole micro-batch, not each partition: max_records_per_batch.
+        per_batch = self.config.max_records_per_batch or max_records_per_read * max(1, len(self.partitions()))
         options = {
             **self.config.kafka.spark_options(self.config.bootstrap_servers),
             "subscribe": ",".join(self.config.topics),
             "startingOffsets": self.config.start,
-            "maxOffsetsPerTrigger": str(max_records_per_trigger),
+            "maxOffsetsPerTrigger": str(per_batch),
         }
         reader = session.readStream.format("kafka")
         for name, value in options.items():

@@ -1,6 +1,7 @@
 """One ``kafka`` block, every Kafka client: the sink, the dead-letter sink, the checkpoint store and
-the source (librdkafka on the worker engine, Spark's Java connector on the spark engine) against a
-real broker's SASL_SSL listener: SCRAM over TLS with client certificates, made by the test."""
+the source against a real broker's SASL_SSL listener (SCRAM over TLS with client certificates, made
+by the test). Spark's Java connector reads the same listener, from executors on a standalone
+cluster, in test_spark_cluster.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, start_worker, topics_with_prefix
-from tests.integration.parquet_helpers import read_parquet
 from tests.integration.secure_kafka import PASSWORD, SecureKafka
 
 pytestmark = pytest.mark.kafka
@@ -91,38 +91,6 @@ def test_worker_engine_clients_reach_a_sasl_ssl_broker(
     assert process.returncode == 0, stderr.decode()[-3000:]
     back = [json.loads(line) for line in (tmp_path / "back.jsonl").read_text().splitlines()]
     assert Counter(event_id(b["value"]) for b in back) == delivered_ids
-
-
-@pytest.mark.spark
-def test_spark_kafka_connector_reads_a_sasl_ssl_broker(
-    tmp_path: Path, secure_kafka: SecureKafka, topic_prefix: str
-) -> None:
-    count = 2000
-    to_kafka = datagen_to_secure_kafka(tmp_path, secure_kafka, topic_prefix, count)
-    assert run_cdcflow("run", str(to_kafka)).returncode == 0
-    client = secure_kafka.librdkafka()
-    topics = topics_with_prefix(secure_kafka.sasl_ssl, f"{topic_prefix}.", client)
-    expected = {
-        event_id(json.loads(r.value)["payload"])
-        for r in read_topics(secure_kafka.sasl_ssl, topics, client=client)
-        if r.value
-    }
-
-    to_parquet = tmp_path / "to-parquet.yaml"
-    to_parquet.write_text(
-        "name: secure-to-parquet\n"
-        f"source: {{type: kafka, bootstrap_servers: '{secure_kafka.sasl_ssl}', topics: {json.dumps(topics)}, "
-        f"kafka: {secure_kafka.client_block()}}}\n"
-        "sink: {type: parquet, path: out}\n"
-        "checkpoint: {type: file, path: ckpt}\n"
-        "engine: {type: spark, master: 'local[1]', trigger_interval_ms: 500}\n"
-    )
-    from tests.integration.test_spark_engine import run_until_parquet_rows
-
-    run_until_parquet_rows(to_parquet, tmp_path / "out", len(expected))
-    seqs = Counter(read_parquet(tmp_path / "out").column("seq").to_pylist())
-    assert set(seqs) == expected
-    assert all(n == 1 for n in seqs.values())
 
 
 def _lines(file: Path) -> int:
