@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
 from cdcflow.contract import PluginConfig
-from cdcflow.errors import ConfigFieldError, FieldProblem, UnknownPluginTypeError
+from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError
 
 __all__ = [
     "EngineConfig",
@@ -310,12 +310,34 @@ def validate_plugin_config(
     field_path: str,
     base_dir: Path,
 ) -> ResolvedPlugin:
-    """Validate one plugin section outside a pipeline file's first pass (a sink's nested converter)."""
-    path: FieldPath = tuple(field_path.split(".")) if field_path else ()
+    """Validate one plugin section outside a pipeline file's first pass (a sink's nested converter).
+
+    Its problems name the file's lines too: the file is read again for them (it is small, and
+    this happens once per plugin instance built).
+    """
+    path = _undotted(field_path)
     resolved, problems = resolve_plugin_config(kind, section, path, registry, {"base_dir": base_dir}, {})
     if problems or resolved is None:
-        raise ConfigFieldError(file, problems)
+        lines = _lines_of(Path(file))
+        raise ConfigFieldError(
+            file, [replace(p, line=p.line or _nearest_line(_undotted(p.path), lines)) for p in problems]
+        )
     return resolved
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _undotted(field_path: str) -> FieldPath:
+    """``transforms[0].regex`` -> ``("transforms", 0, "regex")`` (the inverse of ``dotted``)."""
+    return tuple(name if name else int(index) for name, index in _PATH_PART.findall(field_path))
+
+
+def _lines_of(file: Path) -> Mapping[FieldPath, int]:
+    try:
+        return load_yaml_with_lines(file)[1]
+    except ConfigError:
+        return {}  # not a file (built in code): the problems go without lines
 
 
 def _problems(

@@ -74,7 +74,7 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  status) all_up ;;
+  status) is_running "$data/master.pid" && all_up ;;
   master-url) echo "$MASTER_URL" ;;
   *) die "usage: $0 start|stop|status|master-url" ;;
 esac

@@ -203,12 +203,48 @@ def test_validate_checks_nested_converter_config(tmp_path: Path, capsys: pytest.
         + "sink: {type: kafka, bootstrap_servers: 'x:1', converter: {type: json, schema: 1}}\n",
     )
     assert main(["validate", str(file)]) == 2
-    assert "field sink.converter.schema: expected one of the known fields" in capsys.readouterr().err
+    assert "line 3: field sink.converter.schema: expected one of the known fields" in capsys.readouterr().err
+
+
+def test_a_nested_converter_error_names_its_own_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = write(
+        tmp_path,
+        "name: p\n"
+        + GOOD_SOURCE
+        + "sink:\n  type: kafka\n  bootstrap_servers: 'x:1'\n"
+        + "errors:\n  tolerance: all\n  dead_letter:\n    type: kafka\n    bootstrap_servers: 'x:1'\n"
+        + "    converter:\n      type: avro\n      schema_registry_url: 7\n",
+    )
+    assert main(["validate", str(file)]) == 2
+    assert "line 13: field errors.dead_letter.converter.schema_registry_url: expected a valid string" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("file", sorted((REPO / "config").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_pipelines_validate(file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(file)]) == 0, capsys.readouterr().err
+
+
+def test_a_shipped_pipeline_for_every_source_with_state_in_one_place(registry: PluginRegistry) -> None:
+    files = sorted((REPO / "config").glob("*.yaml"))
+    specs = [load_pipeline(file, registry, environ={}) for file in files]
+    builtin_sources = {"datagen", "kafka", "cassandra_commitlog", "scylla_cdc", "tikv_rawkv"}
+    assert builtin_sources <= {spec.source.config.type for spec in specs}
+    for spec in specs:
+        state = REPO / "config" / "state"
+        if spec.checkpoint.config.type == "file":
+            assert spec.checkpoint.config.path == state / spec.name, spec.file  # type: ignore[attr-defined]
+        state_files = []  # dead letters and the commit-log error store, where they are files
+        if spec.dead_letter is not None and spec.dead_letter.config.type == "file":
+            state_files.append(spec.dead_letter.config.path)  # type: ignore[attr-defined]
+        error_store = getattr(spec.source.config, "error_store", None)
+        if error_store is not None and error_store.type == "file":
+            state_files.append(error_store.path)
+        for path in state_files:
+            assert path.parent == state and path.name.startswith(f"{spec.name}."), (spec.file, path)
+        if spec.sink.config.type == "parquet":
+            assert spec.sink.config.path == str(REPO / "config" / "out" / spec.name)  # type: ignore[attr-defined]
 
 
 def test_shipped_json_schema_is_current(capsys: pytest.CaptureFixture[str]) -> None:
