@@ -99,6 +99,7 @@ def app_executor_commands(since: float) -> Iterator[str]:
             yield stderr.read_text(errors="replace").split("\n", 1)[0]
 
 
+@pytest.mark.timeout(1200)  # two drivers, each starting a Spark application on a shared 2-core machine
 def test_datagen_and_kafka_to_parquet_on_a_standalone_cluster_through_a_driver_kill(
     tmp_path: Path, spark_master: str, secure_kafka: SecureKafka, topic_prefix: str
 ) -> None:
