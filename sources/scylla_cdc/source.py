@@ -476,6 +476,11 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
         return self._finished(self._group(partition), offset)
 
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): read up to now minus the confidence window (within a poll
+        # interval) is all the log may give now; _plan then has nothing to read yet.
+        return self._plan(self._group(partition), offset) is None
+
     def _finished(self, group: _Group, offset: Offset) -> bool:
         if group.end_us is None:
             return False
