@@ -699,6 +699,16 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         snapshot = self._slice(partition)
         return snapshot is not None and snapshot.is_finished(offset)
 
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): a slice not read yet, and the stream waiting for the
+        # snapshot (its latest_offset says "nothing new"), are work waiting.
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.is_finished(offset)
+        if self._snapshot is not None and not self._snapshot.stream_may_start():
+            return False
+        return None
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         if self._snapshot is not None:
             self._snapshot.note_committed(offsets)

@@ -536,6 +536,15 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             return snapshot.is_finished(offset)
         return self._finished(self._group(partition), offset)
 
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): read up to now minus the confidence window (within a poll
+        # interval) is all the log may give now; _plan then has nothing to read yet. A slice not
+        # read yet, and a group waiting for it, are work waiting.
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.is_finished(offset)
+        return self._plan(self._group(partition), offset) is None
+
     def _finished(self, group: _Group, offset: Offset) -> bool:
         if group.end_us is None:
             return False

@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from cdcflow.contract import Partition
 from cdcflow.events import ChangeEvent
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.sources.cql.snapshot import SnapshotOutlivedLogError
@@ -109,9 +110,14 @@ def test_initial_rows_first_then_every_change_including_those_made_during_it(
     tokens = _orders(session, keyspace)
     runner = runner_for(_pipeline(tmp_path, cdc_raw_dir, keyspace, "initial"))
     changed: dict[str, int] = {}
-    hook_first_snapshot_write(
-        runner, lambda rows: changed.update(_changed_during_the_snapshot(session, keyspace, tokens, rows))
-    )
+    stream = Partition("node1")
+    waiting: list[bool | None] = []
+
+    def change(rows: list[ChangeEvent]) -> None:
+        changed.update(_changed_during_the_snapshot(session, keyspace, tokens, rows))
+        waiting.append(runner.source.caught_up(stream, {"segment": 0, "position": 0}))
+
+    hook_first_snapshot_write(runner, change)
     out = tmp_path / "out" / "changes.jsonl"
 
     def delivered_the_delete() -> bool:
@@ -120,6 +126,8 @@ def test_initial_rows_first_then_every_change_including_those_made_during_it(
     with running(runner) as pipeline:
         pipeline.wait_for(delivered_the_delete, 90, "the delete made during the snapshot")
     assert not pipeline.failure, pipeline.failure
+    # While it waited for the snapshot the stream was not caught up (its lag grew); now it may be.
+    assert waiting == [False] and runner.source.caught_up(stream, {"segment": 0, "position": 0}) is None
 
     events = written(out)
     assert_snapshot_first(events)
