@@ -13,7 +13,8 @@ Bytes that cannot be read go to the error store with their position, and reading
 ``snapshot: initial | initial_only`` adds the tables' existing rows first, as token-range slice
 partitions (:mod:`.snapshot`, :mod:`cdcflow.sources.cql.snapshot`). Under ``initial`` the node
 partition's start is recorded as the oldest segment with CDC data in cdc_raw (``{"segment": id,
-"position": 0, "recorded_for_snapshot": true}``) before any slice is read; the partition reads
+"position": 0, "recorded_for_snapshot": true}``; none yet: from the first segment, as without a
+snapshot) before any slice is read; the partition reads
 nothing until every slice is committed, then reads from there. Nothing is deleted meanwhile, so
 cdc_raw grows: the source logs how full it is against the node's ``cdc_total_space`` (from
 ``system_views.settings``), and if the recorded segment is gone at the hand-off (Cassandra deletes
@@ -305,19 +306,22 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         snapshot = self._slice(partition)
         if snapshot is not None:
             return snapshot.initial_offset()
-        if self._snapshot is None:
+        oldest = self._oldest_cdc_segment() if self._snapshot is not None else None
+        if oldest is None:
             return _Position(0, 0).offset()
         # The record the snapshot hands over to: everything still in cdc_raw with CDC data.
-        return {**_Position(self._oldest_cdc_segment(), 0).offset(), "recorded_for_snapshot": True}
+        return {**_Position(oldest, 0).offset(), "recorded_for_snapshot": True}
 
-    def _oldest_cdc_segment(self) -> int:
-        """The oldest segment holding CDC data (it has an index); else the newest one, which
-        writes go to; 0 when cdc_raw is empty (then nothing can be checked at the hand-off)."""
+    def _oldest_cdc_segment(self) -> int | None:
+        """The oldest segment holding CDC data (it has an index: Cassandra itself removes it from
+        cdc_raw only when full with cdc_block_writes false); None when there is none yet (then
+        the stream starts at the first segment, and there is nothing to check at the hand-off:
+        a segment without CDC data leaves cdc_raw when Cassandra discards it)."""
         found = self._segments(0)
         for (segment_id, _), index in zip(found, self._indexes(found), strict=True):
             if index is not None and index is not _CLOSED_WITHOUT_INDEX:
                 return segment_id
-        return found[-1][0] if found else 0
+        return None
 
     def _segments(self, first: int) -> list[tuple[int, Path]]:
         found = []
@@ -449,7 +453,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     def _check_recorded_segment_kept(self, segment_id: int) -> None:
         """At the hand-off: the segment recorded before the snapshot is still in cdc_raw (nothing
         of this pipeline deletes it before the stream has read it)."""
-        if segment_id == 0 or any(found == segment_id for found, _ in self._segments(segment_id)):
+        if any(found == segment_id for found, _ in self._segments(segment_id)):
             return
         raise SnapshotOutlivedLogError(
             f"commit log {self.node}: segment {segment_id}, where the stream was to start after the snapshot, is no "
