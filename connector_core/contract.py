@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -70,6 +70,14 @@ class PluginContext:
 
     Relative paths in a config resolve against ``base_dir``, the pipeline file's folder.
     ``field_path`` is where the plugin's config sits in the file, for error messages.
+
+    ``committed_offsets`` (given to the source) returns the pipeline's committed offsets by
+    partition id, across every process running the pipeline: the worker engine reads its
+    checkpoint store anew on each call; the spark engine gives the offsets the micro-batch being
+    planned starts from (those of the last completed batch). A source whose partitions wait on one
+    another (a snapshot before its stream) decides from it in ``latest_offset``, returning
+    ``start`` while a partition must wait. None where the engine gives none; a call may be slow
+    (a store read), so callers throttle it.
     """
 
     pipeline: str
@@ -78,6 +86,7 @@ class PluginContext:
     worker_id: str = "0"
     field_path: str = ""
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("cdcflow"))
+    committed_offsets: Callable[[], Mapping[str, Offset]] | None = None
 
     @property
     def base_dir(self) -> Path:

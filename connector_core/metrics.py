@@ -11,6 +11,8 @@ partitions a process owns, of
   - ``cassandra_commitlog``: every mutation the node has synced into ``cdc_raw`` is read;
   - ``scylla_cdc``: read up to now minus the confidence window (the newest its readers may read);
   - ``tikv_rawkv``: read up to resolved-ts minus the safety interval (TiKV keeps resolved-ts near now);
+  - a snapshot (``snapshot: initial`` of the CQL sources): a slice once read and committed; a
+    stream partition waiting for the snapshot is not caught up (its changes wait);
 
 * otherwise, now minus the last moment up to which the partition is known to be durable
   downstream: when it was last seen caught up with everything committed, or its committed
@@ -28,7 +30,14 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-__all__ = ["METRICS_REGISTRY", "PipelineMetrics", "serve_metrics", "source_counter"]
+__all__ = [
+    "METRICS_REGISTRY",
+    "PipelineMetrics",
+    "SnapshotMetrics",
+    "serve_metrics",
+    "snapshot_metrics",
+    "source_counter",
+]
 
 METRICS_REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -101,6 +110,40 @@ class PipelineMetrics:
 
     def _watermark_seconds(self) -> float:
         return float("nan") if self.committed_watermark_us is None else self.committed_watermark_us / 1e6
+
+
+# --- snapshots: a source's existing rows, read by slices before its stream starts ---------------
+
+_SNAPSHOT_SLICES = Gauge(
+    "cdcflow_snapshot_slices", "Slices a table's snapshot is cut into", ["pipeline", "table"], registry=METRICS_REGISTRY
+)
+_SNAPSHOT_SLICES_FINISHED = Gauge(
+    "cdcflow_snapshot_slices_finished",
+    "Snapshot slices delivered and committed, by any process of the pipeline (as this one last read the checkpoints)",
+    ["pipeline", "table"],
+    registry=METRICS_REGISTRY,
+)
+_SNAPSHOT_ROWS = Counter(
+    "cdcflow_snapshot_rows", "Rows a snapshot read in this process", ["pipeline", "table"], registry=METRICS_REGISTRY
+)
+
+
+@dataclass(frozen=True)
+class SnapshotMetrics:
+    """One table's snapshot progress: ``slices_finished / slices`` is the share done."""
+
+    slices: Gauge
+    slices_finished: Gauge
+    rows: Counter
+
+
+def snapshot_metrics(pipeline: str, table: str) -> SnapshotMetrics:
+    """The progress metrics of ``table``'s snapshot in ``pipeline``, on the metrics port."""
+    return SnapshotMetrics(
+        _SNAPSHOT_SLICES.labels(pipeline, table),
+        _SNAPSHOT_SLICES_FINISHED.labels(pipeline, table),
+        _SNAPSHOT_ROWS.labels(pipeline, table),
+    )
 
 
 def serve_metrics(port: int) -> None:

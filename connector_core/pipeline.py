@@ -13,7 +13,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, Protocol
 
@@ -280,12 +280,15 @@ class PipelineRunner:
             progressed = self._read_cycle()
             drained = self.source.bounded and all(s.finished for s in self._states.values())
             stopping = self.stop.is_set()
-            if drained or stopping or self.clock() - self._last_checkpoint_at >= self.store.interval_ms / 1000:
+            if drained or stopping or self._checkpoint_due():
                 self._checkpoint()
             if drained or stopping:
                 return
             if not progressed:
                 self.stop.wait(self.spec.engine.poll_interval_ms / 1000)
+
+    def _checkpoint_due(self) -> bool:
+        return self.clock() - self._last_checkpoint_at >= self.store.interval_ms / 1000
 
     def _refresh_partitions_if_due(self) -> None:
         now = self.clock()
@@ -325,6 +328,10 @@ class PipelineRunner:
             state.watermark_us = self.source.watermark(state.partition, state.position)
             state.finished = self.source.is_finished(state.partition, state.position)
             self._note_caught_up(state, news)
+            if progressed and self._checkpoint_due():
+                # A cycle over many partitions (a snapshot's slices, thousands of stream groups)
+                # can outlast the interval: commit what is delivered, so a crash re-reads less.
+                self._checkpoint()
         return progressed
 
     def _note_caught_up(self, state: _PartitionState, news: bool) -> None:
@@ -453,6 +460,12 @@ class PipelineRunner:
         return max(lags) if lags else float("nan")
 
 
+def _committed_offsets_in(store: CheckpointStore[Any]) -> Callable[[], dict[str, Offset]]:
+    """The source's view of what every process of the pipeline committed: the store, read anew
+    (it is opened before the source, and the source reads it from the loop's thread)."""
+    return lambda: {pid: checkpoint.offset for pid, checkpoint in store.load().items()}
+
+
 def build_runner(
     spec: PipelineSpec,
     factory: Any,
@@ -472,12 +485,13 @@ def build_runner(
         worker_id=worker_id,
         logger=logging.getLogger(f"cdcflow.{spec.name}"),
     )
+    store: CheckpointStore[Any] = factory.create(spec.checkpoint, base)
     return PipelineRunner(
         spec=spec,
-        source=factory.create(spec.source, base),
+        source=factory.create(spec.source, replace(base, committed_offsets=_committed_offsets_in(store))),
         transforms=[factory.create(t, base) for t in spec.transforms],
         sink=factory.create(spec.sink, base),
-        store=factory.create(spec.checkpoint, base),
+        store=store,
         dead_letter=factory.create(spec.dead_letter, base) if spec.dead_letter is not None else None,
         assignment=assignment or AllPartitions(),
         stop=stop or threading.Event(),
