@@ -390,7 +390,8 @@ def value_bytes(draw: st.DrawFn, cql: CqlType, sound: bool = True) -> bytes:
         if name == "varint":
             return draw(st.binary(min_size=1, max_size=20))
         if name == "decimal":
-            return struct.pack(">i", draw(st.integers(-20, 20))) + draw(st.binary(min_size=1, max_size=12))
+            scale = draw(st.one_of(st.integers(-20, 20), st.integers(-(1 << 31), (1 << 31) - 1)))
+            return struct.pack(">i", scale) + draw(st.binary(min_size=1, max_size=14))
         if name == "inet":
             return draw(st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16))
         if name == "duration":

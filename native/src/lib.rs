@@ -11,6 +11,7 @@
 use pyo3::prelude::*;
 
 mod commitlog;
+mod objects;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

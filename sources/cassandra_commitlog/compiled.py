@@ -5,9 +5,10 @@ a mutation decoded straight to its row changes (:class:`CompiledDecoder`). The P
 (``segment``, ``mutation``, ``changes``) stays the reference: the compiled decoder *declines* any
 mutation it does not decode exactly as the reference does (a value it cannot read, an unknown
 table, a ``system_schema`` update), and the reference then decodes it, or raises the error cdcflow
-stores. Types the compiled core does not decode itself (``decimal``, ``inet``, ``duration``, user
-types, custom types) are decoded by the reference's own ``CqlType``, so a change there needs no
-change in Rust. ``tests/unit/test_compiled_core.py`` holds both paths equal.
+stores. What the compiled core does not decode itself (``duration``, user types, custom types,
+IPv6 addresses, decimals of more than 28 digits) is decoded by the reference's own ``CqlType``, so
+a change there needs no change in Rust; a type it does decode (``values.rs``) must follow a change
+of the reference (``cqltypes``). ``tests/unit/test_compiled_core.py`` holds both paths equal.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ _COMPILED_NATIVE = frozenset(
         "date",
         "uuid",
         "timeuuid",
+        "decimal",
+        "inet",
     }
 )
 

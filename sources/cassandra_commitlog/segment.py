@@ -364,9 +364,10 @@ def read_framed(
                 state.read_to = max(state.read_to, section.logical_end)
                 continue
             for item in frame(section, path, state):
-                if item.end > after:
+                end = item.end
+                if end > after:
                     yield item
-                state.read_to = max(state.read_to, item.end)
+                state.read_to = max(state.read_to, end)
             if state.clean_end:
                 return
             state.read_to = max(state.read_to, section.logical_end)

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::values::{int, int128, read_unsigned_vint, CqlType, Decline, R};
+use crate::objects::RecordClass;
 
 const TIMESTAMP_EPOCH_US: u64 = 1_442_880_000_000_000;
 
@@ -236,8 +237,14 @@ pub trait Tables {
     fn wanted(&mut self, py: Python<'_>, table: &Arc<Table>) -> R<Wanted>;
 }
 
+/// `RowChange`'s fields, in the order the decoder gives them.
+const ROW_CHANGE_FIELDS: [&str; 11] = [
+    "op", "keyspace", "table", "key", "after", "ts_us", "deletion", "range", "replaced", "removed",
+    "ttl",
+];
+
 pub struct MutationDecoder {
-    row_change: Py<PyAny>,
+    row_change: RecordClass,
     strings: Strings,
     /// Each table's last column header (static, regular): nearly every mutation repeats it.
     headers: HashMap<(usize, bool), (Vec<u8>, Vec<usize>)>,
@@ -264,7 +271,7 @@ impl MutationDecoder {
     pub fn new(py: Python<'_>, row_change: Py<PyAny>) -> Self {
         let intern = |text: &str| PyString::intern(py, text).unbind();
         MutationDecoder {
-            row_change,
+            row_change: RecordClass::new(py, row_change, &ROW_CHANGE_FIELDS),
             strings: Strings {
                 c: intern("c"),
                 u: intern("u"),
@@ -947,8 +954,7 @@ impl MutationDecoder {
                 removed.set_item(spec.name.bind(py), labels)?;
             }
         }
-        let row_change = self.row_change.bind(py);
-        let args = PyTuple::new(
+        Ok(self.row_change.instance(
             py,
             [
                 op.bind(py).clone().into_any(),
@@ -963,8 +969,7 @@ impl MutationDecoder {
                 removed.into_any(),
                 ttl.into_any(),
             ],
-        )?;
-        Ok(row_change.call1(args)?)
+        )?)
     }
 
     /// A deletion's `RowChange` (partition, range or row).
@@ -980,7 +985,7 @@ impl MutationDecoder {
         range: Option<Bound<'py, PyDict>>,
     ) -> R<Bound<'py, PyAny>> {
         let none = || py.None().into_bound(py);
-        let args = PyTuple::new(
+        Ok(self.row_change.instance(
             py,
             [
                 op.bind(py).clone().into_any(),
@@ -995,8 +1000,7 @@ impl MutationDecoder {
                 PyDict::new(py).into_any(),
                 PyDict::new(py).into_any(),
             ],
-        )?;
-        Ok(self.row_change.bind(py).call1(args)?)
+        )?)
     }
 }
 

@@ -44,6 +44,10 @@ pub enum Kind {
     Date,
     /// uuid and timeuuid, as their canonical text.
     Uuid,
+    /// A float today (seed 001 maps decimal to double): `float(Decimal(unscaled).scaleb(-scale))`.
+    Decimal,
+    /// Its text: IPv4 here, IPv6 (whose text has several spellings) by the reference.
+    Inet,
     List,
     Set,
     Map,
@@ -105,6 +109,8 @@ impl CqlType {
             "double" => Kind::Double,
             "date" => Kind::Date,
             "uuid" | "timeuuid" => Kind::Uuid,
+            "decimal" => Kind::Decimal,
+            "inet" => Kind::Inet,
             "list" if value.is_some() && path.is_some() => Kind::List,
             "set" if path.is_some() => Kind::Set,
             "map" if path.is_some() && value.is_some() => Kind::Map,
@@ -162,6 +168,12 @@ impl CqlType {
                 Ok(bytes) => Ok(uuid_text(py, &bytes).into_any()),
                 Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
                 Err(_) => Err(Decline("uuid of the wrong length")),
+            },
+            Kind::Decimal => decimal(py, raw, &self.reference),
+            Kind::Inet => match <[u8; 4]>::try_from(raw) {
+                Ok([a, b, c, d]) => Ok(PyString::new(py, &format!("{a}.{b}.{c}.{d}")).into_any()),
+                Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
+                Err(_) => self.reference_decode(py, raw),
             },
             Kind::List | Kind::Set => {
                 let element = if matches!(self.kind, Kind::List) {
@@ -244,12 +256,16 @@ impl CqlType {
                 }
                 Ok(list.into_any())
             }
-            Kind::Reference => Ok(self
-                .reference
-                .bind(py)
-                .getattr("decode")?
-                .call1((PyBytes::new(py, raw),))?),
+            Kind::Reference => self.reference_decode(py, raw),
         }
+    }
+
+    fn reference_decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> R<Bound<'py, PyAny>> {
+        Ok(self
+            .reference
+            .bind(py)
+            .getattr("decode")?
+            .call1((PyBytes::new(py, raw),))?)
     }
 
     /// The value of a multi-cell column from its live cells, as (path, value) pairs: `CqlType.collect`.
@@ -362,6 +378,41 @@ fn varint<'py>(py: Python<'py>, raw: &[u8], reference: &Py<PyAny>) -> R<Bound<'p
         return Ok(int(py, value));
     }
     // Wider than 64 bits: the reference builds the Python int.
+    Ok(reference
+        .bind(py)
+        .getattr("decode")?
+        .call1((PyBytes::new(py, raw),))?)
+}
+
+/// `float(Decimal(unscaled).scaleb(-scale))`: exact as long as the coefficient has at most 28
+/// digits (the default context's precision, so `scaleb` does not round) and the exponent stays
+/// far from the context's limits; then both are the correctly rounded double of
+/// `unscaled × 10^-scale`, which Rust's float parsing also gives. Anything else: the reference.
+fn decimal<'py>(py: Python<'py>, raw: &[u8], reference: &Py<PyAny>) -> R<Bound<'py, PyAny>> {
+    if raw.is_empty() {
+        return Ok(py.None().into_bound(py));
+    }
+    if raw.len() < 4 {
+        return Err(Decline("decimal shorter than its scale"));
+    }
+    let scale = i32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    let digits = &raw[4..];
+    const MAX_COEFFICIENT: i128 = 10_000_000_000_000_000_000_000_000_000; // 10^28
+    if digits.len() <= 12 && scale.unsigned_abs() <= 900_000 {
+        let mut unscaled: i128 = match digits.first() {
+            Some(first) if first & 0x80 != 0 => -1,
+            _ => 0,
+        };
+        for byte in digits {
+            unscaled = (unscaled << 8) | *byte as i128;
+        }
+        if unscaled.abs() < MAX_COEFFICIENT {
+            let text = format!("{unscaled}e{}", -(scale as i64));
+            if let Ok(value) = text.parse::<f64>() {
+                return Ok(float(py, value));
+            }
+        }
+    }
     Ok(reference
         .bind(py)
         .getattr("decode")?
