@@ -310,6 +310,210 @@ def commitlog(args: argparse.Namespace) -> None:
     _ratio(ours, peer)
 
 
+# --- Kafka ------------------------------------------------------------------------------------------
+
+_BOOTSTRAP = "127.0.0.1:9092"
+_REGISTRY = "http://127.0.0.1:8081"
+
+
+def _create_topics(topics: list[str], partitions: int = 3) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": _BOOTSTRAP})
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics])
+    for future in futures.values():
+        future.result(30)
+
+
+def _sink_settings() -> dict[str, Any]:
+    """The kafka sink's own producer settings (idempotent, acks=all, one request in flight, lz4...)."""
+    from cdcflow.contract import PluginContext
+    from cdcflow.plugins import PluginRegistry
+    from cdcflow.sinks.kafka.sink import KafkaSink, KafkaSinkConfig
+
+    context = PluginContext("peer", Path("peer.yaml"), factory=PluginRegistry.from_entry_points())
+    config = KafkaSinkConfig.model_validate({"type": "kafka", "bootstrap_servers": _BOOTSTRAP})
+    settings: dict[str, Any] = KafkaSink(config, context)._settings()
+    return settings
+
+
+def _kafka_cdcflow(args: argparse.Namespace) -> None:
+    """Child process: datagen -> kafka (avro) as `cdcflow run` runs it; prints its figures as JSON
+    and saves sample (key, value) pairs it produced for the peers to send."""
+    from confluent_kafka import Consumer
+
+    from cdcflow.config import load_pipeline
+    from cdcflow.metrics import METRICS_REGISTRY
+    from cdcflow.pipeline import build_runner
+    from cdcflow.plugins import PluginRegistry
+    from cdcflow.worker import tune_garbage_collector
+
+    prefix = args.prefix
+    folder = Path(tempfile.mkdtemp(prefix="cdcflow-peer-kafka-"))
+    file = folder / "p.yaml"
+    file.write_text(
+        f"name: {prefix}\n"
+        f"source: {{type: datagen, count: {args.events}, partitions: 4, tables: 3, event_size: {args.event_size}}}\n"
+        f'transforms: [{{type: route, regex: "(.*)", replacement: "{prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: avro,"
+        f" schema_registry_url: '{_REGISTRY}'}}\n"
+        "checkpoint: {type: file, path: ckpt, interval_ms: 1000}\n"
+    )
+    registry = PluginRegistry.from_entry_points()
+    runner = build_runner(load_pipeline(file, registry), registry)
+    tune_garbage_collector()
+    wall, cpu = time.perf_counter(), time.process_time()
+    runner.run()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    delivered = int(METRICS_REGISTRY.get_sample_value("cdcflow_events_out_total", {"pipeline": prefix}) or 0)
+    consumer = Consumer({"bootstrap.servers": _BOOTSTRAP, "group.id": prefix, "auto.offset.reset": "earliest"})
+    consumer.subscribe([f"{prefix}.datagen.shop.table_{i}" for i in range(3)])
+    samples: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 60
+    while len(samples) < args.samples and time.monotonic() < deadline:
+        for message in consumer.consume(500, timeout=1.0):
+            if message.error() is None and message.value():
+                samples.append((message.key() or b"", message.value()))
+    consumer.close()
+    with open(args.samples_file, "wb") as out:
+        for key, value in samples:
+            out.write(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    shutil.rmtree(folder, ignore_errors=True)
+    print(json.dumps({"events": delivered, "wall_s": wall, "cpu_s": cpu}))
+
+
+def _read_samples(path: Path) -> list[tuple[bytes, bytes]]:
+    data, samples, at = path.read_bytes(), [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at : at + 4], "big")
+        key = data[at + 4 : at + 4 + size]
+        at += 4 + size
+        size = int.from_bytes(data[at : at + 4], "big")
+        samples.append((key, data[at + 4 : at + 4 + size]))
+        at += 4 + size
+    return samples
+
+
+def _kafka_loop(args: argparse.Namespace) -> None:
+    """Child process: a plain confluent-kafka Producer loop sending the pre-built samples with the
+    sink's settings, polling as the sink does; prints its figures as JSON."""
+    from confluent_kafka import Producer
+
+    samples = _read_samples(Path(args.samples_file))
+    topics = [f"{args.prefix}.loop_{i}" for i in range(3)]
+    producer = Producer(_sink_settings())
+    wall, cpu = time.perf_counter(), time.process_time()
+    for number in range(args.events):
+        key, value = samples[number % len(samples)]
+        while True:
+            try:
+                producer.produce(topics[number % 3], value=value, key=key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if number % 1000 == 999:
+            producer.poll(0)
+    while producer.flush(1.0) > 0:
+        pass
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(json.dumps({"events": args.events, "wall_s": wall, "cpu_s": cpu}))
+
+
+def _child(args: list[str]) -> dict[str, Any]:
+    result = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"{args[0]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def _producer_performance(prefix: str, events: int, samples: list[tuple[bytes, bytes]]) -> tuple[float, float]:
+    """Kafka's ProducerPerformance (JVM) with the sink's settings and librdkafka's batch size,
+    sending the samples' values (bytes outside printable ASCII replaced: it reads payloads as
+    text lines; sizes and compressibility stay). Returns (records/s, records per CPU-second)."""
+    import resource
+
+    libs = CACHE / f"kafka-{_version('kafka', 'kafka.version')}" / "libs"
+    topic = f"{prefix}.perf"
+    _create_topics([topic])
+    payloads = Path(tempfile.mkdtemp(prefix="cdcflow-peer-perf-")) / "payloads.txt"
+    printable = bytes(b if 0x20 <= b < 0x7F else ord("x") for b in range(256))
+    payloads.write_bytes(b"\n".join(value.translate(printable) for _, value in samples))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(
+        [
+            "java",
+            "-Xmx1g",
+            "-cp",
+            f"{libs}/*",
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--topic",
+            topic,
+            "--num-records",
+            str(events),
+            "--throughput",
+            "-1",
+            "--payload-file",
+            str(payloads),
+            "--producer-props",
+            f"bootstrap.servers={_BOOTSTRAP}",
+            "acks=all",
+            "enable.idempotence=true",
+            "max.in.flight.requests.per.connection=1",
+            "compression.type=lz4",
+            "linger.ms=5",
+            "batch.size=1000000",
+            "buffer.memory=67108864",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    shutil.rmtree(payloads.parent, ignore_errors=True)
+    final = [line for line in result.stdout.splitlines() if "records sent" in line]
+    if result.returncode != 0 or not final:
+        raise SystemExit(f"ProducerPerformance failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    per_second = float(final[-1].split("records sent,")[1].split("records/sec")[0])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return per_second, events / cpu
+
+
+def kafka(args: argparse.Namespace) -> None:
+    _start("kafka", "registry")
+    prefix = f"peer{uuid.uuid4().hex[:8]}"
+    _create_topics([f"{prefix}.datagen.shop.table_{i}" for i in range(3)] + [f"{prefix}.loop_{i}" for i in range(3)])
+    samples_file = Path(tempfile.mkdtemp(prefix="cdcflow-peer-samples-")) / "samples.bin"
+    # The children inherit CDCFLOW_PURE_PYTHON (--core python).
+    common = ["--events", str(args.events), "--prefix", prefix, "--samples-file", str(samples_file)]
+    ours = _child(["_kafka_cdcflow", *common, "--event-size", str(args.event_size)])
+    samples = _read_samples(samples_file)
+    size = statistics.mean(len(value) for _, value in samples)
+    ours_rate, ours_cpu = ours["events"] / ours["wall_s"], ours["events"] / ours["cpu_s"]
+    print(
+        f"cdcflow datagen -> kafka, avro ({_core_name()}): {ours_rate:9,.0f} events/s,"
+        f" {ours_cpu:9,.0f} events per CPU-second  ({ours['events']:,} events, values {size:,.0f} B on average)"
+    )
+    loop = _child(["_kafka_loop", *common])
+    loop_rate, loop_cpu = loop["events"] / loop["wall_s"], loop["events"] / loop["cpu_s"]
+    print(
+        f"plain confluent-kafka Producer loop, pre-built values: {loop_rate:9,.0f} events/s,"
+        f" {loop_cpu:9,.0f} events per CPU-second"
+    )
+    perf_rate, perf_cpu = _producer_performance(prefix, args.events, samples)
+    print(
+        f"Kafka ProducerPerformance (JVM), same size and settings: {perf_rate:9,.0f} events/s,"
+        f" {perf_cpu:9,.0f} events per CPU-second (JVM start-up and JIT included)"
+    )
+    shutil.rmtree(samples_file.parent, ignore_errors=True)
+    print(f"vs the Producer loop, per CPU-second: {ours_cpu / loop_cpu:.2f}  (aim >= 0.5)")
+    print(f"vs ProducerPerformance, events/s: {ours_rate / perf_rate:.2f}  (aim >= 1.0)")
+    if args.against == "loop":
+        _ratio(ours_cpu, loop_cpu)
+    else:
+        _ratio(ours_rate, perf_rate)
+
+
 def _core_name() -> str:
     from cdcflow.native import native_module
 
@@ -326,6 +530,21 @@ def main() -> None:
     log.add_argument("--warmups", type=int, default=5, help="JVM rounds before the measured ones (JIT)")
     log.add_argument("--segments", type=Path, help="keep the segments here (written on the first run, reused after)")
     log.set_defaults(run=commitlog)
+    producer = commands.add_parser("kafka")
+    producer.add_argument("--events", type=int, default=200_000)
+    producer.add_argument("--event-size", type=int, default=1000, help="datagen payload bytes (values ~1.5 KB)")
+    producer.add_argument(
+        "--against", choices=["loop", "perf"], default="loop", help="which peer the last line's ratio is against"
+    )
+    producer.set_defaults(run=kafka)
+    for name, run in (("_kafka_cdcflow", _kafka_cdcflow), ("_kafka_loop", _kafka_loop)):
+        child = commands.add_parser(name)
+        child.add_argument("--events", type=int, required=True)
+        child.add_argument("--event-size", type=int, default=1400)
+        child.add_argument("--prefix", required=True)
+        child.add_argument("--samples-file", required=True)
+        child.add_argument("--samples", type=int, default=2000)
+        child.set_defaults(run=run)
     args = parser.parse_args()
     if args.core == "python":
         os.environ["CDCFLOW_PURE_PYTHON"] = "1"

@@ -10,7 +10,9 @@
 
 use pyo3::prelude::*;
 
+mod avro;
 mod commitlog;
+mod json;
 mod objects;
 
 #[pymodule]
@@ -19,5 +21,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<commitlog::CommitLogDecoder>()?;
     m.add_class::<commitlog::FramedEntry>()?;
     m.add_function(wrap_pyfunction!(commitlog::frame_section, m)?)?;
+    m.add_class::<avro::AvroWriter>()?;
+    m.add_class::<json::JsonEncoder>()?;
+    m.add_function(wrap_pyfunction!(json::float_text, m)?)?;
     Ok(())
 }
