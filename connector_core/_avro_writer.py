@@ -17,6 +17,7 @@ import datetime
 import struct
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -31,8 +32,16 @@ __all__ = [
 AvroWriter = Callable[[bytearray, Any], None]
 """Appends the Avro binary encoding of a datum to a buffer."""
 
-AvroEncoder = Callable[[Any], bytes]
-"""A fixed prefix (a wire-format header) followed by the Avro binary encoding of a datum."""
+
+@dataclass(frozen=True, slots=True)
+class AvroEncoder:
+    """``encode(datum)``: a fixed prefix (a wire-format header) followed by the Avro binary
+    encoding of ``datum``. With ``takes_rows`` (the compiled core's writer), a record may also be
+    given as a tuple of its fields' values in their order, which costs less to build than a dict."""
+
+    encode: Callable[[Any], bytes]
+    takes_rows: bool = False
+
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -349,7 +358,7 @@ def avro_encoder(schema: Any, prefix: bytes = b"") -> AvroEncoder:
                 encoded: bytes = compiled.encode(datum, prefix)
                 return encoded
 
-            return encode_compiled
+            return AvroEncoder(encode_compiled, takes_rows=True)
     try:
         write = compile_avro_writer(schema)
     except UnsupportedAvroSchemaError:
@@ -369,4 +378,4 @@ def avro_encoder(schema: Any, prefix: bytes = b"") -> AvroEncoder:
         write(buffer, datum)
         return bytes(buffer)
 
-    return encode
+    return AvroEncoder(encode)

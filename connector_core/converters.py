@@ -16,9 +16,15 @@ from pydantic import Field
 from cdcflow._avro_writer import AvroEncoder, avro_encoder
 from cdcflow.contract import Converter, PluginConfig, PluginContext
 from cdcflow.errors import ConverterError, SchemaRegistryError
-from cdcflow.events import Record, SchemaChangeEvent
+from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.jsontext import json_default, json_envelope
-from cdcflow.schemas import avro_key_schema, avro_value_schema, connect_key_schema, connect_value_schema
+from cdcflow.schemas import (
+    avro_envelope_row,
+    avro_key_schema,
+    avro_value_schema,
+    connect_key_schema,
+    connect_value_schema,
+)
 
 __all__ = [
     "AvroConverter",
@@ -177,21 +183,24 @@ class AvroConverter(Converter[AvroConverterConfig]):
             encoder = self._encoders[cache_key] = avro_encoder(schema, _WIRE_HEADER.pack(0, schema_id))
         return encoder
 
-    def _encode(self, record: Record, part: str, destination: str, payload: dict[str, Any]) -> bytes:
-        encode = self._encoder(record, part, destination)
+    def _encode(self, encoder: AvroEncoder, part: str, destination: str, payload: Any) -> bytes:
         try:
-            return encode(payload)
+            return encoder.encode(payload)
         except _DOES_NOT_FIT as exc:
             raise ConverterError(f"record for {destination} does not fit its Avro {part} schema: {exc}") from exc
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
-        return self._encode(record, "key", destination, record.key_payload())
+        return self._encode(self._encoder(record, "key", destination), "key", destination, record.key_payload())
 
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
+        encoder = self._encoder(record, "value", destination)
+        if encoder.takes_rows and isinstance(record, ChangeEvent) and record.envelope:
+            # The compiled writer takes the envelope as a row: no dicts built per event.
+            return self._encode(encoder, "value", destination, avro_envelope_row(record))
         payload = record.value_payload()
         if payload is None:
             return None
-        return self._encode(record, "value", destination, payload)
+        return self._encode(encoder, "value", destination, payload)
 
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
         if len(data) < _WIRE_HEADER.size or data[0] != 0:

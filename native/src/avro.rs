@@ -516,6 +516,20 @@ impl AvroWriter {
         match &self.nodes[node] {
             Node::Primitive(kind) => Self::write_primitive(*kind, out, datum),
             Node::Record { fields, .. } => {
+                if let Ok(row) = datum.cast_exact::<PyTuple>() {
+                    // A row: the fields' values in their order (cdcflow's envelope rows).
+                    if row.len() != fields.len() {
+                        return Err(PyValueError::new_err(format!(
+                            "a row of {} values for a record of {} fields",
+                            row.len(),
+                            fields.len()
+                        )));
+                    }
+                    for (field, value) in fields.iter().zip(row.iter()) {
+                        self.write(py, out, field.node, &value, depth + 1)?;
+                    }
+                    return Ok(());
+                }
                 let exact_dict = datum.is_exact_instance_of::<PyDict>();
                 for field in fields {
                     let name = field.name.bind(py);

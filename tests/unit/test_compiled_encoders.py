@@ -25,8 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow._avro_writer import UnsupportedAvroSchemaError, compile_avro_writer, logical_type_preparers
+from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
 from cdcflow.jsontext import json_default
 from cdcflow.native import native_module
+from cdcflow.schemas import avro_envelope_row, avro_value_schema
+from tests.unit.test_avro_writer import EVERY_CQL_TYPE
 
 NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
@@ -284,3 +287,27 @@ def test_floats_are_written_as_repr_writes_them(value: float) -> None:
     assert NATIVE is not None
     assert NATIVE.float_text(value) == repr(value)
     assert NATIVE.float_text(math.copysign(0.0, -1)) == "-0.0"
+
+
+@pytest.mark.parametrize("op", [Op.CREATE, Op.UPDATE, Op.DELETE])
+def test_an_envelope_given_as_a_row_encodes_as_its_payload_does(op: Op) -> None:
+    schema = RowSchema(
+        "c.ks.t",
+        (Column("id", "bigint", optional=False),),
+        (Column("id", "bigint", optional=False), *(Column(n, t) for n, (t, _) in EVERY_CQL_TYPE.items())),
+    )
+    row = {"id": 7, **{n: v for n, (_, v) in EVERY_CQL_TYPE.items()}}
+    event = ChangeEvent(
+        op=op,
+        key={"id": 7},
+        before={"id": 7, "a_text": None} if op is not Op.CREATE else None,
+        after=row if op is not Op.DELETE else None,
+        source=SourceInfo("cassandra", "c", "ks", "t", "n1", {"segment": 1, "position": 2}, 1_700_000_000_000_001),
+        ts_ms=1_700_000_000_002,
+        schema=schema,
+    )
+    value_schema = avro_value_schema(event)
+    assert _compiled(value_schema, avro_envelope_row(event)) == _fastavro(value_schema, event.value_payload())
+    assert NATIVE is not None
+    with pytest.raises(ValueError, match="a row of 4 values for a record of 5 fields"):
+        NATIVE.AvroWriter(value_schema, {}).encode(avro_envelope_row(event)[:4])
