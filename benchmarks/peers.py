@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -174,7 +176,7 @@ def _cdcflow_parse(segments: list[Path], catalog: Any, table_id: str, rounds: in
     wanted = lambda table: table.table_id == table_id  # noqa: E731
     size = sum(p.stat().st_size for p in segments)
     speeds, cpu_speeds, changes = [], [], 0
-    for round_number in range(rounds + 1):  # the first round warms up
+    for round_number in range(rounds + 1):  # the first round warms up (rounds=0: one pass, no figures)
         changes = 0
         started, cpu_started = time.perf_counter(), time.process_time()
         for path in segments:
@@ -193,6 +195,8 @@ def _cdcflow_parse(segments: list[Path], catalog: Any, table_id: str, rounds: in
         if round_number:
             speeds.append(size / 1e6 / (time.perf_counter() - started))
             cpu_speeds.append(size / 1e6 / (time.process_time() - cpu_started))
+    if not speeds:
+        return 0.0, 0.0, changes
     return statistics.median(speeds), statistics.median(cpu_speeds), changes
 
 
@@ -283,6 +287,30 @@ def _write_segments(rows: int, into: Path) -> None:
         cluster.shutdown()
 
 
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _soak(segments: list[Path], catalog: Any, table_id: str, seconds: float) -> None:
+    """Parses the segments over and over for ``seconds``, printing RSS as it goes: memory must stay flat."""
+    started, samples, passes, changes = time.monotonic(), [], 0, 0
+    next_sample = started
+    while time.monotonic() - started < seconds:
+        _, _, found = _cdcflow_parse(segments, catalog, table_id, rounds=0)
+        passes, changes = passes + 1, changes + found
+        if time.monotonic() >= next_sample:
+            samples.append((time.monotonic() - started, _rss_mb()))
+            next_sample += seconds / 20
+    samples.append((time.monotonic() - started, _rss_mb()))
+    print(f"soak: {passes} passes, {changes:,} row changes in {seconds:.0f} s ({_core_name()})")
+    print("rss over time (s, MB): " + ", ".join(f"({t:.0f}, {m:.0f})" for t, m in samples))
+    first, last = samples[1][1] if len(samples) > 1 else samples[0][1], samples[-1][1]
+    print(f"rss growth after the first pass: {last - first:+.1f} MB")
+
+
 def commitlog(args: argparse.Namespace) -> None:
     from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
 
@@ -292,6 +320,9 @@ def commitlog(args: argparse.Namespace) -> None:
     segments = sorted(folder.glob("CommitLog-*.log"))
     catalog = SchemaCatalog.load(folder / "schema.json")
     table = json.loads((folder / "table.json").read_text())
+    if args.soak:
+        _soak(segments, catalog, table["id"], args.soak)
+        return
     size = sum(p.stat().st_size for p in segments)
     print(f"segments: {len(segments)} files, {size / 1e6:.1f} MB")
     ours, ours_cpu, changes = _cdcflow_parse(segments, catalog, table["id"], args.rounds)
@@ -514,6 +545,153 @@ def kafka(args: argparse.Namespace) -> None:
         _ratio(ours_rate, perf_rate)
 
 
+# --- Spark ------------------------------------------------------------------------------------------
+
+_DATAGEN_ROW = "id bigint, seq bigint, name string, amount double, payload string, updated_at_us bigint"
+_ENVELOPE = (
+    f"op string, before struct<{_DATAGEN_ROW}>, after struct<{_DATAGEN_ROW}>, source struct<version string,"
+    " connector string, name string, keyspace string, table string, partition string, position string,"
+    " ts_us bigint, ts_ms bigint, snapshot boolean>, ts_ms bigint"
+)
+_BATCH_LINE = re.compile(r"batch (\d+): (\d+) events in (\d+) ms")
+
+
+def _parquet_rows(out: Path) -> int:
+    import pyarrow.dataset as ds
+
+    try:
+        return int(ds.dataset(out, format="parquet", partitioning="hive", ignore_prefixes=["_", "."]).count_rows())
+    except Exception:  # files renamed into place while listed, or none yet
+        return 0
+
+
+def _spark_plain(args: argparse.Namespace) -> None:
+    """Child process: the plain Spark Structured Streaming job (Spark's Kafka connector, from_json,
+    Parquet), the same rows out as cdcflow's parquet sink; prints its figures as JSON."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
+
+    from cdcflow.spark_engine.session import spark_session
+
+    started = time.monotonic()
+    session = spark_session("plain-spark-peer", args.master, {})
+    stream = (
+        session.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", _BOOTSTRAP)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.per_trigger))
+        .load()
+    )
+    event = F.from_json(F.col("value").cast("string"), _ENVELOPE).alias("e")
+    rows = stream.select(event).select(
+        F.col("e.op").alias("op"),
+        F.col("e.ts_ms").alias("ts_ms"),
+        F.col("e.source.ts_us").alias("source_ts_us"),
+        F.col("e.source.partition").alias("source_partition"),
+        F.col("e.source.position").alias("source_position"),
+        F.col("e.source.snapshot").alias("snapshot"),
+        F.coalesce(F.col("e.after"), F.col("e.before")).alias("row"),
+    )
+    rows = rows.select("*", "row.*", F.to_date(F.timestamp_micros(F.col("source_ts_us"))).alias("event_date")).drop(
+        "row"
+    )
+    query = (
+        rows.writeStream.format("parquet")
+        .option("path", args.out)
+        .option("checkpointLocation", args.checkpoint)
+        .partitionBy("event_date")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    wall = time.monotonic() - started
+    batches = [(p["numInputRows"], p["durationMs"].get("triggerExecution", 0)) for p in query.recentProgress]
+    batches = [b for b in batches if b[0] > 0]
+    session.stop()
+    print(json.dumps({"wall_s": wall, "batches": batches}))
+
+
+def _steady(batches: list[tuple[int, int]]) -> float:
+    """Events/s over every batch but the first (which pays for the start-up), as Spark times them."""
+    steady = batches[1:] or batches
+    events, millis = sum(e for e, _ in steady), sum(ms for _, ms in steady)
+    return events / (millis / 1000) if millis else 0.0
+
+
+def spark(args: argparse.Namespace) -> None:
+    _start("kafka")
+    prefix = f"peer{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.events"
+    _create_topics([topic], partitions=4)
+    work = Path(tempfile.mkdtemp(prefix="cdcflow-peer-spark-"))
+    json_converter = "{type: json, schemas_enable: false}"
+    fill = work / "fill.yaml"
+    fill.write_text(
+        f"name: {prefix}-fill\n"
+        f"source: {{type: datagen, count: {args.events}, partitions: 4, tables: 1, event_size: {args.event_size}}}\n"
+        f'transforms: [{{type: route, regex: "(.*)", replacement: "{topic}"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: {json_converter}}}\n"
+        f"checkpoint: {{type: file, path: fill-ckpt}}\n"
+    )
+    subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(fill)], check=True, capture_output=True)
+    print(f"{args.events:,} events in {topic} (cdcflow json envelopes, datagen payloads of {args.event_size} B)")
+    per_trigger = args.per_partition * 4
+
+    pipeline = work / "to-parquet.yaml"
+    pipeline.write_text(
+        f"name: {prefix}-parquet\n"
+        f"source: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', topics: ['{topic}'],"
+        f" converter: {json_converter}}}\n"
+        "sink: {type: parquet, path: out}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+        f"engine: {{type: spark, master: '{args.master}', trigger_interval_ms: 0,"
+        f" max_records_per_read: {args.per_partition}}}\n"
+    )
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow.cli", "run", str(pipeline), "--log-level", "INFO"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while _parquet_rows(work / "out") < args.events and process.poll() is None:
+        time.sleep(0.5)
+    ours_wall = time.monotonic() - started
+    process.send_signal(signal.SIGTERM)
+    _, log_text = process.communicate(timeout=300)
+    written = _parquet_rows(work / "out")
+    batches = [(int(e), int(ms)) for _, e, ms in _BATCH_LINE.findall(log_text)]
+    ours_steady = _steady(batches)
+    print(
+        f"cdcflow kafka -> parquet (spark engine, {args.master}, {_core_name()}):"
+        f" {args.events / ours_wall:8,.0f} events/s"
+        f" end to end, {ours_steady:8,.0f} events/s steady  ({written:,} rows, {len(batches)} batches)"
+    )
+    peer = _child(
+        [
+            "_spark_plain",
+            "--topic",
+            topic,
+            "--out",
+            str(work / "plain"),
+            "--checkpoint",
+            str(work / "plain-ckpt"),
+            "--master",
+            args.master,
+            "--per-trigger",
+            str(per_trigger),
+        ]
+    )
+    peer_steady = _steady([tuple(b) for b in peer["batches"]])
+    print(
+        f"plain Spark job (Kafka connector, from_json, Parquet): {args.events / peer['wall_s']:8,.0f} events/s"
+        f" end to end, {peer_steady:8,.0f} events/s steady  ({_parquet_rows(work / 'plain'):,} rows,"
+        f" {len(peer['batches'])} batches)"
+    )
+    print(f"end to end (Spark start-up included): {(args.events / ours_wall) / (args.events / peer['wall_s']):.2f}")
+    shutil.rmtree(work, ignore_errors=True)
+    _ratio(ours_steady, peer_steady)
+
+
 def _core_name() -> str:
     from cdcflow.native import native_module
 
@@ -528,6 +706,7 @@ def main() -> None:
     log.add_argument("--rows", type=int, default=200_000)
     log.add_argument("--rounds", type=int, default=5)
     log.add_argument("--warmups", type=int, default=5, help="JVM rounds before the measured ones (JIT)")
+    log.add_argument("--soak", type=float, help="instead: parse over and over this many seconds, printing RSS")
     log.add_argument("--segments", type=Path, help="keep the segments here (written on the first run, reused after)")
     log.set_defaults(run=commitlog)
     producer = commands.add_parser("kafka")
@@ -537,6 +716,17 @@ def main() -> None:
         "--against", choices=["loop", "perf"], default="loop", help="which peer the last line's ratio is against"
     )
     producer.set_defaults(run=kafka)
+    lake = commands.add_parser("spark")
+    lake.add_argument("--events", type=int, default=100_000)
+    lake.add_argument("--event-size", type=int, default=300)
+    lake.add_argument("--master", default="local[2]")
+    lake.add_argument("--per-partition", type=int, default=10_000, help="records per Kafka partition and batch")
+    lake.set_defaults(run=spark)
+    plain = commands.add_parser("_spark_plain")
+    for name in ("--topic", "--out", "--checkpoint", "--master"):
+        plain.add_argument(name, required=True)
+    plain.add_argument("--per-trigger", type=int, required=True)
+    plain.set_defaults(run=_spark_plain)
     for name, run in (("_kafka_cdcflow", _kafka_cdcflow), ("_kafka_loop", _kafka_loop)):
         child = commands.add_parser(name)
         child.add_argument("--events", type=int, required=True)
