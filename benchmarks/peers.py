@@ -635,7 +635,8 @@ def spark(args: argparse.Namespace) -> None:
     )
     subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(fill)], check=True, capture_output=True)
     print(f"{args.events:,} events in {topic} (cdcflow json envelopes, datagen payloads of {args.event_size} B)")
-    per_trigger = args.per_partition * 4
+    # cdcflow's kafka source on Spark hands max_records_per_read to the connector as maxOffsetsPerTrigger.
+    per_trigger = args.per_batch
 
     pipeline = work / "to-parquet.yaml"
     pipeline.write_text(
@@ -645,7 +646,7 @@ def spark(args: argparse.Namespace) -> None:
         "sink: {type: parquet, path: out}\n"
         "checkpoint: {type: file, path: ckpt}\n"
         f"engine: {{type: spark, master: '{args.master}', trigger_interval_ms: 0,"
-        f" max_records_per_read: {args.per_partition}}}\n"
+        f" max_records_per_read: {args.per_batch}}}\n"
     )
     started = time.monotonic()
     process = subprocess.Popen(
@@ -720,7 +721,7 @@ def main() -> None:
     lake.add_argument("--events", type=int, default=100_000)
     lake.add_argument("--event-size", type=int, default=300)
     lake.add_argument("--master", default="local[2]")
-    lake.add_argument("--per-partition", type=int, default=10_000, help="records per Kafka partition and batch")
+    lake.add_argument("--per-batch", type=int, default=20_000, help="records per micro-batch (both jobs)")
     lake.set_defaults(run=spark)
     plain = commands.add_parser("_spark_plain")
     for name in ("--topic", "--out", "--checkpoint", "--master"):

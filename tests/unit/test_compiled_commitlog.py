@@ -88,7 +88,7 @@ def test_every_fixture_mutation_decodes_as_the_reference_decodes_it(name: str) -
     assert declined and all(not isinstance(_reference(catalog, 7, e.mutation), Exception) for e in declined)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), catalog=catalogs())
 def test_random_mutations_of_random_tables_decode_the_same(data: st.DataObject, catalog: SchemaCatalog) -> None:
     mutation = data.draw(mutations(catalog))
@@ -99,7 +99,7 @@ def test_random_mutations_of_random_tables_decode_the_same(data: st.DataObject, 
     _assert_same(catalog, version, mutation, lambda table: table.table_id == first)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), catalog=catalogs())
 def test_unsound_and_damaged_mutations_are_declined_exactly_where_the_reference_raises(
     data: st.DataObject, catalog: SchemaCatalog
