@@ -618,6 +618,72 @@ def _steady(batches: list[tuple[int, int]]) -> float:
     return events / (millis / 1000) if millis else 0.0
 
 
+def _tree_rss_mb(root: int) -> dict[str, float]:
+    """RSS of a process and its descendants, in MB, summed by program (python, java)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    rss: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        pid = int(entry.name)
+        parents[pid] = int(fields.get("PPid", "0").strip())
+        names[pid] = fields.get("Name", "?").strip()
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) / 1024 if "VmRSS" in fields else 0.0
+    totals: dict[str, float] = {}
+    for pid, size in rss.items():
+        ancestor = pid
+        while ancestor not in (0, 1, root) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            totals[names[pid]] = totals.get(names[pid], 0.0) + size
+    return totals
+
+
+def _spark_soak(args: argparse.Namespace, topic: str, work: Path) -> None:
+    """kafka -> parquet on Spark for ``args.soak`` seconds while datagen -> kafka feeds the topic at
+    ``args.rate`` events/s; RSS of the cdcflow process tree (driver JVM and Python workers) as it goes."""
+    json_converter = "{type: json, schemas_enable: false}"
+    feed = work / "feed.yaml"
+    feed.write_text(
+        f"name: {topic}-feed\n"
+        f"source: {{type: datagen, rate: {args.rate}, partitions: 4, tables: 1, event_size: {args.event_size}}}\n"
+        f'transforms: [{{type: route, regex: "(.*)", replacement: "{topic}"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: {json_converter}}}\n"
+        "checkpoint: {type: file, path: feed-ckpt}\n"
+    )
+    feeder = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(feed)], stderr=subprocess.DEVNULL)
+    pipeline = work / "to-parquet.yaml"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow.cli", "run", str(pipeline), "--log-level", "WARNING"], stderr=subprocess.DEVNULL
+    )
+    samples = []
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < args.soak and process.poll() is None:
+            time.sleep(args.soak / 20)
+            totals = _tree_rss_mb(process.pid)
+            samples.append(
+                (time.monotonic() - started, totals.get("python3", 0) + totals.get("python", 0), totals.get("java", 0))
+            )
+    finally:
+        for running in (process, feeder):
+            running.send_signal(signal.SIGTERM)
+        process.wait(300)
+        feeder.wait(120)
+    rows = _parquet_rows(work / "out")
+    print(f"soak: {rows:,} rows written in {args.soak:.0f} s at {args.rate:,.0f} events/s offered ({_core_name()})")
+    print(
+        "rss over time (s, Python processes MB, JVM MB): "
+        + ", ".join(f"({t:.0f}, {p:.0f}, {j:.0f})" for t, p, j in samples)
+    )
+
+
 def spark(args: argparse.Namespace) -> None:
     _start("kafka")
     prefix = f"peer{uuid.uuid4().hex[:8]}"
@@ -633,8 +699,10 @@ def spark(args: argparse.Namespace) -> None:
         f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: {json_converter}}}\n"
         f"checkpoint: {{type: file, path: fill-ckpt}}\n"
     )
-    subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(fill)], check=True, capture_output=True)
-    print(f"{args.events:,} events in {topic} (cdcflow json envelopes, datagen payloads of {args.event_size} B)")
+    if not args.soak:
+        subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(fill)], check=True, capture_output=True)
+    if not args.soak:
+        print(f"{args.events:,} events in {topic} (cdcflow json envelopes, datagen payloads of {args.event_size} B)")
     # cdcflow's kafka source on Spark hands max_records_per_read to the connector as maxOffsetsPerTrigger.
     per_trigger = args.per_batch
 
@@ -648,6 +716,10 @@ def spark(args: argparse.Namespace) -> None:
         f"engine: {{type: spark, master: '{args.master}', trigger_interval_ms: 0,"
         f" max_records_per_read: {args.per_batch}}}\n"
     )
+    if args.soak:
+        _spark_soak(args, topic, work)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "cdcflow.cli", "run", str(pipeline), "--log-level", "INFO"],
@@ -722,6 +794,8 @@ def main() -> None:
     lake.add_argument("--event-size", type=int, default=300)
     lake.add_argument("--master", default="local[2]")
     lake.add_argument("--per-batch", type=int, default=20_000, help="records per micro-batch (both jobs)")
+    lake.add_argument("--soak", type=float, help="instead: run this many seconds fed at --rate, printing RSS")
+    lake.add_argument("--rate", type=float, default=500, help="events/s fed into the topic during --soak")
     lake.set_defaults(run=spark)
     plain = commands.add_parser("_spark_plain")
     for name in ("--topic", "--out", "--checkpoint", "--master"):

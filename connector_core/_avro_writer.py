@@ -349,7 +349,7 @@ def avro_encoder(schema: Any, prefix: bytes = b"") -> AvroEncoder:
     native = native_module()
     if native is not None:
         try:
-            compiled = native.AvroWriter(schema, logical_type_preparers())
+            compiled = native.AvroWriter(schema, logical_type_preparers(), rows=True)
         except ValueError:
             pass  # a construct the compiled core does not take: the writers below decide
         else:

@@ -11,9 +11,7 @@ use std::collections::HashMap;
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRecursionError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
-};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// Datum nesting deeper than this is refused (a recursive schema and a cyclic datum would
 /// otherwise recurse until the stack runs out).
@@ -70,6 +68,10 @@ enum Node {
         null_index: u8,
         other: usize,
     },
+    /// `[T]`: branch 0, whatever the datum (as the reference writes it).
+    Single {
+        branch: usize,
+    },
     /// Any other union: fastavro's branch choice (the first branch the datum validates against,
     /// the record sharing the most fields, double over float).
     Union {
@@ -109,6 +111,8 @@ pub struct AvroWriter {
     nodes: Vec<Node>,
     root: usize,
     types: Types,
+    /// Records may be given as rows: tuples of their fields' values in field order.
+    rows: bool,
 }
 
 struct Compiler<'py> {
@@ -174,16 +178,10 @@ impl<'py> Compiler<'py> {
                         .get_item("name")?
                         .ok_or_else(|| unsupported("a named type without a name".into()))?
                         .extract()?;
-                    let own_namespace: Option<String> = dict
-                        .get_item("namespace")?
-                        .map(|n| n.extract())
-                        .transpose()?;
+                    let own_namespace: Option<String> = dict.get_item("namespace")?.map(|n| n.extract()).transpose()?;
                     let full = full_name(&name, own_namespace.as_deref().unwrap_or(namespace));
                     self.declared.insert(full.clone(), schema.clone());
-                    let inner = full
-                        .rsplit_once('.')
-                        .map(|(ns, _)| ns.to_string())
-                        .unwrap_or_default();
+                    let inner = full.rsplit_once('.').map(|(ns, _)| ns.to_string()).unwrap_or_default();
                     if let Some(fields) = dict.get_item("fields")? {
                         for field in fields.try_iter()? {
                             let field = field?;
@@ -221,10 +219,7 @@ impl<'py> Compiler<'py> {
         // A placeholder first: a record may refer to itself.
         let index = self.push(Node::Pending);
         self.named.insert(full.to_string(), index);
-        let namespace = full
-            .rsplit_once('.')
-            .map(|(ns, _)| ns.to_string())
-            .unwrap_or_default();
+        let namespace = full.rsplit_once('.').map(|(ns, _)| ns.to_string()).unwrap_or_default();
         let dict = schema.cast::<PyDict>()?;
         let kind: String = dict
             .get_item("type")?
@@ -252,9 +247,9 @@ impl<'py> Compiler<'py> {
                         Some(default) => FieldValue::OrDefault(default.unbind()),
                         None => {
                             let nullable_union = match field_type.cast::<PyList>() {
-                                Ok(branches) => branches.iter().any(|b| {
-                                    b.extract::<String>().map(|s| s == "null").unwrap_or(false)
-                                }),
+                                Ok(branches) => branches
+                                    .iter()
+                                    .any(|b| b.extract::<String>().map(|s| s == "null").unwrap_or(false)),
                                 Err(_) => false,
                             };
                             if nullable_union {
@@ -317,11 +312,7 @@ impl<'py> Compiler<'py> {
     }
 
     /// The preparer of a schema's logical type on `base`, when it has one.
-    fn logical_of(
-        &self,
-        dict: &Bound<'py, PyDict>,
-        base: &str,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn logical_of(&self, dict: &Bound<'py, PyDict>, base: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
         let Some(logical) = dict.get_item("logicalType")? else {
             return Ok(None);
         };
@@ -379,10 +370,7 @@ impl<'py> Compiler<'py> {
                     .get_item("name")?
                     .ok_or_else(|| unsupported("a named type without a name".into()))?
                     .extract()?;
-                let own_namespace: Option<String> = dict
-                    .get_item("namespace")?
-                    .map(|n| n.extract())
-                    .transpose()?;
+                let own_namespace: Option<String> = dict.get_item("namespace")?.map(|n| n.extract()).transpose()?;
                 let full = full_name(&name, own_namespace.as_deref().unwrap_or(namespace));
                 self.named(&full)
             }
@@ -423,17 +411,16 @@ impl<'py> Compiler<'py> {
             if branch.cast::<PyList>().is_ok() {
                 return Err(unsupported("a union directly inside a union".into()));
             }
-            if branch
-                .extract::<String>()
-                .map(|s| s == "null")
-                .unwrap_or(false)
-            {
+            if branch.extract::<String>().map(|s| s == "null").unwrap_or(false) {
                 null_index.get_or_insert(index);
             }
             compiled.push(self.compile(&branch, namespace)?);
         }
         if compiled.is_empty() {
             return Err(unsupported("an empty union".into()));
+        }
+        if compiled.len() == 1 {
+            return Ok(self.push(Node::Single { branch: compiled[0] }));
         }
         if let (2, Some(null_index)) = (compiled.len(), null_index) {
             return Ok(self.push(Node::Nullable {
@@ -482,10 +469,7 @@ fn integer(value: &Bound<'_, PyAny>, min: i64, max: i64, avro: &str) -> PyResult
             let index = ffi::PyNumber_Index(value.as_ptr());
             if index.is_null() {
                 drop(PyErr::fetch(py));
-                return Err(PyTypeError::new_err(format!(
-                    "{} is not an int",
-                    repr(value)
-                )));
+                return Err(PyTypeError::new_err(format!("{} is not an int", repr(value))));
             }
             Bound::from_owned_ptr(py, index)
         }
@@ -516,7 +500,7 @@ impl AvroWriter {
         match &self.nodes[node] {
             Node::Primitive(kind) => Self::write_primitive(*kind, out, datum),
             Node::Record { fields, .. } => {
-                if let Ok(row) = datum.cast_exact::<PyTuple>() {
+                if let (true, Ok(row)) = (self.rows, datum.cast_exact::<PyTuple>()) {
                     // A row: the fields' values in their order (cdcflow's envelope rows).
                     if row.len() != fields.len() {
                         return Err(PyValueError::new_err(format!(
@@ -536,16 +520,13 @@ impl AvroWriter {
                     let value = if exact_dict {
                         // SAFETY: datum is a dict; the key is a str (hash cached), so the lookup
                         // runs no Python code; the borrowed result is made owned at once.
-                        let found =
-                            unsafe { ffi::PyDict_GetItemWithError(datum.as_ptr(), name.as_ptr()) };
+                        let found = unsafe { ffi::PyDict_GetItemWithError(datum.as_ptr(), name.as_ptr()) };
                         if found.is_null() {
                             if let Some(error) = PyErr::take(py) {
                                 return Err(error);
                             }
                             match &field.value {
-                                FieldValue::Required => {
-                                    return Err(PyKeyError::new_err(name.clone().unbind()))
-                                }
+                                FieldValue::Required => return Err(PyKeyError::new_err(name.clone().unbind())),
                                 FieldValue::OrNone => py.None().into_bound(py),
                                 FieldValue::OrDefault(default) => default.bind(py).clone(),
                             }
@@ -556,9 +537,7 @@ impl AvroWriter {
                         match &field.value {
                             FieldValue::Required => datum.get_item(name)?,
                             FieldValue::OrNone => datum.call_method1("get", (name,))?,
-                            FieldValue::OrDefault(default) => {
-                                datum.call_method1("get", (name, default.bind(py)))?
-                            }
+                            FieldValue::OrDefault(default) => datum.call_method1("get", (name, default.bind(py)))?,
                         }
                     };
                     self.write(py, out, field.node, &value, depth + 1)?;
@@ -634,6 +613,10 @@ impl AvroWriter {
                     self.write(py, out, *other, datum, depth + 1)
                 }
             }
+            Node::Single { branch } => {
+                out.push(0);
+                self.write(py, out, *branch, datum, depth + 1)
+            }
             Node::Union { branches } => {
                 let index = self.choose_branch(py, branches, datum, depth)?;
                 write_long(out, index as i64);
@@ -658,9 +641,7 @@ impl AvroWriter {
                     self.write(py, out, *base, &prepared, depth + 1)
                 }
             }
-            Node::Pending => Err(PyValueError::new_err(
-                "Avro writer used while being compiled",
-            )),
+            Node::Pending => Err(PyValueError::new_err("Avro writer used while being compiled")),
         }
     }
 
@@ -677,11 +658,7 @@ impl AvroWriter {
         Ok(())
     }
 
-    fn write_primitive(
-        kind: Primitive,
-        out: &mut Vec<u8>,
-        datum: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    fn write_primitive(kind: Primitive, out: &mut Vec<u8>, datum: &Bound<'_, PyAny>) -> PyResult<()> {
         match kind {
             Primitive::String => {
                 if let Ok(text) = datum.cast_exact::<PyString>() {
@@ -692,9 +669,7 @@ impl AvroWriter {
                         return Err(PyErr::fetch(datum.py())); // a lone surrogate: UnicodeEncodeError
                     }
                     write_long(out, size as i64);
-                    out.extend_from_slice(unsafe {
-                        std::slice::from_raw_parts(data as *const u8, size as usize)
-                    });
+                    out.extend_from_slice(unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) });
                 } else {
                     // As the reference: value.encode() (AttributeError for what has none).
                     let encoded = datum.call_method0("encode")?;
@@ -711,10 +686,7 @@ impl AvroWriter {
                 Ok(())
             }
             Primitive::Int => {
-                write_long(
-                    out,
-                    integer(datum, i32::MIN as i64, i32::MAX as i64, "int")?,
-                );
+                write_long(out, integer(datum, i32::MIN as i64, i32::MAX as i64, "int")?);
                 Ok(())
             }
             Primitive::Double => {
@@ -734,9 +706,7 @@ impl AvroWriter {
                 };
                 let single = value as f32;
                 if single.is_infinite() && !value.is_infinite() {
-                    return Err(PyOverflowError::new_err(
-                        "float too large to pack with f format",
-                    ));
+                    return Err(PyOverflowError::new_err("float too large to pack with f format"));
                 }
                 out.extend_from_slice(&single.to_le_bytes());
                 Ok(())
@@ -747,10 +717,7 @@ impl AvroWriter {
                 } else if datum.is(&*PyBool::new(datum.py(), false)) {
                     out.push(0);
                 } else {
-                    return Err(PyTypeError::new_err(format!(
-                        "{} is not a boolean",
-                        repr(datum)
-                    )));
+                    return Err(PyTypeError::new_err(format!("{} is not a boolean", repr(datum))));
                 }
                 Ok(())
             }
@@ -763,10 +730,7 @@ impl AvroWriter {
                     write_long(out, data.len() as i64);
                     out.extend_from_slice(&data);
                 } else {
-                    return Err(PyTypeError::new_err(format!(
-                        "{} is not bytes",
-                        type_name(datum)
-                    )));
+                    return Err(PyTypeError::new_err(format!("{} is not bytes", type_name(datum))));
                 }
                 Ok(())
             }
@@ -845,23 +809,12 @@ impl AvroWriter {
         })
     }
 
-    fn is_instance(
-        &self,
-        py: Python<'_>,
-        datum: &Bound<'_, PyAny>,
-        class: &Py<PyAny>,
-    ) -> PyResult<bool> {
+    fn is_instance(&self, py: Python<'_>, datum: &Bound<'_, PyAny>, class: &Py<PyAny>) -> PyResult<bool> {
         datum.is_instance(class.bind(py))
     }
 
     /// fastavro's `_validate`: whether `datum` is an instance of the schema at `node`.
-    fn validate(
-        &self,
-        py: Python<'_>,
-        node: usize,
-        datum: &Bound<'_, PyAny>,
-        depth: usize,
-    ) -> PyResult<bool> {
+    fn validate(&self, py: Python<'_>, node: usize, datum: &Bound<'_, PyAny>, depth: usize) -> PyResult<bool> {
         if depth > MAX_DEPTH {
             return Err(PyRecursionError::new_err(
                 "datum nested deeper than the Avro writer goes",
@@ -873,13 +826,10 @@ impl AvroWriter {
                 Primitive::Null => datum.is_none(),
                 Primitive::Boolean => is_bool,
                 Primitive::String => datum.cast::<PyString>().is_ok(),
-                Primitive::Bytes => {
-                    datum.cast::<PyBytes>().is_ok() || datum.cast::<PyByteArray>().is_ok()
-                }
+                Primitive::Bytes => datum.cast::<PyBytes>().is_ok() || datum.cast::<PyByteArray>().is_ok(),
                 Primitive::Int | Primitive::Long => {
                     if is_bool
-                        || !(datum.cast::<PyInt>().is_ok()
-                            || self.is_instance(py, datum, &self.types.integral)?)
+                        || !(datum.cast::<PyInt>().is_ok() || self.is_instance(py, datum, &self.types.integral)?)
                     {
                         false
                     } else {
@@ -899,8 +849,7 @@ impl AvroWriter {
                 }
             },
             Node::Fixed { size } => {
-                (datum.cast::<PyBytes>().is_ok() || datum.cast::<PyByteArray>().is_ok())
-                    && datum.len()? == *size
+                (datum.cast::<PyBytes>().is_ok() || datum.cast::<PyByteArray>().is_ok()) && datum.len()? == *size
             }
             Node::Enum { symbol_list, .. } => symbol_list.bind(py).contains(datum)?,
             Node::Array { items } => {
@@ -922,9 +871,7 @@ impl AvroWriter {
                 }
             }
             Node::Map { values } => {
-                if !(datum.cast::<PyDict>().is_ok()
-                    || self.is_instance(py, datum, &self.types.mapping)?)
-                {
+                if !(datum.cast::<PyDict>().is_ok() || self.is_instance(py, datum, &self.types.mapping)?) {
                     false
                 } else {
                     let mut all = true;
@@ -946,12 +893,10 @@ impl AvroWriter {
                 }
             }
             Node::Record { full_name, fields } => {
-                let mapping = datum.cast::<PyDict>().is_ok()
-                    || self.is_instance(py, datum, &self.types.mapping)?;
+                let mapping = datum.cast::<PyDict>().is_ok() || self.is_instance(py, datum, &self.types.mapping)?;
                 // A "-type" naming another record rules this one out (fastavro's convention).
-                let other_type = mapping
-                    && datum.contains("-type")?
-                    && !datum.get_item("-type")?.eq(full_name.as_str())?;
+                let other_type =
+                    mapping && datum.contains("-type")? && !datum.get_item("-type")?.eq(full_name.as_str())?;
                 if !mapping || other_type {
                     false
                 } else {
@@ -970,9 +915,8 @@ impl AvroWriter {
                     all
                 }
             }
-            Node::Nullable { other, .. } => {
-                datum.is_none() || self.validate(py, *other, datum, depth + 1)?
-            }
+            Node::Nullable { other, .. } => datum.is_none() || self.validate(py, *other, datum, depth + 1)?,
+            Node::Single { branch } => self.validate(py, *branch, datum, depth + 1)?,
             Node::Union { branches } => {
                 let mut any = false;
                 for branch in branches {
@@ -984,10 +928,7 @@ impl AvroWriter {
                 any
             }
             Node::Logical {
-                base,
-                prepare,
-                schema,
-                ..
+                base, prepare, schema, ..
             } => {
                 let prepared = prepare.bind(py).call1((datum, schema.bind(py)))?;
                 self.validate(py, *base, &prepared, depth + 1)?
@@ -1001,13 +942,11 @@ impl AvroWriter {
 impl AvroWriter {
     /// Compiles ``schema`` (the JSON form: dicts, lists, names). ``preparers`` maps
     /// ``(type, logicalType)`` to ``prepare(datum, schema)``; a logical type without one is
-    /// written as its base type (as fastavro does). ValueError for what does not compile.
+    /// written as its base type (as fastavro does). With ``rows``, a record may also be given as a
+    /// tuple of its fields' values in field order. ValueError for what does not compile.
     #[new]
-    fn new(
-        py: Python<'_>,
-        schema: &Bound<'_, PyAny>,
-        preparers: &Bound<'_, PyDict>,
-    ) -> PyResult<Self> {
+    #[pyo3(signature = (schema, preparers, rows = false))]
+    fn new(py: Python<'_>, schema: &Bound<'_, PyAny>, preparers: &Bound<'_, PyDict>, rows: bool) -> PyResult<Self> {
         let mut compiler = Compiler {
             py,
             nodes: Vec::new(),
@@ -1030,17 +969,13 @@ impl AvroWriter {
             nodes: compiler.nodes,
             root,
             types,
+            rows,
         })
     }
 
     /// Appends the Avro binary encoding of ``datum`` to ``buffer`` (a bytearray): the
     /// ``AvroWriter`` signature of ``cdcflow._avro_writer``.
-    fn __call__(
-        &self,
-        py: Python<'_>,
-        buffer: &Bound<'_, PyByteArray>,
-        datum: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    fn __call__(&self, py: Python<'_>, buffer: &Bound<'_, PyByteArray>, datum: &Bound<'_, PyAny>) -> PyResult<()> {
         let mut out = Vec::with_capacity(256);
         self.write(py, &mut out, self.root, datum, 0)?;
         let start = buffer.len();

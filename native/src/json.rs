@@ -33,10 +33,7 @@ fn shortest_digits(value: f64) -> (Vec<u8>, i32) {
         ),
         None => (text, 0i32),
     };
-    let point = mantissa
-        .iter()
-        .position(|b| *b == b'.')
-        .unwrap_or(mantissa.len());
+    let point = mantissa.iter().position(|b| *b == b'.').unwrap_or(mantissa.len());
     let mut digits: Vec<u8> = mantissa.iter().copied().filter(|b| *b != b'.').collect();
     let mut decpt = point as i32 + exponent;
     let leading = digits.iter().take_while(|b| **b == b'0').count();
@@ -65,14 +62,7 @@ pub fn float_repr(out: &mut Vec<u8>, value: f64) {
             out.push(b'.');
             out.extend_from_slice(&digits[1..]);
         }
-        out.extend_from_slice(
-            format!(
-                "e{}{:02}",
-                if exponent < 0 { '-' } else { '+' },
-                exponent.abs()
-            )
-            .as_bytes(),
-        );
+        out.extend_from_slice(format!("e{}{:02}", if exponent < 0 { '-' } else { '+' }, exponent.abs()).as_bytes());
     } else if decpt <= 0 {
         out.extend_from_slice(b"0.");
         out.extend(std::iter::repeat_n(b'0', (-decpt) as usize));
@@ -92,11 +82,7 @@ fn write_float(out: &mut Vec<u8>, value: f64) {
     if value.is_nan() {
         out.extend_from_slice(b"NaN");
     } else if value.is_infinite() {
-        out.extend_from_slice(if value > 0.0 {
-            b"Infinity"
-        } else {
-            b"-Infinity"
-        });
+        out.extend_from_slice(if value > 0.0 { b"Infinity" } else { b"-Infinity" });
     } else {
         float_repr(out, value);
     }
@@ -162,13 +148,7 @@ fn write_int(out: &mut Vec<u8>, value: &Bound<'_, PyAny>) -> PyResult<()> {
 }
 
 impl JsonEncoder {
-    fn write(
-        &self,
-        py: Python<'_>,
-        out: &mut Vec<u8>,
-        value: &Bound<'_, PyAny>,
-        depth: usize,
-    ) -> PyResult<()> {
+    fn write(&self, py: Python<'_>, out: &mut Vec<u8>, value: &Bound<'_, PyAny>, depth: usize) -> PyResult<()> {
         if depth > MAX_DEPTH {
             return Err(PyRecursionError::new_err(
                 "maximum recursion depth exceeded while encoding a JSON object",
@@ -257,11 +237,7 @@ impl JsonEncoder {
     }
 
     /// ``compact_json(value)``.
-    fn dumps<'py>(
-        &self,
-        py: Python<'py>,
-        value: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyString>> {
+    fn dumps<'py>(&self, py: Python<'py>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
         let mut out = Vec::with_capacity(256);
         self.write(py, &mut out, value, 0)?;
         // The encoder writes UTF-8 copied from str objects and ASCII of its own.

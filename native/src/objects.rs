@@ -41,8 +41,7 @@ impl RecordClass {
         }
         // Every slot of the object must be one of ours: no slots from a base class.
         let basic_size: isize = class.getattr("__basicsize__")?.extract()?;
-        let expected = std::mem::size_of::<ffi::PyObject>()
-            + fields.len() * std::mem::size_of::<*mut ffi::PyObject>();
+        let expected = std::mem::size_of::<ffi::PyObject>() + fields.len() * std::mem::size_of::<*mut ffi::PyObject>();
         if basic_size as usize != expected {
             return Ok(None);
         }
@@ -55,8 +54,7 @@ impl RecordClass {
             }
             // SAFETY: a member_descriptor object is a PyMemberDescrObject, whose d_member points
             // to the class's PyMemberDef for this slot (alive as long as the class).
-            let member =
-                unsafe { &*(*(descriptor.as_ptr() as *mut ffi::PyMemberDescrObject)).d_member };
+            let member = unsafe { &*(*(descriptor.as_ptr() as *mut ffi::PyMemberDescrObject)).d_member };
             if member.type_code != T_OBJECT_EX || member.flags != 0 {
                 return Ok(None);
             }

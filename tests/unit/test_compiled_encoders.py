@@ -307,7 +307,10 @@ def test_an_envelope_given_as_a_row_encodes_as_its_payload_does(op: Op) -> None:
         schema=schema,
     )
     value_schema = avro_value_schema(event)
-    assert _compiled(value_schema, avro_envelope_row(event)) == _fastavro(value_schema, event.value_payload())
     assert NATIVE is not None
+    writer = NATIVE.AvroWriter(value_schema, logical_type_preparers(), rows=True)
+    assert writer.encode(avro_envelope_row(event)) == _fastavro(value_schema, event.value_payload())
     with pytest.raises(ValueError, match="a row of 4 values for a record of 5 fields"):
-        NATIVE.AvroWriter(value_schema, {}).encode(avro_envelope_row(event)[:4])
+        writer.encode(avro_envelope_row(event)[:4])
+    with pytest.raises(TypeError):  # rows only where asked for: a tuple is no record otherwise
+        _compiled(value_schema, avro_envelope_row(event))

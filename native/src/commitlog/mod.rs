@@ -136,10 +136,7 @@ fn frame(payload: &[u8]) -> (Vec<Framed<'_>>, bool) {
 }
 
 /// Runs `body` over a contiguous byte buffer (bytes, or a memoryview of a segment).
-fn with_bytes<T>(
-    payload: &Bound<'_, PyAny>,
-    body: impl FnOnce(&[u8]) -> PyResult<T>,
-) -> PyResult<T> {
+fn with_bytes<T>(payload: &Bound<'_, PyAny>, body: impl FnOnce(&[u8]) -> PyResult<T>) -> PyResult<T> {
     if let Ok(bytes) = payload.cast::<PyBytes>() {
         return body(bytes.as_bytes());
     }
@@ -149,8 +146,7 @@ fn with_bytes<T>(
     }
     // SAFETY: the buffer is held (and so stays valid) for the call; it is read only, and the
     // segment bytes behind it are never written while cdcflow reads them.
-    let data =
-        unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) };
+    let data = unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) };
     body(data)
 }
 
@@ -191,11 +187,7 @@ pub fn frame_section(
         let mut out = Vec::with_capacity(items.len());
         for item in items {
             match item {
-                Framed::Entry {
-                    start,
-                    end,
-                    mutation,
-                } => {
+                Framed::Entry { start, end, mutation } => {
                     if base + end as i64 > after {
                         let bytes = if with_mutations { Some(mutation) } else { None };
                         out.push(framed_entry(py, base, start, end, bytes, None, None)?);
@@ -208,15 +200,7 @@ pub fn frame_section(
                     reason,
                 } => {
                     if base + end as i64 > after {
-                        out.push(framed_entry(
-                            py,
-                            base,
-                            start,
-                            end,
-                            Some(raw),
-                            Some(&reason),
-                            None,
-                        )?);
+                        out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), None)?);
                     }
                 }
             }
@@ -273,9 +257,7 @@ impl PyTables {
 
 impl Tables for PyTables {
     fn table(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<Arc<Table>> {
-        let id: [u8; 16] = raw_id
-            .try_into()
-            .map_err(|_| Decline("table id is not 16 bytes"))?;
+        let id: [u8; 16] = raw_id.try_into().map_err(|_| Decline("table id is not 16 bytes"))?;
         if let Some(table) = self.known.get(&id) {
             return Ok(table.clone());
         }
@@ -349,11 +331,7 @@ impl CommitLogDecoder {
 
     /// ``[(TableSchema, key, [RowChange, ...]), ...]`` for the wanted partition updates of one
     /// mutation, or None when the compiled core declines it (the reference decodes it, or raises).
-    fn decode<'py>(
-        &self,
-        py: Python<'py>,
-        mutation: &[u8],
-    ) -> PyResult<Option<Bound<'py, PyList>>> {
+    fn decode<'py>(&self, py: Python<'py>, mutation: &[u8]) -> PyResult<Option<Bound<'py, PyList>>> {
         let mut state = self
             .state
             .lock()
@@ -388,37 +366,19 @@ impl CommitLogDecoder {
             let mut out = Vec::with_capacity(items.len());
             for item in items {
                 match item {
-                    Framed::Entry {
-                        start,
-                        end,
-                        mutation,
-                    } => {
+                    Framed::Entry { start, end, mutation } => {
                         if base + end as i64 <= after {
                             continue;
                         }
                         match state.decoder.decode(py, mutation, &mut state.tables) {
                             // The bytes stay with the changes: the source decodes them again with the
                             // reference if the schema changed since this section was decoded.
-                            Ok(changes) => out.push(framed_entry(
-                                py,
-                                base,
-                                start,
-                                end,
-                                Some(mutation),
-                                None,
-                                Some(changes),
-                            )?),
+                            Ok(changes) => {
+                                out.push(framed_entry(py, base, start, end, Some(mutation), None, Some(changes))?)
+                            }
                             Err(decline) => {
                                 state.last_decline = Some(decline.0);
-                                out.push(framed_entry(
-                                    py,
-                                    base,
-                                    start,
-                                    end,
-                                    Some(mutation),
-                                    None,
-                                    None,
-                                )?);
+                                out.push(framed_entry(py, base, start, end, Some(mutation), None, None)?);
                             }
                         }
                     }
@@ -429,15 +389,7 @@ impl CommitLogDecoder {
                         reason,
                     } => {
                         if base + end as i64 > after {
-                            out.push(framed_entry(
-                                py,
-                                base,
-                                start,
-                                end,
-                                Some(raw),
-                                Some(&reason),
-                                None,
-                            )?);
+                            out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), None)?);
                         }
                     }
                 }

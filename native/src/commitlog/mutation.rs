@@ -65,10 +65,7 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn byte(&mut self) -> R<u8> {
-        let value = *self
-            .data
-            .get(self.pos)
-            .ok_or(Decline("byte past the end"))?;
+        let value = *self.data.get(self.pos).ok_or(Decline("byte past the end"))?;
         self.pos += 1;
         Ok(value)
     }
@@ -88,17 +85,11 @@ impl<'a> Cursor<'a> {
         if size < 0 {
             return Err(Decline("negative length"));
         }
-        let end = self
-            .pos
-            .checked_add(size as usize)
-            .ok_or(Decline("length overflows"))?;
+        let end = self.pos.checked_add(size as usize).ok_or(Decline("length overflows"))?;
         if end > self.data.len() {
             return Err(Decline("value runs past the mutation's end"));
         }
-        let span = Span {
-            start: self.pos,
-            end,
-        };
+        let span = Span { start: self.pos, end };
         self.pos = end;
         Ok(span)
     }
@@ -141,9 +132,7 @@ impl Stats {
     fn deletion(&self, cursor: &mut Cursor) -> R<Deletion> {
         let marked_for_delete_at = self.timestamp(cursor)?;
         self.local_deletion_time(cursor)?;
-        Ok(Deletion {
-            marked_for_delete_at,
-        })
+        Ok(Deletion { marked_for_delete_at })
     }
 }
 
@@ -239,8 +228,7 @@ pub trait Tables {
 
 /// `RowChange`'s fields, in the order the decoder gives them.
 const ROW_CHANGE_FIELDS: [&str; 11] = [
-    "op", "keyspace", "table", "key", "after", "ts_us", "deletion", "range", "replaced", "removed",
-    "ttl",
+    "op", "keyspace", "table", "key", "after", "ts_us", "deletion", "range", "replaced", "removed", "ttl",
 ];
 
 pub struct MutationDecoder {
@@ -290,12 +278,7 @@ impl MutationDecoder {
     }
 
     /// The mutation's wanted partition updates as `[(TableSchema, key bytes, [RowChange, ...]), ...]`.
-    pub fn decode<'py>(
-        &mut self,
-        py: Python<'py>,
-        data: &[u8],
-        tables: &mut dyn Tables,
-    ) -> R<Bound<'py, PyList>> {
+    pub fn decode<'py>(&mut self, py: Python<'py>, data: &[u8], tables: &mut dyn Tables) -> R<Bound<'py, PyList>> {
         self.arena.clear();
         let mut wanted_updates: Vec<usize> = Vec::new();
         let mut cursor = Cursor { data, pos: 0 };
@@ -365,10 +348,7 @@ impl MutationDecoder {
         let min_timestamp = cursor.uvint()?.wrapping_add(TIMESTAMP_EPOCH_US);
         cursor.uvint32()?; // the minimum local deletion time: row changes carry none
         let min_ttl = cursor.uvint32()?;
-        let stats = Stats {
-            min_timestamp,
-            min_ttl,
-        };
+        let stats = Stats { min_timestamp, min_ttl };
         let statics = if flags & HAS_STATIC_ROW != 0 {
             self.columns(cursor, &table, true)?
         } else {
@@ -389,9 +369,7 @@ impl MutationDecoder {
                 return Err(Decline("static row without its static flag"));
             }
             let clustering = (self.arena.clustering.len(), self.arena.clustering.len());
-            let row = self.row_body(
-                cursor, &stats, &table, &statics, clustering, row_flags, extended,
-            )?;
+            let row = self.row_body(cursor, &stats, &table, &statics, clustering, row_flags, extended)?;
             self.arena.rows.push(row);
             update.static_row = Some(self.arena.rows.len() - 1);
             update.rows = (self.arena.rows.len(), self.arena.rows.len());
@@ -399,11 +377,7 @@ impl MutationDecoder {
         if flags & HAS_ROW_ESTIMATE != 0 {
             cursor.uvint()?;
         }
-        let lengths: Vec<i64> = table
-            .clustering
-            .iter()
-            .map(|c| c.cql.fixed_length)
-            .collect();
+        let lengths: Vec<i64> = table.clustering.iter().map(|c| c.cql.fixed_length).collect();
         loop {
             let row_flags = cursor.byte()?;
             if row_flags & END_OF_PARTITION != 0 {
@@ -426,9 +400,7 @@ impl MutationDecoder {
                 return Err(Decline("a second static row"));
             }
             let clustering = self.clustering(cursor, lengths.len(), &lengths)?;
-            let row = self.row_body(
-                cursor, &stats, &table, &regulars, clustering, row_flags, extended,
-            )?;
+            let row = self.row_body(cursor, &stats, &table, &regulars, clustering, row_flags, extended)?;
             self.arena.rows.push(row);
         }
     }
@@ -453,19 +425,12 @@ impl MutationDecoder {
                 .ok_or(Decline("a column not in the schema"))?;
             columns.push(*index);
         }
-        self.headers.insert(
-            slot,
-            (cursor.data[start..cursor.pos].to_vec(), columns.clone()),
-        );
+        self.headers
+            .insert(slot, (cursor.data[start..cursor.pos].to_vec(), columns.clone()));
         Ok(columns)
     }
 
-    fn clustering(
-        &mut self,
-        cursor: &mut Cursor,
-        size: usize,
-        lengths: &[i64],
-    ) -> R<(usize, usize)> {
+    fn clustering(&mut self, cursor: &mut Cursor, size: usize, lengths: &[i64]) -> R<(usize, usize)> {
         let first = self.arena.clustering.len();
         let mut offset = 0usize;
         while offset < size {
@@ -481,9 +446,7 @@ impl MutationDecoder {
                         end: cursor.pos,
                     }));
                 } else {
-                    let length = *lengths
-                        .get(offset)
-                        .ok_or(Decline("clustering past the table's"))?;
+                    let length = *lengths.get(offset).ok_or(Decline("clustering past the table's"))?;
                     let value = cursor.value(length)?;
                     self.arena.clustering.push(Some(value));
                 }
@@ -544,10 +507,7 @@ impl MutationDecoder {
             ttl: None,
             deletion: None,
             cells: (self.arena.cells.len(), self.arena.cells.len()),
-            complex_deletions: (
-                self.arena.complex_deletions.len(),
-                self.arena.complex_deletions.len(),
-            ),
+            complex_deletions: (self.arena.complex_deletions.len(), self.arena.complex_deletions.len()),
         };
         if flags & HAS_TIMESTAMP != 0 {
             row.timestamp = Some(stats.timestamp(cursor)?);
@@ -617,11 +577,7 @@ impl MutationDecoder {
             for _ in 0..present_count.max(0) {
                 let index = cursor.uvint32()?;
                 // A negative index counts from the end, as a Python list index does.
-                let index = if index < 0 {
-                    index + count as i64
-                } else {
-                    index
-                };
+                let index = if index < 0 { index + count as i64 } else { index };
                 if index < 0 || index >= count as i64 {
                     return Err(Decline("column index out of range"));
                 }
@@ -699,12 +655,7 @@ impl MutationDecoder {
 
     // --- row changes --------------------------------------------------------------------------------
 
-    fn row_changes<'py>(
-        &self,
-        py: Python<'py>,
-        data: &[u8],
-        update: &Update,
-    ) -> R<Bound<'py, PyList>> {
+    fn row_changes<'py>(&self, py: Python<'py>, data: &[u8], update: &Update) -> R<Bound<'py, PyList>> {
         let table = &update.table;
         let changes = PyList::empty(py);
         let partition_key = self.partition_key(py, data, update)?;
@@ -723,39 +674,23 @@ impl MutationDecoder {
         self.range_deletions(py, data, update, &partition_key, &changes)?;
         if let Some(static_row) = update.static_row {
             let key = partition_key.copy()?;
-            changes.append(self.row_change(
-                py,
-                data,
-                table,
-                key,
-                &self.arena.rows[static_row],
-            )?)?;
+            changes.append(self.row_change(py, data, table, key, &self.arena.rows[static_row])?)?;
         }
         for row in &self.arena.rows[update.rows.0..update.rows.1] {
             let key = partition_key.copy()?;
             let clustering = &self.arena.clustering[row.clustering.0..row.clustering.1];
             for (column, value) in table.clustering.iter().zip(clustering) {
-                key.set_item(
-                    column.name.bind(py),
-                    decode_optional(py, data, &column.cql, *value)?,
-                )?;
+                key.set_item(column.name.bind(py), decode_optional(py, data, &column.cql, *value)?)?;
             }
             changes.append(self.row_change(py, data, table, key, row)?)?;
         }
         Ok(changes)
     }
 
-    fn partition_key<'py>(
-        &self,
-        py: Python<'py>,
-        data: &[u8],
-        update: &Update,
-    ) -> R<Bound<'py, PyDict>> {
+    fn partition_key<'py>(&self, py: Python<'py>, data: &[u8], update: &Update) -> R<Bound<'py, PyDict>> {
         let table = &update.table;
         if table.partition_key.len() != update.key_parts.len() {
-            return Err(Decline(
-                "partition key parts do not match the table's key columns",
-            ));
+            return Err(Decline("partition key parts do not match the table's key columns"));
         }
         let dict = PyDict::new(py);
         for (column, part) in table.partition_key.iter().zip(&update.key_parts) {
@@ -772,15 +707,8 @@ impl MutationDecoder {
         values: (usize, usize),
     ) -> R<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
-        for (column, value) in table
-            .clustering
-            .iter()
-            .zip(&self.arena.clustering[values.0..values.1])
-        {
-            dict.set_item(
-                column.name.bind(py),
-                decode_optional(py, data, &column.cql, *value)?,
-            )?;
+        for (column, value) in table.clustering.iter().zip(&self.arena.clustering[values.0..values.1]) {
+            dict.set_item(column.name.bind(py), decode_optional(py, data, &column.cql, *value)?)?;
         }
         Ok(dict)
     }
@@ -915,14 +843,10 @@ impl MutationDecoder {
             } else if cell.deleted {
                 after.set_item(column.name.bind(py), py.None())?;
             } else {
-                after.set_item(
-                    column.name.bind(py),
-                    column.cql.decode(py, cell.value.of(data))?,
-                )?;
+                after.set_item(column.name.bind(py), column.cql.decode(py, cell.value.of(data))?)?;
             }
         }
-        let complex_deletions =
-            &self.arena.complex_deletions[row.complex_deletions.0..row.complex_deletions.1];
+        let complex_deletions = &self.arena.complex_deletions[row.complex_deletions.0..row.complex_deletions.1];
         let replaced = PyList::empty(py);
         for (column, deletion) in complex_deletions {
             ts_us = ts_us.max(deletion.marked_for_delete_at);
@@ -946,10 +870,7 @@ impl MutationDecoder {
             if group.iter().any(|c| c.deleted) {
                 let labels = PyList::empty(py);
                 for cell in group.iter().filter(|c| c.deleted) {
-                    labels.append(
-                        spec.cql
-                            .path_label(py, cell.path.map(|p| p.of(data)).unwrap_or(&[]))?,
-                    )?;
+                    labels.append(spec.cql.path_label(py, cell.path.map(|p| p.of(data)).unwrap_or(&[]))?)?;
                 }
                 removed.set_item(spec.name.bind(py), labels)?;
             }
@@ -1004,12 +925,7 @@ impl MutationDecoder {
     }
 }
 
-fn decode_optional<'py>(
-    py: Python<'py>,
-    data: &[u8],
-    cql: &CqlType,
-    value: Option<Span>,
-) -> R<Bound<'py, PyAny>> {
+fn decode_optional<'py>(py: Python<'py>, data: &[u8], cql: &CqlType, value: Option<Span>) -> R<Bound<'py, PyAny>> {
     match value {
         None => Ok(py.None().into_bound(py)),
         Some(span) => cql.decode(py, span.of(data)),
@@ -1030,9 +946,7 @@ fn split_partition_key(key: Span, data: &[u8], columns: usize) -> R<Vec<Span>> {
         }
         let length = u16::from_be_bytes([bytes[offset], bytes[offset + 1]]) as usize;
         if offset + 2 + length + 1 > bytes.len() {
-            return Err(Decline(
-                "composite partition key component runs past the key",
-            ));
+            return Err(Decline("composite partition key component runs past the key"));
         }
         parts.push(Span {
             start: key.start + offset + 2,
@@ -1041,9 +955,7 @@ fn split_partition_key(key: Span, data: &[u8], columns: usize) -> R<Vec<Span>> {
         offset += 2 + length + 1;
     }
     if offset != bytes.len() {
-        return Err(Decline(
-            "bytes after the composite partition key's components",
-        ));
+        return Err(Decline("bytes after the composite partition key's components"));
     }
     Ok(parts)
 }

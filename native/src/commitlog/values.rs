@@ -118,9 +118,7 @@ impl CqlType {
             "vector" if value.is_some() && dimension > 0 => Kind::Vector { dimension },
             "reference" => Kind::Reference,
             other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown CQL type description {other:?}"
-                )));
+                return Err(PyValueError::new_err(format!("unknown CQL type description {other:?}")));
             }
         };
         Ok(CqlType {
@@ -192,22 +190,13 @@ impl CqlType {
                 Ok(list.into_any())
             }
             Kind::Map => {
-                let key = self
-                    .path
-                    .as_deref()
-                    .ok_or(Decline("map without a key type"))?;
-                let value = self
-                    .value
-                    .as_deref()
-                    .ok_or(Decline("map without a value type"))?;
+                let key = self.path.as_deref().ok_or(Decline("map without a key type"))?;
+                let value = self.value.as_deref().ok_or(Decline("map without a value type"))?;
                 let items = frozen_collection(raw)?;
                 let dict = PyDict::new(py);
                 let mut index = 0;
                 while index + 1 < items.len() {
-                    dict.set_item(
-                        optional(py, key, items[index])?,
-                        optional(py, value, items[index + 1])?,
-                    )?;
+                    dict.set_item(optional(py, key, items[index])?, optional(py, value, items[index + 1])?)?;
                     index += 2;
                 }
                 Ok(dict.into_any())
@@ -228,10 +217,7 @@ impl CqlType {
                 if raw.is_empty() {
                     return Ok(py.None().into_bound(py));
                 }
-                let element = self
-                    .value
-                    .as_deref()
-                    .ok_or(Decline("vector without an element type"))?;
+                let element = self.value.as_deref().ok_or(Decline("vector without an element type"))?;
                 let list = PyList::empty(py);
                 let size = element.fixed_length;
                 if size > 0 {
@@ -272,10 +258,7 @@ impl CqlType {
     pub fn collect<'py>(&self, py: Python<'py>, cells: &[(&[u8], &[u8])]) -> R<Bound<'py, PyAny>> {
         match self.kind {
             Kind::List => {
-                let element = self
-                    .value
-                    .as_deref()
-                    .ok_or(Decline("list without an element type"))?;
+                let element = self.value.as_deref().ok_or(Decline("list without an element type"))?;
                 let list = PyList::empty(py);
                 for (_, value) in cells {
                     list.append(element.decode(py, value)?)?;
@@ -283,10 +266,7 @@ impl CqlType {
                 Ok(list.into_any())
             }
             Kind::Set => {
-                let element = self
-                    .path
-                    .as_deref()
-                    .ok_or(Decline("set without an element type"))?;
+                let element = self.path.as_deref().ok_or(Decline("set without an element type"))?;
                 let list = PyList::empty(py);
                 for (path, _) in cells {
                     list.append(element.decode(py, path)?)?;
@@ -294,14 +274,8 @@ impl CqlType {
                 Ok(list.into_any())
             }
             Kind::Map => {
-                let key = self
-                    .path
-                    .as_deref()
-                    .ok_or(Decline("map without a key type"))?;
-                let value = self
-                    .value
-                    .as_deref()
-                    .ok_or(Decline("map without a value type"))?;
+                let key = self.path.as_deref().ok_or(Decline("map without a key type"))?;
+                let value = self.value.as_deref().ok_or(Decline("map without a value type"))?;
                 let dict = PyDict::new(py);
                 for (path, item) in cells {
                     dict.set_item(key.decode(py, path)?, value.decode(py, item)?)?;
@@ -311,16 +285,9 @@ impl CqlType {
             _ => {
                 let pairs = PyList::empty(py);
                 for (path, value) in cells {
-                    pairs.append(PyTuple::new(
-                        py,
-                        [PyBytes::new(py, path), PyBytes::new(py, value)],
-                    )?)?;
+                    pairs.append(PyTuple::new(py, [PyBytes::new(py, path), PyBytes::new(py, value)])?)?;
                 }
-                Ok(self
-                    .reference
-                    .bind(py)
-                    .getattr("collect")?
-                    .call1((pairs,))?)
+                Ok(self.reference.bind(py).getattr("collect")?.call1((pairs,))?)
             }
         }
     }
@@ -354,11 +321,7 @@ fn optional<'py>(py: Python<'py>, element: &CqlType, raw: Option<&[u8]>) -> R<Bo
 }
 
 /// A fixed-size integer: empty is null (CQL allows it for every type), any other length an error.
-fn fixed<'py, const N: usize>(
-    py: Python<'py>,
-    raw: &[u8],
-    convert: impl Fn(&[u8; N]) -> i64,
-) -> R<Bound<'py, PyAny>> {
+fn fixed<'py, const N: usize>(py: Python<'py>, raw: &[u8], convert: impl Fn(&[u8; N]) -> i64) -> R<Bound<'py, PyAny>> {
     match <[u8; N]>::try_from(raw) {
         Ok(bytes) => Ok(int(py, convert(&bytes))),
         Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
@@ -378,10 +341,7 @@ fn varint<'py>(py: Python<'py>, raw: &[u8], reference: &Py<PyAny>) -> R<Bound<'p
         return Ok(int(py, value));
     }
     // Wider than 64 bits: the reference builds the Python int.
-    Ok(reference
-        .bind(py)
-        .getattr("decode")?
-        .call1((PyBytes::new(py, raw),))?)
+    Ok(reference.bind(py).getattr("decode")?.call1((PyBytes::new(py, raw),))?)
 }
 
 /// `float(Decimal(unscaled).scaleb(-scale))`: exact as long as the coefficient has at most 28
@@ -413,10 +373,7 @@ fn decimal<'py>(py: Python<'py>, raw: &[u8], reference: &Py<PyAny>) -> R<Bound<'
             }
         }
     }
-    Ok(reference
-        .bind(py)
-        .getattr("decode")?
-        .call1((PyBytes::new(py, raw),))?)
+    Ok(reference.bind(py).getattr("decode")?.call1((PyBytes::new(py, raw),))?)
 }
 
 pub fn int(py: Python<'_>, value: i64) -> Bound<'_, PyAny> {
@@ -427,10 +384,7 @@ pub fn int(py: Python<'_>, value: i64) -> Bound<'_, PyAny> {
 pub fn int128(py: Python<'_>, value: i128) -> Bound<'_, PyAny> {
     match i64::try_from(value) {
         Ok(small) => int(py, small),
-        Err(_) => value
-            .into_pyobject(py)
-            .expect("an i128 always converts")
-            .into_any(),
+        Err(_) => value.into_pyobject(py).expect("an i128 always converts").into_any(),
     }
 }
 
@@ -448,11 +402,7 @@ pub fn text<'py>(py: Python<'py>, raw: &[u8]) -> R<Bound<'py, PyAny>> {
     // SAFETY: the pointer and length describe `raw`; a NULL result carries a UnicodeDecodeError,
     // which PyErr::fetch clears.
     unsafe {
-        let object = ffi::PyUnicode_DecodeUTF8(
-            raw.as_ptr().cast(),
-            raw.len() as ffi::Py_ssize_t,
-            c"strict".as_ptr(),
-        );
+        let object = ffi::PyUnicode_DecodeUTF8(raw.as_ptr().cast(), raw.len() as ffi::Py_ssize_t, c"strict".as_ptr());
         if object.is_null() {
             drop(PyErr::fetch(py));
             return Err(Decline("not UTF-8"));
@@ -515,12 +465,7 @@ fn elements(raw: &[u8]) -> R<(Vec<Option<&[u8]>>, usize)> {
         if offset + 4 > raw.len() {
             return Err(Decline("collection cut short"));
         }
-        let length = i32::from_be_bytes([
-            raw[offset],
-            raw[offset + 1],
-            raw[offset + 2],
-            raw[offset + 3],
-        ]);
+        let length = i32::from_be_bytes([raw[offset], raw[offset + 1], raw[offset + 2], raw[offset + 3]]);
         offset += 4;
         if length < 0 {
             items.push(None);
