@@ -25,7 +25,7 @@ stop_started() { if [ "${#started[@]}" -gt 0 ]; then bash scripts/services.sh st
 trap stop_started EXIT
 python -m ruff check .
 bash scripts/typecheck.sh
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -q -p no:cacheprovider --durations=20 "$@"
 # The run above used the compiled core when it is built (its equivalence tests compare it with the
 # pure-Python reference); the reference is what runs without a Rust toolchain, so its unit tests
 # run again on it alone (about half a minute).
