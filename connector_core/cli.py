@@ -100,6 +100,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from cdcflow.spark_engine import run_spark
 
         return run_spark(specs, registry)
+    from cdcflow.group.worker import group_of, run_group_worker
+
+    if group_of(specs) is not None:
+        return run_group_worker(specs, registry, args.rest_port)
     workers = args.workers or max(s.engine.workers for s in specs)
     metrics_port = args.metrics_port if args.metrics_port is not None else specs[0].engine.metrics_port
     if args.worker_count is None and workers > 1:
@@ -188,6 +192,7 @@ class CommandLine:
                 metrics_port=None,
                 worker_index=None,
                 worker_count=None,
+                rest_port=None,
                 log_format="text",
                 log_level=log_level,
             )
@@ -205,6 +210,7 @@ def _parser(registry: Any) -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, help="processes splitting each pipeline's partitions")
     run.add_argument("--engine", choices=["worker", "spark"])
     run.add_argument("--metrics-port", type=int, help="Prometheus port (worker i serves port + i)")
+    run.add_argument("--rest-port", type=int, help="worker groups: this worker's REST port (engine.group.rest.port)")
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     run.add_argument("--worker-count", type=int, help=argparse.SUPPRESS)
     run.add_argument("--log-format", choices=["text", "json"], default=argparse.SUPPRESS)

@@ -13,13 +13,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
-from cdcflow.contract import PluginConfig
+from cdcflow.contract import FencingCheckpointStore, PluginConfig
 from cdcflow.errors import ConfigFieldError, FieldProblem, UnknownPluginTypeError
+
+if TYPE_CHECKING:
+    from cdcflow.group.config import GroupConfig
 
 __all__ = [
     "EngineConfig",
@@ -102,6 +105,10 @@ class EngineConfig(_Strict):
         default=1000, ge=0, description="how often Spark plans a micro-batch (spark engine)"
     )
     conf: dict[str, str] = Field(default_factory=dict, description="Spark configuration (spark engine)")
+    group: dict[str, Any] | None = Field(
+        default=None,
+        description="run as a worker group across machines (worker engine): see cdcflow.group.GroupConfig",
+    )
 
 
 class PipelineConfig(_Strict):
@@ -144,6 +151,7 @@ class PipelineSpec:
     errors: ErrorsConfig
     engine: EngineConfig
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    group: GroupConfig | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -211,6 +219,10 @@ def parse_pipeline(
                 lines.get(("checkpoint", "type")),
             )
         )
+    group = None
+    if pipeline.engine.group is not None:
+        group, found = _resolve_group(pipeline, checkpoint, lines)
+        problems += found
     if problems:
         problems.sort(key=lambda p: (p.line is None, p.line or 0))
         raise ConfigFieldError(file, problems)
@@ -226,7 +238,52 @@ def parse_pipeline(
         errors=pipeline.errors,
         engine=pipeline.engine,
         raw=data,
+        group=group,
     )
+
+
+def _resolve_group(
+    pipeline: PipelineConfig, checkpoint: ResolvedPlugin | None, lines: Mapping[FieldPath, int]
+) -> tuple[GroupConfig | None, list[FieldProblem]]:
+    """``engine.group`` against its model, and what a group needs of the rest of the file."""
+    from cdcflow.group.config import GroupConfig  # here: the group package imports this module
+
+    path: FieldPath = ("engine", "group")
+    problems: list[FieldProblem] = []
+    group = None
+    try:
+        group = GroupConfig.model_validate({"id": f"cdcflow-{pipeline.name}", **(pipeline.engine.group or {})})
+    except ValidationError as exc:
+        problems += _problems(exc, path, GroupConfig, lines)
+    if pipeline.engine.type != "worker":
+        problems.append(
+            FieldProblem(
+                "engine.group",
+                "no group with engine.type spark (Spark spreads its own work)",
+                "a group",
+                lines.get(path),
+            )
+        )
+    if pipeline.engine.workers != 1:
+        problems.append(
+            FieldProblem(
+                "engine.workers",
+                "1 with engine.group (a group grows by starting `cdcflow run` on more machines)",
+                str(pipeline.engine.workers),
+                lines.get(("engine", "workers")),
+            )
+        )
+    if checkpoint is not None and not issubclass(checkpoint.cls, FencingCheckpointStore):
+        problems.append(
+            FieldProblem(
+                "checkpoint.type",
+                "a checkpoint store the group's machines share and that fences a worker which lost its "
+                "partitions (kafka) with engine.group",
+                f"{checkpoint.config.type!r}, which is not shared between machines",
+                lines.get(("checkpoint", "type"), lines.get(("checkpoint",))),
+            )
+        )
+    return group, problems
 
 
 def _plugin_section_problems(
