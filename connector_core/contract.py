@@ -212,6 +212,19 @@ class Source(_Plugin[ConfigT]):
         """One row of :meth:`spark_native_stream` as a cdcflow record."""
         raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
 
+    def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
+        """The offsets Spark's connector logged for :meth:`spark_native_stream`, as cdcflow
+        offsets by partition id (what ``cdcflow offsets show`` prints)."""
+        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
+
+    def spark_native_log(self, offsets: Mapping[str, Offset]) -> Any:
+        """The inverse of :meth:`spark_native_offsets`: what Spark's connector reads back."""
+        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
+
+    @property
+    def has_spark_native_stream(self) -> bool:
+        return type(self).spark_native_stream is not Source.spark_native_stream
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         """Told after these offsets are durable in the checkpoint store and downstream.
 

@@ -32,6 +32,9 @@ by type, never by parsing messages.
     ├── EngineError
     │   ├── EngineUnavailableError     the engine cannot start here (no pyspark, no or old Java)
     │   └── EngineUnsupportedError     this pipeline cannot run on this engine
+    ├── OffsetsChangeError             `cdcflow offsets reset|set` cannot be done
+    │   ├── PipelineRunningError       the pipeline runs: stop or pause it first
+    │   └── UnknownPartitionError      the source has no such partition
     └── RetriesExhaustedError          a transient failure outlived the retry budget
 """
 
@@ -55,6 +58,8 @@ __all__ = [
     "EngineUnsupportedError",
     "FieldProblem",
     "MissingEnvironmentVariableError",
+    "OffsetsChangeError",
+    "PipelineRunningError",
     "PluginConflictError",
     "PluginError",
     "PluginLoadError",
@@ -70,6 +75,7 @@ __all__ = [
     "SourceUnavailableError",
     "TransformError",
     "TransientError",
+    "UnknownPartitionError",
     "UnknownPluginTypeError",
 ]
 
@@ -232,6 +238,18 @@ class EngineUnavailableError(EngineError):
 
 class EngineUnsupportedError(EngineError):
     """A pipeline asks for something its engine cannot do (a Spark-only sink on the worker engine...)."""
+
+
+class OffsetsChangeError(CdcflowError):
+    """Offsets cannot be set or reset as asked."""
+
+
+class PipelineRunningError(OffsetsChangeError):
+    """The pipeline runs: its next checkpoint would overwrite the change."""
+
+
+class UnknownPartitionError(OffsetsChangeError):
+    """An offsets change names a partition the pipeline does not have."""
 
 
 class RetriesExhaustedError(CdcflowError):

@@ -110,7 +110,8 @@ class FaustRuntime:
                 await super().on_started()
 
         runtime = self
-        for name in ("faust", "mode", "aiokafka"):  # their INFO lines narrate every step of a rebalance
+        # Their INFO lines narrate every step of a rebalance (the app classes here log as this module).
+        for name in ("faust", "mode", "aiokafka", __name__):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)

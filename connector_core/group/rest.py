@@ -82,7 +82,7 @@ def register_routes(app: Any, plane: ControlPlane) -> None:
     class Metrics(View):  # type: ignore[misc, valid-type]
         async def get(self, request: Any) -> Any:
             text = await _off_loop(plane.metrics_text)
-            return self.bytes(text, content_type="text/plain; version=0.0.4; charset=utf-8")
+            return self.bytes(text, content_type="text/plain; version=0.0.4")
 
     @app.page("/workers")
     class Workers(View):  # type: ignore[misc, valid-type]

@@ -24,11 +24,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 from prometheus_client import generate_latest
 
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import Checkpoint, CheckpointStore, PluginContext
-from cdcflow.errors import CdcflowError, ConfigError
+from cdcflow.errors import CdcflowError, ConfigError, EngineUnavailableError
 from cdcflow.group.config import GroupConfig
 from cdcflow.group.control import ControlChannel, OffsetsCommand
 from cdcflow.group.coordinator import GroupCoordinator, wait_or_exit
@@ -40,7 +42,7 @@ from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.pipeline import BucketAssignment, build_runner
 from cdcflow.processes import install_stop_handlers, tune_garbage_collector
 
-__all__ = ["GroupWorker", "group_of", "run_group_worker"]
+__all__ = ["GroupWorker", "group_of", "run_group_worker", "running_members"]
 
 log = logging.getLogger("cdcflow.group")
 
@@ -74,6 +76,18 @@ def run_group_worker(specs: Sequence[PipelineSpec], factory: Any, rest_port: int
 def kafka_settings(config: GroupConfig, extra: Mapping[str, Any]) -> dict[str, Any]:
     """librdkafka settings of the group's own clients (coordinator, control topic, admin)."""
     return client_settings(config.bootstrap_servers, dict(extra))
+
+
+def running_members(config: GroupConfig) -> list[str]:
+    """The members the group's consumer group has now (client host of each)."""
+    admin = AdminClient(kafka_settings(config, {}))
+    try:
+        described = admin.describe_consumer_groups([config.id], request_timeout=30)[config.id].result()
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return []
+        raise EngineUnavailableError(f"cannot describe consumer group {config.id}: {exc}") from exc
+    return sorted(f"{m.client_id}@{m.host}" for m in described.members)
 
 
 def faust_broker_options(config: GroupConfig) -> dict[str, Any]:
