@@ -70,6 +70,7 @@ class GroupPipelineRunner(PipelineRunner):
         self._loaded: set[int] = set()  # buckets whose checkpoints are in self._committed
         self._refresh_requested = False
         self._snapshot_requested = False
+        self._was_paused = False
         self._announced: frozenset[str] = frozenset()
         self._drain_checked_at = float("-inf")
         self._last_snapshot_at = float("-inf")
@@ -137,6 +138,12 @@ class GroupPipelineRunner(PipelineRunner):
         if self._refresh_requested:
             self._refresh_requested = False
             self._last_refresh_at = float("-inf")
+        paused = self._paused()
+        if paused != self._was_paused:
+            self._was_paused = paused
+            self._snapshot_requested = True
+            if paused:
+                self._checkpoint()  # what was read is durable and committed: paused offsets are final
         report = bool(requests or commands) or self._snapshot_requested
         if report or self.clock() - self._last_snapshot_at >= 1.0:
             self._snapshot_requested = False
