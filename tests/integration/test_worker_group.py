@@ -8,15 +8,26 @@ waits are bounded waits for conditions. Cost: about 4 minutes of the suite on 2 
 
 from __future__ import annotations
 
+import json
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.integration.group_helpers import Group, committed_history, datagen_group_pipeline, delivered
+from tests.integration.group_helpers import (
+    Group,
+    committed_history,
+    datagen_group_pipeline,
+    delivered,
+    group_section,
+)
 from tests.integration.kafka_helpers import run_cdcflow
+from tests.integration.scylla_helpers import Expectations, arrived, orders_table, scylla_writer, source_section
+
+__all__ = ["scylla_writer"]  # the fixture, for pytest
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -203,3 +214,61 @@ def test_rest_api_status_pause_offsets_resume(group_of, kafka_bootstrap: str, to
     health = requests.Session()
     with pytest.raises(requests.ConnectionError):
         health.get(one.url + "/health", timeout=5)
+
+
+def test_scylla_cdc_split_across_two_workers_one_killed(  # type: ignore[no-untyped-def]
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, keyspace: str, scylla_writer
+) -> None:
+    writer = scylla_writer
+    table = orders_table(writer, keyspace, vnodes=8)  # 8 stream groups: the pipeline's partitions
+    expected = Expectations(writer)
+    source = {**source_section(writer, [table], confidence_window_ms=2000), "cluster": topic_prefix}
+    file = tmp_path / "scylla-group.yaml"
+    file.write_text(
+        f"name: scylla-{topic_prefix}\n"
+        f"source: {json.dumps(source)}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', linger_ms: 10}}\n"
+        f"checkpoint: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', interval_ms: 300}}\n"
+        "engine:\n  partition_refresh_ms: 500\n  poll_interval_ms: 100\n  max_records_per_read: 40\n"
+        f"  group: {group_section(kafka_bootstrap, f'grp-{topic_prefix}', 'faust', 8)}\n"
+    )
+    group = Group(file, tmp_path)
+    try:
+        members = [group.start(f"w{i}") for i in range(2)]
+        group.wait_until(lambda: group.owns_all(members, 8), 120, "two members to share the buckets")
+        done = threading.Event()
+        switches: list[int] = []
+
+        def write() -> None:
+            for i in range(1200):
+                expected.write(table, "c", {"id": i}, {"total": i})
+                if i == 400:
+                    switches.append(writer.join_node(vnodes=4))  # a new generation: new partitions
+                time.sleep(0.004)
+            done.set()
+
+        thread = threading.Thread(target=write, daemon=True)
+        thread.start()
+        group.wait_until(lambda: mid_scylla(group, "w1"), 60, "w1 to deliver its partitions")
+        members[1].signal(signal.SIGKILL)
+        group.wait_until(lambda: group.owns_all([members[0]], 8), SESSION_TIMEOUT_S + 5, "w0 to own every bucket")
+        thread.join()
+        group.wait_until(
+            lambda: not expected.missing(arrived(kafka_bootstrap, topic_prefix)), 120, "every write to arrive"
+        )
+        members[0].signal(signal.SIGTERM)
+        assert group.wait_for_exit(members[0], 60) == 0, members[0].log_text()[-3000:]
+    finally:
+        group.kill_all()
+    events = arrived(kafka_bootstrap, topic_prefix)
+    expected.check(events)
+    assert switches and any(e.ts_us >= switches[0] for e in events)
+    assert len({e.source_partition for e in events}) > 8  # both generations' stream groups
+
+
+def mid_scylla(group: Group, member_name: str) -> bool:
+    member = group.members[member_name]
+    pipeline = member.get("/")["pipelines"][0]
+    partitions = member.get(f"/pipelines/{pipeline}/status")["partitions"]
+    mine = [p for p in partitions.values() if p["owner"].endswith(f":{member.port}")]
+    return any(p["committed_offset"] is not None for p in mine)
