@@ -26,6 +26,7 @@ from cdcflow.events import ChangeEvent, Op, Record
 from cdcflow.sources.cassandra_commitlog.changes import cassandra_source
 from cdcflow.sources.cassandra_commitlog.cluster import connect
 from cdcflow.sources.cassandra_commitlog.schema import TableSchema, load_schema_catalog
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.cql.cqltypes import from_driver
 
 __all__ = ["CassandraSnapshotSource", "CassandraSnapshotSourceConfig", "token_slices"]
@@ -40,7 +41,7 @@ def token_slices(count: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
-class CassandraSnapshotSourceConfig(PluginConfig):
+class CassandraSnapshotSourceConfig(PluginConfig, CqlClientSecurity):
     table: str = Field(pattern=r"^[^.\s]+\.[^.\s]+$", description="keyspace.table to read")
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
     port: int = Field(default=9042, ge=1, le=65535)
@@ -69,10 +70,12 @@ class CassandraSnapshotSource(Source[CassandraSnapshotSourceConfig]):
 
     def open(self) -> None:
         try:
-            self._cluster, self._session = connect(self.config.hosts, self.config.port)
+            self._cluster, self._session = connect(self.config.hosts, self.config.port, security=self.config)
             catalog = load_schema_catalog(self._session)
         except Exception as exc:
-            raise SourceUnavailableError(f"cannot reach Cassandra at {self.config.hosts}: {exc}") from exc
+            raise refusal(self.config.hosts, exc) or SourceUnavailableError(
+                f"cannot reach Cassandra at {self.config.hosts}: {exc}"
+            ) from exc
         self._table = catalog.by_name(self.keyspace, self.table_name)
         if self._table is None:
             raise ConfigError(f"source.table: {self.config.table} does not exist in the cluster at {self.config.hosts}")

@@ -46,6 +46,7 @@ from cdcflow.sources.cassandra_commitlog.out_of_sequence import OutOfSequenceSto
 from cdcflow.sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
 from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
 from cdcflow.sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 
 __all__ = ["CassandraCommitLogSource", "CassandraCommitLogSourceConfig"]
 
@@ -58,7 +59,7 @@ _CLOSED_WITHOUT_INDEX = CdcIndex(offset=(1 << 31) - 1, completed=True)
 _SCHEMA_TABLES = frozenset({"tables", "columns", "dropped_columns"})
 
 
-class CassandraCommitLogSourceConfig(PluginConfig):
+class CassandraCommitLogSourceConfig(PluginConfig, CqlClientSecurity):
     cdc_raw: ResolvedPath = Field(description="the node's cdc_raw_directory, read locally")
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], description="nodes to read the schema from")
     port: int = Field(default=9042, ge=1, le=65535)
@@ -150,10 +151,15 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     def open(self) -> None:
         try:
             self._cluster, self._session = connect(
-                self.config.hosts, self.config.port, local_node=self.config.node_address or self.config.hosts[0]
+                self.config.hosts,
+                self.config.port,
+                local_node=self.config.node_address or self.config.hosts[0],
+                security=self.config,
             )
         except Exception as exc:
-            raise SourceUnavailableError(f"cannot reach Cassandra at {self.config.hosts}: {exc}") from exc
+            raise refusal(self.config.hosts, exc) or SourceUnavailableError(
+                f"cannot reach Cassandra at {self.config.hosts}: {exc}"
+            ) from exc
         self._refresh_schema()
         if self.config.row_image == "full":
             self._full_rows = FullRowReader(self._session, LOCAL_NODE_PROFILE)

@@ -4,8 +4,8 @@ Partitions are stream groups of one table: in a vnode keyspace, the streams of o
 of one generation (its row of ``cdc_streams_descriptions_v2``); in a tablet keyspace, up to
 ``tablet_streams_per_partition`` streams opened at the same timestamp. Each stream is read only
 within its operating interval: ``[generation, next generation)`` for vnodes, ``[opened, closed)``
-for tablets (a write near a stream-set change may be logged in both an old and a new stream;
-the bounds keep exactly one), where ``closed`` also comes from ``cdc$closed_time`` in the rows.
+for tablets (ScyllaDB logs a write in the newest stream set whose timestamp is at or before
+the write's, so a stream holds only rows of its lifetime; the bounds are kept all the same).
 
 A partition is read continuously up to its watermark, ``now - confidence_window`` (clamped to its
 end, and to the last metadata refresh so a generation published since cannot be missed), in
@@ -34,10 +34,11 @@ from pydantic import Field, field_validator, model_validator
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.scylla_cdc.connection import connect
 from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
-from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, WindowTooLargeError
+from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, WindowTooLargeError
 from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 
@@ -48,11 +49,9 @@ _MAX_TAIL = b"\xff" * 17  # sorts after every (time UUID, stream) pair of a micr
 Bound = tuple[int, bytes, bytes, int]
 
 
-class ScyllaCdcSourceConfig(PluginConfig):
+class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity):
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1, description="contact points")
     port: int = Field(default=9042, ge=1, le=65535)
-    username: str | None = Field(default=None, description="for PasswordAuthenticator; null: no authentication")
-    password: str | None = Field(default=None, description="use ${ENV_VAR} to keep it out of the file")
     local_dc: str | None = Field(default=None, description="read from this datacenter's replicas first")
     protocol_version: int = Field(default=4, ge=3, le=5, description="CQL protocol (ScyllaDB speaks 4)")
     cluster: str = Field(default="scylla", description="the server name: topics are <cluster>.<keyspace>.<table>")
@@ -103,7 +102,15 @@ class ScyllaCdcSourceConfig(PluginConfig):
         default=4,
         ge=0,
         description="window queries of the next partitions sent ahead while one is processed (their "
-        "first pages wait in memory: at most page_size x this rows); 0: one query at a time",
+        "first pages wait in memory: at most page_size x this rows, times the queries a group needs "
+        "when it has more than max_streams_per_query streams); 0: one query at a time",
+    )
+    max_streams_per_query: int = Field(
+        default=100,
+        ge=1,
+        description="streams named in one query's IN list: a group with more (a node with more shards, "
+        "tablet_streams_per_partition above it) is read in several queries sent together. ScyllaDB refuses "
+        "more than max_partition_key_restrictions_per_query (default 100) keys in one query",
     )
     max_buffered_rows: int = Field(
         default=50_000,
@@ -115,7 +122,7 @@ class ScyllaCdcSourceConfig(PluginConfig):
         default=5_000,
         ge=1,
         description="how often generations and tablet stream sets are re-read. A generation starts 2 x "
-        "ring_delay (60 s) after it is published, so it is known long before it operates; "
+        "ring_delay + 5 s (65 s) after it is published, so it is known long before it operates; "
         "scylla-cdc-go polls every 15 s",
     )
     consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = Field(
@@ -240,8 +247,8 @@ class _Position:
 
 
 def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bool:
-    """The row is inside its stream's ``[opened, closed)``: a copy logged in a stream outside its
-    lifetime (a write next to a stream-set change) is read from the other stream."""
+    """The row is inside its stream's ``[opened, closed)`` (a query of several streams reads each
+    over the whole window; rows outside a stream's lifetime belong to no partition of it)."""
     bounds = lifetimes.get(row.stream)
     if bounds is None:
         return False
@@ -256,7 +263,7 @@ class _Prefetch:
     start: str
     after_us: int
     up_to_us: int
-    future: Any
+    window: SentWindow
 
 
 @dataclass
@@ -286,7 +293,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._tablet_tables: set[str] = set()
         self._groups: dict[str, _Group] = {}
         self._listed: list[str] = []
-        self._closed_seen: dict[bytes, int] = {}  # cdc$closed_time read from a stream's rows
         self._ttl_us: dict[str, int | None] = {}
         self._metadata_at_us = 0  # metadata is complete up to here: read before this time
         self._metadata_due = 0.0
@@ -306,12 +312,14 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 config.hosts,
                 config.port,
                 consistency=config.consistency,
-                username=config.username,
-                password=config.password,
+                security=config,
                 local_dc=config.local_dc,
                 protocol_version=config.protocol_version,
             )
         except Exception as exc:
+            refused = refusal(config.hosts, exc)
+            if refused is not None:
+                raise refused from exc
             raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
         try:
             self._discover()
@@ -329,7 +337,14 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         for name in config.tables:
             keyspace, table = name.split(".")
             self._readers[name] = LogTableReader(
-                self._cluster, self._session, self._profile, config.cluster, keyspace, table, config.page_size
+                self._cluster,
+                self._session,
+                self._profile,
+                config.cluster,
+                keyspace,
+                table,
+                config.page_size,
+                config.max_streams_per_query,
             )
             self._ttl_us[name] = self._log_ttl_us(keyspace, table)
             if self._tablets.newest_timestamp(keyspace, table) is not None:
@@ -403,7 +418,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def _tablet_groups(self, table: str, lifetimes: Sequence[tuple[StreamId, int, int | None]]) -> dict[str, _Group]:
         by_opening: dict[int, list[_Stream]] = {}
         for stream, opened, closed in lifetimes:
-            by_opening.setdefault(opened, []).append(_Stream(stream, opened, self._closed_bound(stream, closed)))
+            by_opening.setdefault(opened, []).append(_Stream(stream, opened, closed))
         groups = {}
         size = self.config.tablet_streams_per_partition
         for opened, streams in sorted(by_opening.items()):
@@ -415,31 +430,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 group_id = f"{table}/t{opened // 1000}/{number}"
                 groups[group_id] = _Group(group_id, table, chunk, opened, end)
         return groups
-
-    def _closed_bound(self, stream: StreamId, closed: int | None) -> int | None:
-        seen = self._closed_seen.get(stream.raw)
-        if seen is None:
-            return closed
-        return seen if closed is None else min(seen, closed)
-
-    def _note_closed_times(self, group: _Group, rows: Sequence[LogRow]) -> _Group:
-        """``cdc$closed_time`` in a stream's rows closes it even before the metadata shows it."""
-        changed = False
-        for row in rows:
-            if row.closed_time_us is not None and self._closed_seen.get(row.stream) != row.closed_time_us:
-                self._closed_seen[row.stream] = row.closed_time_us
-                changed = True
-        if not changed:
-            return group
-        streams = tuple(
-            _Stream(s.stream, s.opened_us, self._closed_bound(s.stream, s.closed_us)) for s in group.streams
-        )
-        ends = [s.closed_us for s in streams]
-        end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
-        updated = _Group(group.id, group.table, streams, group.start_us, end)
-        self._groups[group.id] = updated
-        self._metadata_due = 0.0  # a stream closed: learn its successors now
-        return updated
 
     # --- partitions and offsets --------------------------------------------------------------
 
@@ -577,9 +567,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             up_to = min(after_us + self._spans.get(group.id, self.config.window_ms * 1000), upper)
             if not lifetimes or up_to <= after_us:
                 continue
-            future = self._readers[group.table].start_window(list(lifetimes), after_us, up_to)
+            window = self._readers[group.table].start_window(list(lifetimes), after_us, up_to)
             self._counted("window_query")
-            self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, future)
+            self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, window)
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
         now_ms = time.time_ns() // 1_000_000
@@ -618,9 +608,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             else:
                 rows, up_to = self._window(group, reader, streams, after_us, end.ts)
             prefetched = None
-            if rows:
-                group = self._note_closed_times(group, rows)
-                lifetimes = self._lifetimes(group, after_us, end.ts)
             kept = sorted(
                 (r for r in rows if position.bound < r.sort_key <= end.bound and _alive(lifetimes, r)),
                 key=lambda r: r.sort_key,
@@ -674,7 +661,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self, group: _Group, reader: LogTableReader, streams: list[bytes], sent: _Prefetch, limit_us: int
     ) -> tuple[list[LogRow], int]:
         try:
-            return reader.finish_window(sent.future, self.config.max_buffered_rows), sent.up_to_us
+            return reader.finish_window(sent.window, self.config.max_buffered_rows), sent.up_to_us
         except WindowTooLargeError:
             self._counted("window_split")
             self._spans[group.id] = max(1, (sent.up_to_us - sent.after_us) // 2)
