@@ -40,6 +40,16 @@ __all__ = ["ControlChannel", "OffsetsCommand"]
 
 log = logging.getLogger("cdcflow.group")
 
+# Every worker writes its status every few seconds and a starting worker reads the whole topic:
+# small segments that the cleaner compacts soon keep both the topic and a start short.
+_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(10 * 60 * 1000),
+    "segment.bytes": str(16 * 1024 * 1024),
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": str(10 * 60 * 1000),
+}
+
 COMMAND_LIFETIME_S = 60.0
 """An offsets command older than this is history, not an order: a worker that starts later, or
 reads the topic again, never applies it."""
@@ -94,7 +104,7 @@ class ControlChannel:
         """Create the topic if needed, then read it to its end before returning: a worker knows
         every pause flag before its first read."""
         partitions = ensure_topic(
-            self._settings({}), self.topic, 1, self.config.replication_factor, compacted=True, exact=False
+            self._settings({}), self.topic, 1, self.config.replication_factor, exact=False, config=_TOPIC_CONFIG
         )
         self._producer = Producer(self._settings({"enable.idempotence": True, "acks": "all", "linger.ms": 0}))
         consumer = Consumer(

@@ -24,16 +24,15 @@ def ensure_topic(
     name: str,
     partitions: int,
     replication_factor: int,
-    compacted: bool,
     exact: bool,
+    config: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
 ) -> int:
     """Create ``name`` unless it exists; returns its number of partitions. With ``exact``, an
     existing topic must have exactly ``partitions`` (the assignment topic: its partition count is
     the number of buckets, and every member must agree on it)."""
     admin = AdminClient(dict(settings))
-    config = {"cleanup.policy": "compact"} if compacted else {}
-    future = admin.create_topics([NewTopic(name, partitions, replication_factor, config=config)])[name]
+    future = admin.create_topics([NewTopic(name, partitions, replication_factor, config=dict(config or {}))])[name]
     try:
         future.result(timeout=timeout_s)
         _wait_until_led(admin, name, partitions, timeout_s)

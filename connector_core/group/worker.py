@@ -154,7 +154,6 @@ class GroupWorker:
             self.config.bucket_topic,
             self.config.buckets,
             self.config.replication_factor,
-            compacted=False,
             exact=True,
         )
         self.control.start()

@@ -233,3 +233,15 @@ def test_the_bucket_hash_splits_ids_that_differ_in_their_last_digit() -> None:
     assert {HashAssignment(0, 2).owns("datagen-0"), HashAssignment(0, 2).owns("datagen-1")} == {True, False}
     spread = [bucket_of(f"datagen-{i}", 32) for i in range(64)]
     assert len(set(spread)) >= 24  # 64 ids over 32 buckets: a good hash leaves few empty
+
+
+def test_a_revoke_that_outlives_the_rebalance_timeout_ends_the_process() -> None:
+    from cdcflow.group.coordinator import EXIT_REVOKE_TIMEOUT, wait_or_exit
+
+    exits: list[int] = []
+    done, stuck = threading.Event(), threading.Event()
+    done.set()
+    wait_or_exit([done], 0.05, "revoking [1]", exit=exits.append)
+    assert exits == []
+    wait_or_exit([done, stuck], 0.05, "revoking [1]", exit=exits.append)
+    assert exits == [EXIT_REVOKE_TIMEOUT]
