@@ -232,26 +232,54 @@ def timing_run(args: argparse.Namespace, coordinator: str, folder: Path) -> dict
     }
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a running process (from /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
 def throughput_run(args: argparse.Namespace, coordinator: str | None, members: int, folder: Path) -> dict[str, Any]:
+    """One run; "steady" figures count only the time between the first and the last record
+    written (and the CPU the members used meanwhile), not start-up, joining and leaving."""
     prefix = f"bthr{uuid.uuid4().hex[:8]}"
     file = _pipeline(folder, prefix, args, coordinator, f"count: {args.events}")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     processes = [_Member(file, folder, f"w{i}") for i in range(members)]
+    samples: list[tuple[float, float]] = []  # (time, CPU seconds of all members so far)
+    last_seen: dict[int, float] = {}
+    while any(m.process.poll() is None for m in processes):
+        for m in processes:
+            used = _cpu_s(m.process.pid)
+            if used is not None:
+                last_seen[m.process.pid] = used
+        samples.append((time.time(), sum(last_seen.values())))
+        time.sleep(0.1)
     codes = [m.process.wait() for m in processes]
     ended = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     times = _records_by_partition(args.bootstrap, prefix)
     written = [t for values in times.values() for t in values]
-    steady = max(written) - min(written)
+    first, last = min(written), max(written)
+
+    def cpu_at(moment: float) -> float:
+        return next((used for at, used in samples if at >= moment), samples[-1][1])
+
+    steady_cpu = cpu_at(last) - cpu_at(first)
     return {
         "setup": "plain worker" if coordinator is None else f"{coordinator} group of {members}",
         "exit_codes": codes,
         "events": len(written),
-        "events_per_s_steady": round(len(written) / steady) if steady > 0 else None,
+        "events_per_s_steady": round(len(written) / (last - first)) if last > first else 0,
+        "events_per_cpu_s_steady": round(len(written) / steady_cpu) if steady_cpu > 0 else 0,
         "events_per_s_end_to_end": round(len(written) / (ended - started)),
-        "events_per_cpu_s": round(len(written) / cpu),
         "cpu_s": round(cpu, 1),
     }
 
@@ -267,7 +295,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["timings", "throughput"])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rate", type=int, default=2000, help="events/s of the timing runs' datagen")
-    parser.add_argument("--events", type=int, default=200_000, help="events of each throughput run")
+    parser.add_argument("--events", type=int, default=300_000, help="events of each throughput run")
+    parser.add_argument("--repeat", type=int, default=3, help="throughput runs of each setup")
     parser.add_argument("--event-size", type=int, default=256)
     parser.add_argument("--buckets", type=int, default=12)
     parser.add_argument("--session-timeout", type=float, default=10.0)
@@ -287,17 +316,29 @@ def main() -> None:
             for key in results[0]:
                 print(f"  {key:>24}: {_summary([r[key] for r in results])}")
     if args.only != "timings":
-        plain = throughput_run(args, None, 1, folder)
-        rows = [plain]
-        for coordinator in coordinators:
-            rows += [throughput_run(args, coordinator, n, folder) for n in (1, 2, 3)]
-        print(f"\nthroughput, {args.events} events of {args.event_size} B, datagen -> kafka, kafka checkpoints:")
-        for row in rows:
-            ratio = row["events_per_s_steady"] / plain["events_per_s_steady"]
+        setups: list[tuple[str | None, int]] = [(None, 1)] + [(c, n) for c in coordinators for n in (1, 2, 3)]
+        runs: dict[tuple[str | None, int], list[dict[str, Any]]] = {setup: [] for setup in setups}
+        for _ in range(args.repeat):  # interleaved, so that a busy minute on the machine hits all alike
+            for setup in setups:
+                runs[setup].append(throughput_run(args, *setup, folder))
+        print(
+            f"\nthroughput, {args.events} events of {args.event_size} B, datagen -> kafka, kafka checkpoints, "
+            f"median of {args.repeat} runs:"
+        )
+        plain = {
+            key: statistics.median(r[key] for r in runs[(None, 1)])
+            for key in ("events_per_s_steady", "events_per_cpu_s_steady")
+        }
+        for setup in setups:
+            rows = runs[setup]
+            wall = statistics.median(r["events_per_s_steady"] for r in rows)
+            per_cpu = statistics.median(r["events_per_cpu_s_steady"] for r in rows)
+            end_to_end = statistics.median(r["events_per_s_end_to_end"] for r in rows)
+            wall_ratio, cpu_ratio = wall / plain["events_per_s_steady"], per_cpu / plain["events_per_cpu_s_steady"]
             print(
-                f"  {row['setup']:>20}: {row['events_per_s_steady']:>7} ev/s steady ({ratio:.2f} x plain), "
-                f"{row['events_per_s_end_to_end']:>7} ev/s end to end, {row['events_per_cpu_s']:>7} ev/CPU-s, "
-                f"{row['cpu_s']} CPU-s, exit {row['exit_codes']}"
+                f"  {rows[0]['setup']:>20}: {wall:>7.0f} ev/s steady ({wall_ratio:.2f} x plain), "
+                f"{per_cpu:>7.0f} ev/CPU-s steady ({cpu_ratio:.2f} x plain), "
+                f"{end_to_end:>7.0f} ev/s end to end, exits {[r['exit_codes'] for r in rows]}"
             )
 
 

@@ -192,6 +192,8 @@ class GroupPipelineRunner(PipelineRunner):
         return {pid: c for pid, c in changed.items() if self.buckets.bucket_of(pid) not in fenced}
 
     def _refresh_partitions_if_due(self) -> None:
+        if self._requests:
+            return  # ownership is about to change: claim and start partitions once it has
         running = len(self._states)
         super()._refresh_partitions_if_due()
         if len(self._states) != running:
