@@ -31,7 +31,8 @@ by type, never by parsing messages.
     ├── ProtocolError                  a peer answered outside its protocol
     ├── EngineError
     │   ├── EngineUnavailableError     the engine cannot start here (no pyspark, no or old Java)
-    │   └── EngineUnsupportedError     this pipeline cannot run on this engine
+    │   ├── EngineUnsupportedError     this pipeline cannot run on this engine
+    │   └── GroupUnavailableError      (transient) a worker group's Kafka cannot be reached
     ├── OffsetsChangeError             `cdcflow offsets reset|set` cannot be done
     │   ├── PipelineRunningError       the pipeline runs: stop or pause it first
     │   └── UnknownPartitionError      the source has no such partition
@@ -57,6 +58,7 @@ __all__ = [
     "EngineUnavailableError",
     "EngineUnsupportedError",
     "FieldProblem",
+    "GroupUnavailableError",
     "MissingEnvironmentVariableError",
     "OffsetsChangeError",
     "PipelineRunningError",
@@ -238,6 +240,10 @@ class EngineUnavailableError(EngineError):
 
 class EngineUnsupportedError(EngineError):
     """A pipeline asks for something its engine cannot do (a Spark-only sink on the worker engine...)."""
+
+
+class GroupUnavailableError(EngineError, TransientError):
+    """A worker group's topics or control channel cannot be reached right now."""
 
 
 class OffsetsChangeError(CdcflowError):

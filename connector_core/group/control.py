@@ -32,7 +32,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from cdcflow.errors import EngineUnavailableError
+from cdcflow.errors import GroupUnavailableError
 from cdcflow.group.config import GroupConfig
 from cdcflow.group.topics import ensure_topic
 
@@ -102,11 +102,22 @@ class ControlChannel:
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Create the topic if needed, then read it to its end before returning: a worker knows
-        every pause flag before its first read."""
+        every pause flag before its first read. Can be called again after it failed."""
+        if self._thread is None:
+            try:
+                self._thread = self._start_reader(timeout_s)
+            except KafkaException as exc:
+                raise GroupUnavailableError(f"group {self.config.id}: control topic {self.topic}: {exc}") from exc
+        with self._lock:
+            if not self._lock.wait_for(lambda: self._caught_up or self._stop.is_set(), timeout_s):
+                raise GroupUnavailableError(f"group {self.config.id}: cannot read control topic {self.topic}")
+
+    def _start_reader(self, timeout_s: float) -> threading.Thread:
         partitions = ensure_topic(
             self._settings({}), self.topic, 1, self.config.replication_factor, exact=False, config=_TOPIC_CONFIG
         )
-        self._producer = Producer(self._settings({"enable.idempotence": True, "acks": "all", "linger.ms": 0}))
+        if self._producer is None:
+            self._producer = Producer(self._settings({"enable.idempotence": True, "acks": "all", "linger.ms": 0}))
         consumer = Consumer(
             self._settings(
                 {
@@ -117,15 +128,17 @@ class ControlChannel:
             )
         )
         ends = {}
-        for number in range(partitions):
-            _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, number), timeout=timeout_s)
-            ends[number] = high
+        try:
+            for number in range(partitions):
+                _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, number), timeout=timeout_s)
+                ends[number] = high
+        except KafkaException:
+            consumer.close()
+            raise
         consumer.assign([TopicPartition(self.topic, n, OFFSET_BEGINNING) for n in range(partitions)])
-        self._thread = threading.Thread(target=self._follow, args=(consumer, ends), name="group-control", daemon=True)
-        self._thread.start()
-        with self._lock:
-            if not self._lock.wait_for(lambda: self._caught_up or self._stop.is_set(), timeout_s):
-                raise EngineUnavailableError(f"group {self.config.id}: cannot read control topic {self.topic}")
+        thread = threading.Thread(target=self._follow, args=(consumer, ends), name="group-control", daemon=True)
+        thread.start()
+        return thread
 
     def close(self) -> None:
         self._stop.set()
@@ -248,7 +261,7 @@ class ControlChannel:
         producer.produce(self.topic, key=json.dumps(key).encode(), value=payload, on_delivery=delivered)
         producer.flush(10)
         if failures or not where:
-            raise EngineUnavailableError(
+            raise GroupUnavailableError(
                 f"group {self.config.id}: cannot write to control topic {self.topic}: "
                 f"{failures[0].str() if failures else 'no answer'}"
             )

@@ -26,11 +26,11 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
+
+from cdcflow.errors import CdcflowError
 
 __all__ = ["ControlPlane", "Reply", "register_routes"]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,20 @@ class ControlPlane(Protocol):
     def change_offsets(self, name: str, partitions: dict[str, dict[str, Any] | None] | None) -> Reply: ...
 
 
-async def _off_loop(call: Callable[[], T]) -> T:
+def _reply(call: Callable[[], Reply]) -> Reply:
+    """The plane's answer; Kafka out of reach (or another cdcflow failure) is a 503 that says so."""
+    try:
+        return call()
+    except CdcflowError as exc:
+        return Reply(503, {"error": f"{type(exc).__name__}: {exc}"})
+
+
+async def _blocking(call: Callable[..., Reply], *args: Any) -> Reply:
+    """``call(*args)`` in a thread: it may wait on Kafka, which must not stall the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, _reply, functools.partial(call, *args))
+
+
+async def _blocking_bytes(call: Callable[[], bytes]) -> bytes:
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
@@ -81,7 +94,7 @@ def register_routes(app: Any, plane: ControlPlane) -> None:
     @app.page("/metrics")
     class Metrics(View):  # type: ignore[misc, valid-type]
         async def get(self, request: Any) -> Any:
-            text = await _off_loop(plane.metrics_text)
+            text = await _blocking_bytes(plane.metrics_text)
             return self.bytes(text, content_type="text/plain; version=0.0.4")
 
     @app.page("/workers")
@@ -102,17 +115,17 @@ def register_routes(app: Any, plane: ControlPlane) -> None:
     @app.page("/pipelines/{name}/pause")
     class Pause(View):  # type: ignore[misc, valid-type]
         async def put(self, request: Any, name: str) -> Any:
-            return answer(self, await _off_loop(functools.partial(plane.pause, name, True)))
+            return answer(self, await _blocking(plane.pause, name, True))
 
     @app.page("/pipelines/{name}/resume")
     class Resume(View):  # type: ignore[misc, valid-type]
         async def put(self, request: Any, name: str) -> Any:
-            return answer(self, await _off_loop(functools.partial(plane.pause, name, False)))
+            return answer(self, await _blocking(plane.pause, name, False))
 
     @app.page("/pipelines/{name}/offsets")
     class Offsets(View):  # type: ignore[misc, valid-type]
         async def get(self, request: Any, name: str) -> Any:
-            return answer(self, await _off_loop(functools.partial(plane.offsets, name)))
+            return answer(self, await _blocking(plane.offsets, name))
 
         async def patch(self, request: Any, name: str) -> Any:
             try:
@@ -122,9 +135,12 @@ def register_routes(app: Any, plane: ControlPlane) -> None:
                     raise TypeError("partitions maps partition ids to offsets (objects)")
             except (ValueError, KeyError, TypeError) as exc:
                 return answer(self, Reply(400, {"error": f'expected {{"partitions": {{id: offset}}}}: {exc}'}))
-            return answer(self, await _off_loop(functools.partial(plane.change_offsets, name, partitions)))
+            return answer(
+                self,
+                await _blocking(plane.change_offsets, name, partitions),
+            )
 
         async def delete(self, request: Any, name: str) -> Any:
             chosen = request.query.getall("partition", [])
             targets = dict.fromkeys(chosen) if chosen else None
-            return answer(self, await _off_loop(functools.partial(plane.change_offsets, name, targets)))
+            return answer(self, await _blocking(plane.change_offsets, name, targets))

@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from cdcflow.errors import ConfigError, EngineUnavailableError
+from cdcflow.errors import ConfigError, GroupUnavailableError
 
 __all__ = ["GroupTopicError", "ensure_topic"]
 
@@ -39,13 +39,13 @@ def ensure_topic(
         return partitions
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise EngineUnavailableError(f"cannot create topic {name}: {exc}") from exc
+            raise GroupUnavailableError(f"cannot create topic {name}: {exc}") from exc
     except Exception as exc:  # a timeout from the future: no broker answered
-        raise EngineUnavailableError(f"cannot create topic {name}: {exc}") from exc
+        raise GroupUnavailableError(f"cannot create topic {name}: {exc}") from exc
     try:
         described = admin.list_topics(name, timeout=timeout_s).topics[name]
     except KafkaException as exc:
-        raise EngineUnavailableError(f"cannot describe topic {name}: {exc}") from exc
+        raise GroupUnavailableError(f"cannot describe topic {name}: {exc}") from exc
     found = len(described.partitions)
     if exact and found != partitions:
         raise GroupTopicError(
@@ -71,4 +71,4 @@ def _wait_until_led(admin: AdminClient, name: str, partitions: int, timeout_s: f
         ):
             return
         time.sleep(0.1)
-    raise EngineUnavailableError(f"topic {name} was created but has no leaders after {timeout_s:g} s")
+    raise GroupUnavailableError(f"topic {name} was created but has no leaders after {timeout_s:g} s")

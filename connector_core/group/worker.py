@@ -21,7 +21,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -30,7 +30,7 @@ from prometheus_client import generate_latest
 
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import Checkpoint, CheckpointStore, PluginContext
-from cdcflow.errors import CdcflowError, ConfigError, EngineUnavailableError
+from cdcflow.errors import CdcflowError, ConfigError, EngineUnavailableError, GroupUnavailableError
 from cdcflow.group.config import GroupConfig
 from cdcflow.group.control import ControlChannel, OffsetsCommand
 from cdcflow.group.coordinator import GroupCoordinator, wait_or_exit
@@ -41,6 +41,7 @@ from cdcflow.kafka_client import client_settings
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.pipeline import BucketAssignment, build_runner
 from cdcflow.processes import install_stop_handlers, tune_garbage_collector
+from cdcflow.retry import Backoff
 
 __all__ = ["GroupWorker", "group_of", "run_group_worker", "running_members"]
 
@@ -149,14 +150,8 @@ class GroupWorker:
         tune_garbage_collector()
         if threading.current_thread() is threading.main_thread():
             install_stop_handlers(self.stop)
-        ensure_topic(
-            self._settings({}),
-            self.config.bucket_topic,
-            self.config.buckets,
-            self.config.replication_factor,
-            exact=True,
-        )
-        self.control.start()
+        if not self._with_backoff("reaching the group's Kafka", self._prepare_topics):
+            return 0  # stopped while waiting for Kafka
         for spec in self.specs.values():
             runner = build_runner(
                 spec,
@@ -197,6 +192,30 @@ class GroupWorker:
                 thread.join()
             self._leave()
         return 1 if self._failures else 0
+
+    def _prepare_topics(self) -> None:
+        ensure_topic(
+            self._settings({}),
+            self.config.bucket_topic,
+            self.config.buckets,
+            self.config.replication_factor,
+            exact=True,
+        )
+        self.control.start()
+
+    def _with_backoff(self, what: str, action: Callable[[], None]) -> bool:
+        """Run ``action`` until it succeeds, waiting out a Kafka that is down as the pipelines'
+        ``errors.retry`` says; False if stopped meanwhile."""
+        backoff = Backoff(next(iter(self.specs.values())).errors.retry)
+        while not self.stop.is_set():
+            try:
+                action()
+                return True
+            except GroupUnavailableError as exc:
+                delay = backoff.next_delay(f"group {self.config.id}: {what}", exc)
+                log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+                self.stop.wait(delay)
+        return False
 
     def _start_coordinator(self) -> GroupCoordinator:
         from cdcflow.group._faust import FaustCoordinator, FaustRuntime, build_app
