@@ -173,9 +173,12 @@ def test_rest_api_status_pause_offsets_resume(group_of, kafka_bootstrap: str, to
         suffix = ":" + partition["owner"].rsplit(":", 1)[1]
         assert suffix in ports and partition["url"].endswith(suffix), partition
 
-    # Offsets change only while paused (KIP-875's rule): a running pipeline refuses.
+    # Offsets change only while paused (KIP-875's rule): a running pipeline refuses, and so does
+    # the offline command while the group has members.
     refused = requests.delete(one.url + f"/pipelines/{name}/offsets?partition=datagen-0", timeout=60)
     assert refused.status_code == 409, refused.text
+    offline = run_cdcflow("offsets", "reset", str(group.file), "--partition", "datagen-0")
+    assert offline.returncode == 1 and "are running" in offline.stderr, offline.stderr
 
     assert requests.put(one.url + f"/pipelines/{name}/pause", timeout=60).status_code == 200
     group.wait_until(
@@ -211,9 +214,13 @@ def test_rest_api_status_pause_offsets_resume(group_of, kafka_bootstrap: str, to
         member.signal(signal.SIGTERM)
     for member in members:
         assert group.wait_for_exit(member, 60) == 0, member.log_text()[-3000:]
-    health = requests.Session()
     with pytest.raises(requests.ConnectionError):
-        health.get(one.url + "/health", timeout=5)
+        requests.get(one.url + "/health", timeout=5)
+    # The group stopped: the offline command changes offsets, through the bucket's claim.
+    offline = run_cdcflow("offsets", "reset", str(group.file), "--partition", "datagen-1")
+    assert offline.returncode == 0, offline.stderr
+    shown = json.loads(run_cdcflow("offsets", "show", str(group.file)).stdout)["partitions"]
+    assert "datagen-1" not in shown and "datagen-2" in shown
 
 
 def test_scylla_cdc_split_across_two_workers_one_killed(  # type: ignore[no-untyped-def]
