@@ -6,6 +6,8 @@ import argparse
 import functools
 import json
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -321,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.log_format, args.log_level)
     try:
         code: int = args.handler(args)
+        sys.stdout.flush()  # here, so that a reader gone away is noticed below, not at exit
+    except BrokenPipeError:
+        return _reader_went_away()
     except (ConfigError, PluginError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -328,6 +333,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return code
+
+
+def _reader_went_away() -> int:
+    """``cdcflow offsets show X | head``: the reader closed the pipe. End quietly, as a command
+    killed by SIGPIPE does (exit 141), and keep Python from complaining about stdout at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

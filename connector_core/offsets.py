@@ -237,6 +237,7 @@ class PipelineOffsets:
     @contextmanager
     def _source(self) -> Iterator[Source[Any]]:
         source: Source[Any] = self.registry.create(self.spec.source, self.context)
+        source.check_reachable(self.spec.engine.startup_timeout_s)
         source.open()
         try:
             yield source
@@ -246,6 +247,7 @@ class PipelineOffsets:
     @contextmanager
     def _store(self) -> Iterator[CheckpointStore[Any]]:
         store: CheckpointStore[Any] = self.registry.create(self.spec.checkpoint, self.context)
+        store.check_reachable(self.spec.engine.startup_timeout_s)
         store.open()
         try:
             yield store

@@ -62,7 +62,6 @@ def build_app(
         web_port=config.rest.port,
         web_bind=config.rest.bind,
         canonical_url=config.rest.url(),
-        broker_client_id="cdcflow",
         broker_session_timeout=config.session_timeout_s,
         broker_heartbeat_interval=config.heartbeat_interval_s,
         broker_rebalance_timeout=config.rebalance_timeout_s,

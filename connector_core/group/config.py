@@ -7,6 +7,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cdcflow.kafka_client import KafkaClientConfig
+
 __all__ = ["GroupConfig", "RestConfig"]
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -43,6 +45,11 @@ class GroupConfig(_Strict):
         "with cooperative-sticky rebalances (only moved buckets stop)",
     )
     bootstrap_servers: str
+    kafka: KafkaClientConfig = Field(
+        default_factory=KafkaClientConfig,
+        description="security and client settings of the group's own Kafka clients: the coordinator (faust's "
+        "aiokafka, or confluent-kafka) and the control topic's",
+    )
     id: str = Field(pattern=_NAME, max_length=200, description="the consumer group; default cdcflow-<pipeline>")
     buckets: int = Field(
         default=32,
@@ -76,6 +83,11 @@ class GroupConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if self.coordinator == "faust" and self.kafka.sasl_mechanism in ("GSSAPI", "OAUTHBEARER"):
+            raise ValueError(
+                f"coordinator faust takes PLAIN and SCRAM credentials from the kafka block, not "
+                f"{self.kafka.sasl_mechanism} (whose settings are librdkafka passthrough): use coordinator: kafka"
+            )
         if self.heartbeat_interval_s * 3 > self.session_timeout_s:
             raise ValueError(
                 "heartbeat_interval_s must be at most a third of session_timeout_s, so that a member "

@@ -173,6 +173,8 @@ class GroupPipelineRunner(PipelineRunner):
         if needed:
             loaded = self.fencing.claim(needed, self.buckets.bucket_of)
             self._committed.update(loaded)
+            for pid, checkpoint in loaded.items():
+                self._durable_until_us[pid] = checkpoint.durable_until_us()
             self._loaded |= needed
             log.info("pipeline %s: claimed buckets %s (%d checkpoints)", self.spec.name, sorted(needed), len(loaded))
 
@@ -260,6 +262,8 @@ class GroupPipelineRunner(PipelineRunner):
             del self._states[pid]
         for pid in [pid for pid in self._committed if self.buckets.bucket_of(pid) in buckets]:
             del self._committed[pid]
+        for pid in [pid for pid in self._durable_until_us if self.buckets.bucket_of(pid) in buckets]:
+            del self._durable_until_us[pid]  # another worker's lag to report now
         self.fencing.release(buckets)
         self._loaded -= buckets
         self.buckets.owned -= buckets

@@ -37,7 +37,6 @@ from cdcflow.group.coordinator import GroupCoordinator, wait_or_exit
 from cdcflow.group.rest import Reply, register_routes
 from cdcflow.group.runner import GroupPipelineRunner, OwnershipChange
 from cdcflow.group.topics import ensure_topic
-from cdcflow.kafka_client import client_settings
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.pipeline import BucketAssignment, build_runner
 from cdcflow.processes import install_stop_handlers, tune_garbage_collector
@@ -76,7 +75,7 @@ def run_group_worker(specs: Sequence[PipelineSpec], factory: Any, rest_port: int
 
 def kafka_settings(config: GroupConfig, extra: Mapping[str, Any]) -> dict[str, Any]:
     """librdkafka settings of the group's own clients (coordinator, control topic, admin)."""
-    return client_settings(config.bootstrap_servers, dict(extra))
+    return config.kafka.librdkafka_settings(config.bootstrap_servers, extra)
 
 
 def running_members(config: GroupConfig) -> list[str]:
@@ -92,8 +91,35 @@ def running_members(config: GroupConfig) -> list[str]:
 
 
 def faust_broker_options(config: GroupConfig) -> dict[str, Any]:
-    """faust (aiokafka) settings for the same connection as :func:`kafka_settings`."""
-    return {}
+    """faust (aiokafka) settings for the connection :func:`kafka_settings` describes: the same
+    ``kafka`` block, as faust's credentials and an SSL context."""
+    import ssl
+
+    import faust
+
+    block = config.kafka
+    options: dict[str, Any] = {"broker_client_id": block.client_id}
+    context = None
+    if block.security_protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(
+            cafile=str(block.ssl_ca_location) if block.ssl_ca_location is not None else None
+        )
+        if block.ssl_certificate_location is not None and block.ssl_key_location is not None:
+            password = block.ssl_key_password.get_secret_value() if block.ssl_key_password is not None else None
+            context.load_cert_chain(str(block.ssl_certificate_location), str(block.ssl_key_location), password)
+        if not block.ssl_endpoint_identification:
+            context.check_hostname = False
+    if block.security_protocol in ("SASL_SSL", "SASL_PLAINTEXT"):
+        assert block.sasl_username is not None and block.sasl_password is not None  # checked by the model
+        options["broker_credentials"] = faust.SASLCredentials(
+            username=block.sasl_username,
+            password=block.sasl_password.get_secret_value(),
+            mechanism=block.sasl_mechanism,
+            ssl_context=context,
+        )
+    elif context is not None:
+        options["broker_credentials"] = faust.SSLCredentials(context)
+    return options
 
 
 class _Listener:
@@ -149,7 +175,11 @@ class GroupWorker:
     def run(self) -> int:
         tune_garbage_collector()
         if threading.current_thread() is threading.main_thread():
-            install_stop_handlers(self.stop)
+            install_stop_handlers(self.stop, max(spec.engine.shutdown_timeout_s for spec in self.specs.values()))
+        some_spec = next(iter(self.specs.values()))
+        self.config.kafka.check_reachable(
+            self.config.bootstrap_servers, some_spec.engine.startup_timeout_s, "engine.group"
+        )
         if not self._with_backoff("reaching the group's Kafka", self._prepare_topics):
             return 0  # stopped while waiting for Kafka
         for spec in self.specs.values():
@@ -479,12 +509,17 @@ class GroupWorker:
 
 
 def offsets_body(name: str, checkpoints: Mapping[str, Checkpoint]) -> dict[str, Any]:
-    """What ``offsets show`` and ``GET /pipelines/{name}/offsets`` print."""
+    """What ``offsets show`` and ``GET /pipelines/{name}/offsets`` print: each checkpoint, with its
+    lag as of the commit (0: the partition had nothing more then) and how long ago that was."""
     now_us = time.time() * 1e6
     return {
         "pipeline": name,
         "partitions": {
-            pid: {**c.to_json(), "lag_s": None if c.watermark_us is None else round((now_us - c.watermark_us) / 1e6, 3)}
+            pid: {
+                **c.to_json(),
+                "lag_s": round(c.lag_at_commit_s(), 3),
+                "committed_s_ago": round((now_us - c.committed_at_us) / 1e6, 3),
+            }
             for pid, c in sorted(checkpoints.items())
         },
     }

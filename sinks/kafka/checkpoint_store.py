@@ -28,7 +28,7 @@ from pydantic import Field
 
 from cdcflow.contract import Checkpoint, CheckpointStoreConfig, FencingCheckpointStore
 from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError
-from cdcflow.kafka_client import client_settings
+from cdcflow.kafka_client import KafkaClientConfig
 
 __all__ = ["KafkaCheckpointConfig", "KafkaCheckpointStore"]
 
@@ -41,6 +41,9 @@ _ABORT_SWEEP_S = 10.0
 
 class KafkaCheckpointConfig(CheckpointStoreConfig):
     bootstrap_servers: str
+    kafka: KafkaClientConfig = Field(
+        default_factory=KafkaClientConfig, description="security and client settings (SASL, TLS, passthrough)"
+    )
     topic: str = Field(default="cdcflow-offsets", description="compacted topic shared by pipelines")
     partitions: int = Field(default=6, ge=1, description="used when the topic is created")
     replication_factor: int = Field(default=1, ge=1, description="used when the topic is created")
@@ -71,7 +74,12 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
     _admin: AdminClient | None = None
 
     def _settings(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        return client_settings(self.config.bootstrap_servers, dict(extra or {}))
+        return self.config.kafka.librdkafka_settings(self.config.bootstrap_servers, extra)
+
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(
+            self.config.bootstrap_servers, timeout_s, self.context.field_path or "checkpoint"
+        )
 
     def open(self) -> None:
         self._claims: dict[int, _Claim] = {}

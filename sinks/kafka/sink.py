@@ -13,7 +13,7 @@ from cdcflow.contract import Converter, PluginConfig, PluginContext, Rejected, S
 from cdcflow.converters import converter_from_fields
 from cdcflow.errors import ConverterError, RecordRejectedError, SinkDeliveryError, SinkUnavailableError
 from cdcflow.events import Record, SourceInfo, raw_bytes_event
-from cdcflow.kafka_client import client_settings
+from cdcflow.kafka_client import KafkaClientConfig
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
 
@@ -31,6 +31,9 @@ _RECORD_IS_AT_FAULT = {
 
 class KafkaSinkConfig(PluginConfig):
     bootstrap_servers: str = Field(description="host:port[,host:port...]")
+    kafka: KafkaClientConfig = Field(
+        default_factory=KafkaClientConfig, description="security and client settings (SASL, TLS, passthrough)"
+    )
     converter: str | dict[str, Any] = Field(default="json", description="json, avro, or {type: ..., ...}")
     schema_registry_url: str | None = Field(default=None, description="for the avro converter")
     topic: str | None = Field(default=None, description="write every record here instead of its own topic")
@@ -41,7 +44,7 @@ class KafkaSinkConfig(PluginConfig):
         default=300_000, ge=1000, description="how long the producer retries a record before the flush fails"
     )
     producer: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="extra librdkafka producer settings"
+        default_factory=dict, description="extra librdkafka producer settings (worker engine and Spark tasks)"
     )
 
 
@@ -60,7 +63,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._undelivered: list[KafkaError] = []
 
     def _settings(self) -> dict[str, Any]:
-        return client_settings(
+        return self.config.kafka.librdkafka_settings(
             self.config.bootstrap_servers,
             {
                 "enable.idempotence": True,
@@ -88,6 +91,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             raise SinkUnavailableError(
                 f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}"
             ) from exc
+
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "sink")
 
     def write(self, records: Sequence[Record]) -> list[Rejected]:
         producer = self._producer

@@ -53,6 +53,7 @@ __all__ = [
     "LogRow",
     "batch_events",
     "batches",
+    "snapshot_source",
 ]
 
 DELETED_PREFIX = "cdc$deleted_"
@@ -185,6 +186,14 @@ def _source(layout: LogLayout, partition: str, row: LogRow) -> SourceInfo:
     position = {"stream": row.stream.hex(), "time": str(row.time), "seq": row.seq}
     return SourceInfo(
         "scylla", layout.cluster, layout.keyspace, layout.table, partition, position, row.ts_us, False, _VERSION
+    )
+
+
+def snapshot_source(layout: LogLayout, partition: str, position: Mapping[str, Any], read_at_us: int) -> SourceInfo:
+    """The ``source`` block of a row a snapshot read from ``layout``'s base table, stamped with
+    the read time (``snapshot = true``)."""
+    return SourceInfo(
+        "scylla", layout.cluster, layout.keyspace, layout.table, partition, position, read_at_us, True, _VERSION
     )
 
 

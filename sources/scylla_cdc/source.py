@@ -17,6 +17,14 @@ Offsets: ``{"ts": T}`` means every row with a ``cdc$time`` at or before ``T`` (Â
 ``{"ts": T, "after": [time, stream, seq]}`` means every row before ``T`` is done, and those at ``T``
 up to that base write, in the order (time UUID, stream): a read cycle holding more rows than the
 engine allows is cut between two base writes, never inside one.
+
+``snapshot: initial | initial_only`` adds the tables' existing rows first, read from the base
+tables by token-range slice partitions (:mod:`.snapshot_rows`, :mod:`cdcflow.sources.cql.snapshot`).
+Under ``initial`` every stream group's start (``start``, by default ``latest``: the pipeline's
+first start minus the confidence window) is committed before any slice is read, and a table's
+groups read nothing until every slice of the table is committed. If the log's TTL has meanwhile
+expired rows from within a confidence window of the snapshot's start on, the hand-off fails
+(``SnapshotOutlivedLogError``) instead of skipping them.
 """
 
 from __future__ import annotations
@@ -35,11 +43,13 @@ from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rej
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
+from cdcflow.sources.cql.snapshot import SnapshotConfig, TokenRangeSnapshot
 from cdcflow.sources.scylla_cdc.connection import connect
 from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
 from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, WindowTooLargeError
 from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
+from cdcflow.sources.scylla_cdc.snapshot_rows import ScyllaRowEvents, base_table
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
@@ -49,17 +59,18 @@ _MAX_TAIL = b"\xff" * 17  # sorts after every (time UUID, stream) pair of a micr
 Bound = tuple[int, bytes, bytes, int]
 
 
-class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity):
+class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1, description="contact points")
     port: int = Field(default=9042, ge=1, le=65535)
     local_dc: str | None = Field(default=None, description="read from this datacenter's replicas first")
     protocol_version: int = Field(default=4, ge=3, le=5, description="CQL protocol (ScyllaDB speaks 4)")
     cluster: str = Field(default="scylla", description="the server name: topics are <cluster>.<keyspace>.<table>")
     tables: list[str] = Field(min_length=1, description="base tables to follow, as keyspace.table (CDC enabled)")
-    start: str = Field(
-        default="earliest",
+    start: str | None = Field(
+        default=None,
         description="where partitions without a checkpoint start: earliest (all the log holds), latest "
-        "(now minus the confidence window, when the pipeline first starts), or an ISO-8601 time / epoch ms",
+        "(now minus the confidence window, when the pipeline first starts), or an ISO-8601 time / epoch ms; "
+        "null: latest with snapshot: initial (the snapshot holds the state before it), else earliest",
     )
     confidence_window_ms: int = Field(
         default=30_000,
@@ -153,9 +164,17 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity):
 
     @field_validator("start")
     @classmethod
-    def _start_format(cls, value: str) -> str:
-        _parse_start(value, 0)
+    def _start_format(cls, value: str | None) -> str | None:
+        if value is not None:
+            _parse_start(value, 0)
         return value
+
+    @property
+    def stream_start(self) -> str:
+        """``start`` with its default resolved."""
+        if self.start is not None:
+            return self.start
+        return "latest" if self.snapshot == "initial" else "earliest"
 
     @model_validator(mode="after")
     def _consistent(self) -> ScyllaCdcSourceConfig:
@@ -302,6 +321,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._visits: dict[str, int] = {}  # partition -> its place in the engine's read order
         self._expected: dict[str, Offset] = {}  # where the engine will next read each partition from
         self._prefetched: dict[str, _Prefetch] = {}
+        self._snapshot: TokenRangeSnapshot | None = None
+        self.bounded = config.snapshot == "initial_only"  # the slices are all there is
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -323,9 +344,28 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
         try:
             self._discover()
+            if config.snapshot != "never":
+                self._snapshot = self._build_snapshot()
         except BaseException:
             self.close()
             raise
+
+    def _build_snapshot(self) -> TokenRangeSnapshot:
+        rows = ScyllaRowEvents()
+        tables = []
+        for reader in self._readers.values():
+            table, types = base_table(self._cluster, reader.layout)
+            rows.add(reader.layout, types)
+            tables.append(table)
+        return TokenRangeSnapshot(
+            self.config,
+            tables,
+            self.context,
+            self._session,
+            rows,
+            stream_partitions=lambda: [p.id for p in self._stream_partitions()],
+            execution_profile=self._profile,
+        )
 
     def _discover(self) -> None:
         """Each table's log, layout (vnodes or tablets) and TTL, and the metadata to read them by."""
@@ -351,7 +391,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 self._tablet_tables.add(name)
         if len(self._tablet_tables) < len(config.tables) and self._generations.detect_layout() is None:
             raise MetadataTablesMissingError(config.generations_keyspace, ["cdc_generation_timestamps"])
-        self._start_us = _parse_start(config.start, self._now_us() - config.confidence_window_ms * 1000)
+        self._start_us = _parse_start(config.stream_start, self._now_us() - config.confidence_window_ms * 1000)
         self._refresh_metadata()
 
     def close(self) -> None:
@@ -434,6 +474,12 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     # --- partitions and offsets --------------------------------------------------------------
 
     def partitions(self) -> Sequence[Partition]:
+        slices = self._snapshot.partitions() if self._snapshot is not None else []
+        return [*slices, *self._stream_partitions()]
+
+    def _stream_partitions(self) -> list[Partition]:
+        if self.config.snapshot == "initial_only":
+            return []
         self._refresh_metadata_if_due()
         now = self._now_us()
         listed = []
@@ -444,6 +490,12 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             listed.append(group.partition())
             self._visits.setdefault(group_id, len(self._visits))  # the engine reads in this order
         return listed
+
+    def _slice(self, partition: Partition) -> TokenRangeSnapshot | None:
+        """The snapshot, when ``partition`` is one of its slices."""
+        if self._snapshot is not None and self._snapshot.holds(partition.id):
+            return self._snapshot
+        return None
 
     def _group(self, partition: Partition) -> _Group:
         group = self._groups.get(partition.id)
@@ -459,6 +511,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         return now_us - ttl if ttl is not None else -(1 << 62)
 
     def initial_offset(self, partition: Partition) -> Offset:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.initial_offset()
         group = self._group(partition)
         begin = group.start_us
         if self._start_us is not None:
@@ -470,11 +525,25 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         return offset
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
+        if self._slice(partition) is not None:
+            return None  # a slice is a state, not a stretch of time
         position = _Position.of(offset)
         return position.ts if position.after is not None else position.ts + 1
 
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.is_finished(offset)
         return self._finished(self._group(partition), offset)
+
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): read up to now minus the confidence window (within a poll
+        # interval) is all the log may give now; _plan then has nothing to read yet. A slice not
+        # read yet, and a group waiting for it, are work waiting.
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.is_finished(offset)
+        return self._plan(self._group(partition), offset) is None
 
     def _finished(self, group: _Group, offset: Offset) -> bool:
         if group.end_us is None:
@@ -492,8 +561,14 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         return live, False
 
     def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.latest_offset(start)
         self._refresh_metadata_if_due()
         group = self._group(partition)
+        if not self._may_stream(group):
+            return start
+        self._check_log_kept(group, start)
         self._visits.setdefault(partition.id, len(self._visits))
         prefetched = self._prefetched.pop(partition.id, None)
         planned = self._plan(group, start)
@@ -521,6 +596,23 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._expected[partition.id] = end.offset()
         self._send_ahead(partition.id)
         return end.offset()
+
+    def _may_stream(self, group: _Group) -> bool:
+        """Gate 2 of the snapshot: the group's table has every slice committed (or no snapshot)."""
+        return self._snapshot is None or self._snapshot.stream_may_start(group.table)
+
+    def _check_log_kept(self, group: _Group, start: Offset) -> None:
+        """At the hand-off: the log still holds every row from a confidence window before the
+        snapshot's start (rows the snapshot may have missed) up to where the group is."""
+        if self._snapshot is None:
+            return
+        self._snapshot.check_log_kept(
+            _Position.of(start).ts,
+            self._snapshot.started_us(group.table),
+            self._expired_before(group.table, self._now_us()),
+            self.config.confidence_window_ms * 1000,
+            f"{group.table} stream group {group.id}",
+        )
 
     def _plan(self, group: _Group, start: Offset) -> tuple[_Position, int] | None:
         """Where reading ``group`` from ``start`` begins (past the TTL horizon) and how far it may
@@ -558,6 +650,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             group = self._groups.get(partition_id)
             if start is None or group is None or partition_id in self._prefetched or partition_id == current:
                 continue
+            if not self._may_stream(group):
+                continue  # waits for the snapshot: nothing to send ahead
             planned = self._plan(group, start)
             if planned is None:
                 continue
@@ -572,6 +666,10 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, window)
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            yield from snapshot.read(partition, start, end)
+            return
         now_ms = time.time_ns() // 1_000_000
         cache = self._cache
         if cache is not None and (cache.partition, cache.start, cache.end) == (
@@ -671,4 +769,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         source_counter(self.context.pipeline, what).inc()
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
-        """Nothing to move: the log keeps rows for their TTL whatever consumers did."""
+        """Nothing to move: the log keeps rows for their TTL whatever consumers did. A snapshot
+        counts its committed slices (and the groups' recorded starts) at once."""
+        if self._snapshot is not None:
+            self._snapshot.note_committed(offsets)

@@ -259,6 +259,12 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         return ts_to_us(int(offset["ts"]))
 
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): read up to resolved-ts minus the safety interval (TiKV keeps
+        # resolved-ts near now) is all the partition may give now.
+        resolved = self._feed.resolved_ts(partition.id) if self._feed is not None else None
+        return resolved is not None and int(offset["ts"]) >= resolved - self._safety
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         for partition_id, offset in offsets.items():
             ts = int(offset["ts"])
