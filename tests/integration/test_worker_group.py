@@ -24,7 +24,7 @@ from tests.integration.group_helpers import (
     delivered,
     group_section,
 )
-from tests.integration.kafka_helpers import run_cdcflow
+from tests.integration.kafka_helpers import event_id, run_cdcflow
 from tests.integration.scylla_helpers import Expectations, arrived, orders_table, scylla_writer, source_section
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
@@ -279,3 +279,58 @@ def mid_scylla(group: Group, member_name: str) -> bool:
     partitions = member.get(f"/pipelines/{pipeline}/status")["partitions"]
     mine = [p for p in partitions.values() if p["owner"].endswith(f":{member.port}")]
     return any(p["committed_offset"] is not None for p in mine)
+
+
+def test_a_group_on_a_sasl_ssl_broker(tmp_path: Path, secure_kafka, topic_prefix: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The engine.group kafka block reaches both Kafka clients of a member: faust's (aiokafka:
+    SCRAM over TLS with a client certificate) and confluent-kafka's (the control topic)."""
+    from tests.integration.secure_kafka import PASSWORD
+
+    monkeypatch.setenv("KAFKA_PASSWORD", PASSWORD)
+    broker, count = secure_kafka, 4000
+    client = broker.client_block()
+    file = tmp_path / "secure-group.yaml"
+    file.write_text(
+        f"name: group-{topic_prefix}\n"
+        f"source: {{type: datagen, count: {count}, partitions: 4, tables: 2, event_size: 16, rate: 1000}}\n"
+        f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{broker.sasl_ssl}', kafka: {client}}}\n"
+        f"checkpoint: {{type: kafka, bootstrap_servers: '{broker.sasl_ssl}', kafka: {client}}}\n"
+        "engine:\n"
+        f"  group: {{coordinator: faust, bootstrap_servers: '{broker.sasl_ssl}', kafka: {client}, "
+        f'id: grp-{topic_prefix}, buckets: 4, session_timeout_s: 6, rest: {{port: "${{REST_PORT}}"}}}}\n'
+    )
+    group = Group(file, tmp_path)
+    try:
+        member = group.start("w0")
+        group.wait_until(lambda: group.owns_all([member], 4), 120, "the member to own every bucket")
+        assert group.wait_for_exit(member) == 0, member.log_text()[-3000:]
+    finally:
+        group.kill_all()
+    received = read_topics_with(broker.librdkafka(), topic_prefix)
+    assert sorted(received) == list(range(count))
+
+
+def read_topics_with(settings: dict, prefix: str) -> list[int]:  # type: ignore[type-arg]
+    """Event ids in the pipeline's topics, read over the secure listener."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({**settings, "group.id": "cdcflow-tests", "enable.partition.eof": True})
+    try:
+        topics = [t for t in consumer.list_topics(timeout=30).topics if t.startswith(prefix + ".")]
+        parts = [
+            TopicPartition(t, n, 0) for t in topics for n in consumer.list_topics(t, timeout=30).topics[t].partitions
+        ]
+        consumer.assign(parts)
+        remaining, ids = {(p.topic, p.partition) for p in parts}, []
+        while remaining:
+            message = consumer.poll(30)
+            assert message is not None, "the secure broker stopped answering"
+            if message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                remaining.discard((message.topic(), message.partition()))
+            elif message.value() is not None:
+                ids.append(event_id(json.loads(message.value())["payload"]))
+        return ids
+    finally:
+        consumer.close()
