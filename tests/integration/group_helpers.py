@@ -44,7 +44,7 @@ def group_section(bootstrap: str, group_id: str, coordinator: str, buckets: int,
         **extra,
     }
     body = ", ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items())
-    return f'{{{body}, rest: {{port: "${{REST_PORT}}"}}}}'
+    return f'{{{body}, rest: {{port: "${{REST_PORT:-8083}}"}}}}'
 
 
 def datagen_group_pipeline(

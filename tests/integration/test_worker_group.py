@@ -298,7 +298,7 @@ def test_a_group_on_a_sasl_ssl_broker(tmp_path: Path, secure_kafka, topic_prefix
         f"checkpoint: {{type: kafka, bootstrap_servers: '{broker.sasl_ssl}', kafka: {client}}}\n"
         "engine:\n"
         f"  group: {{coordinator: faust, bootstrap_servers: '{broker.sasl_ssl}', kafka: {client}, "
-        f'id: grp-{topic_prefix}, buckets: 4, session_timeout_s: 6, rest: {{port: "${{REST_PORT}}"}}}}\n'
+        f'id: grp-{topic_prefix}, buckets: 4, session_timeout_s: 6, rest: {{port: "${{REST_PORT:-8083}}"}}}}\n'
     )
     group = Group(file, tmp_path)
     try:
