@@ -13,12 +13,18 @@ import fastavro
 import requests
 from pydantic import Field
 
-from cdcflow._avro_writer import AvroWriter, UnsupportedAvroSchemaError, compile_avro_writer
+from cdcflow._avro_writer import AvroEncoder, avro_encoder
 from cdcflow.contract import Converter, PluginConfig, PluginContext
 from cdcflow.errors import ConverterError, SchemaRegistryError
-from cdcflow.events import Record, SchemaChangeEvent
-from cdcflow.jsontext import compact_json, json_default
-from cdcflow.schemas import avro_key_schema, avro_value_schema, connect_key_schema, connect_value_schema
+from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
+from cdcflow.jsontext import json_default, json_envelope
+from cdcflow.schemas import (
+    avro_envelope_row,
+    avro_key_schema,
+    avro_value_schema,
+    connect_key_schema,
+    connect_value_schema,
+)
 
 __all__ = [
     "AvroConverter",
@@ -65,9 +71,8 @@ class JsonConverter(Converter[JsonConverterConfig]):
         self._schema_text: dict[tuple[Any, ...], str] = {}
 
     def _encode(self, record: Record, part: str, payload: Any) -> bytes:
-        body = compact_json(payload)
         if not self.config.schemas_enable:
-            return body.encode()
+            return json_envelope(payload, None)
         cache_key = _schema_cache_key(record, part)
         schema = self._schema_text.get(cache_key)
         if schema is None:
@@ -75,7 +80,7 @@ class JsonConverter(Converter[JsonConverterConfig]):
             schema = json.dumps(builder(record), separators=(",", ":"))
             self._schema_text[cache_key] = schema
         # The schema text is built once per table; only the payload is serialised per record.
-        return f'{{"schema":{schema},"payload":{body}}}'.encode()
+        return json_envelope(payload, schema)
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
         return self._encode(record, "key", record.key_payload())
@@ -149,6 +154,8 @@ class SchemaRegistryClient:
 # --- avro ----------------------------------------------------------------------------------
 
 _WIRE_HEADER = struct.Struct(">bI")  # magic byte 0, then the 4-byte schema id
+# What a datum that does not fit its schema raises, whichever writer encodes it.
+_DOES_NOT_FIT = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError, struct.error)
 
 
 class AvroConverterConfig(PluginConfig):
@@ -165,35 +172,35 @@ class AvroConverter(Converter[AvroConverterConfig]):
     def __init__(self, config: AvroConverterConfig, context: PluginContext) -> None:
         super().__init__(config, context)
         self.registry = SchemaRegistryClient(config.schema_registry_url)
-        self._writers: dict[tuple[Any, ...], tuple[bytes, AvroWriter]] = {}
+        self._encoders: dict[tuple[Any, ...], AvroEncoder] = {}
 
-    def _writer(self, record: Record, part: str, destination: str) -> tuple[bytes, AvroWriter]:
+    def _encoder(self, record: Record, part: str, destination: str) -> AvroEncoder:
         cache_key = (*_schema_cache_key(record, part), destination)
-        writer = self._writers.get(cache_key)
-        if writer is None:
+        encoder = self._encoders.get(cache_key)
+        if encoder is None:
             schema = avro_key_schema(record) if part == "key" else avro_value_schema(record)
             schema_id = self.registry.register(f"{destination}-{part}", schema)
-            writer = (_WIRE_HEADER.pack(0, schema_id), _avro_writer_for(schema))
-            self._writers[cache_key] = writer
-        return writer
+            encoder = self._encoders[cache_key] = avro_encoder(schema, _WIRE_HEADER.pack(0, schema_id))
+        return encoder
 
-    def _encode(self, record: Record, part: str, destination: str, payload: dict[str, Any]) -> bytes:
-        header, write = self._writer(record, part, destination)
-        buffer = bytearray(header)
+    def _encode(self, encoder: AvroEncoder, part: str, destination: str, payload: Any) -> bytes:
         try:
-            write(buffer, payload)
-        except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
+            return encoder.encode(payload)
+        except _DOES_NOT_FIT as exc:
             raise ConverterError(f"record for {destination} does not fit its Avro {part} schema: {exc}") from exc
-        return bytes(buffer)
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
-        return self._encode(record, "key", destination, record.key_payload())
+        return self._encode(self._encoder(record, "key", destination), "key", destination, record.key_payload())
 
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
+        encoder = self._encoder(record, "value", destination)
+        if encoder.takes_rows and isinstance(record, ChangeEvent) and record.envelope:
+            # The compiled writer takes the envelope as a row: no dicts built per event.
+            return self._encode(encoder, "value", destination, avro_envelope_row(record))
         payload = record.value_payload()
         if payload is None:
             return None
-        return self._encode(record, "value", destination, payload)
+        return self._encode(encoder, "value", destination, payload)
 
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
         if len(data) < _WIRE_HEADER.size or data[0] != 0:
@@ -207,21 +214,6 @@ class AvroConverter(Converter[AvroConverterConfig]):
         if not isinstance(decoded, dict):
             raise ConverterError(f"payload on {destination} is not an Avro record")
         return decoded
-
-
-def _avro_writer_for(schema: dict[str, Any]) -> AvroWriter:
-    """The compiled writer for ``schema``, or fastavro's for what the compiler leaves to it."""
-    try:
-        return compile_avro_writer(schema)
-    except UnsupportedAvroSchemaError:
-        parsed = fastavro.parse_schema(schema)
-
-        def write_with_fastavro(buffer: bytearray, datum: Any) -> None:
-            out = io.BytesIO()
-            fastavro.schemaless_writer(out, parsed, datum, disable_tuple_notation=True)
-            buffer += out.getvalue()
-
-        return write_with_fastavro
 
 
 def converter_from_fields(

@@ -16,6 +16,7 @@ from cdcflow.events import ChangeEvent, Column, Record, RowSchema, SchemaChangeE
 
 __all__ = [
     "UNTYPED_NULL",
+    "avro_envelope_row",
     "avro_key_schema",
     "avro_value_schema",
     "connect_key_schema",
@@ -284,6 +285,31 @@ def avro_value_schema(record: Record) -> dict[str, Any]:
             {"name": "ts_ms", "type": "long"},
         ],
     }
+
+
+def avro_envelope_row(event: ChangeEvent) -> tuple[Any, ...]:
+    """The value of an enveloped event as a row of :func:`avro_value_schema`'s Envelope fields, in
+    their order (the source block a row of its own): what the compiled Avro writer takes instead of
+    the dict ``event.value_payload()`` builds, without the dicts. Same fields, same values."""
+    source = event.source
+    return (
+        event.op.value,
+        event.before,
+        event.after,
+        (
+            source.version,
+            source.system,
+            source.cluster,
+            source.keyspace,
+            source.table,
+            source.partition,
+            source.position_text(),
+            source.ts_us,
+            source.ts_us // 1000,
+            source.snapshot,
+        ),
+        event.ts_ms,
+    )
 
 
 # --- Kafka Connect JSON schemas (seed 001's "schema" section) -------------------------------------
