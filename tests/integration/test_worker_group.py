@@ -3,7 +3,9 @@
 Every member is a ``cdcflow run`` process of the same pipeline file with its own REST port. The
 assertions are on data (every datagen event arrived; duplicates within what the moved partitions
 read since their last checkpoint; checkpoints that never go back) and on what the members report;
-waits are bounded waits for conditions. Cost: about 4 minutes of the suite on 2 cores.
+waits are bounded waits for conditions. The scenarios run for each coordinator run both groups at
+once (their members mostly wait for the datagen rate), which halves their wall time. Cost: about
+3 minutes of the suite on 2 cores.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,15 +44,26 @@ MAX_RECORDS_PER_READ = 200
 def group_of(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str):  # type: ignore[no-untyped-def]
     groups: list[Group] = []
 
-    def make(coordinator: str, buckets: int, source: str) -> Group:
-        file = datagen_group_pipeline(tmp_path, topic_prefix, kafka_bootstrap, coordinator, buckets, source)
-        group = Group(file, tmp_path)
+    def make(coordinator: str, buckets: int, source: str, prefix: str = topic_prefix) -> Group:
+        folder = tmp_path / prefix
+        folder.mkdir()
+        file = datagen_group_pipeline(folder, prefix, kafka_bootstrap, coordinator, buckets, source)
+        group = Group(file, folder)
         groups.append(group)
         return group
 
     yield make
     for group in groups:
         group.kill_all()
+
+
+def for_each_coordinator(scenario: Callable[[str, str], None], topic_prefix: str) -> None:
+    """``scenario(coordinator, prefix)`` for both coordinators, side by side: two groups with their
+    own topics, pipeline and group id. A failure of either fails the test (re-raised here)."""
+    with ThreadPoolExecutor(2, thread_name_prefix="scenario") as pool:
+        runs = [pool.submit(scenario, c, f"{topic_prefix}{c[0]}") for c in ("faust", "kafka")]
+        for run in runs:
+            run.result()
 
 
 def mid_stream(group: Group, member_name: str) -> bool:
@@ -68,7 +83,7 @@ def moved_partitions(group: Group, member_name: str) -> int:
 
 
 def test_sigkill_one_of_three_loses_nothing(group_of, kafka_bootstrap: str, topic_prefix: str) -> None:  # type: ignore[no-untyped-def]
-    count = 30_000
+    count = 20_000
     group = group_of("faust", 12, f"count: {count}, partitions: {PARTITIONS}, rate: 1000")
     members = [group.start(f"w{i}") for i in range(3)]
     group.wait_until(lambda: group.owns_all(members, 12), 120, "three members to share 12 buckets")
@@ -95,62 +110,70 @@ def test_sigkill_one_of_three_loses_nothing(group_of, kafka_bootstrap: str, topi
     assert duplicates <= moved * 2 * MAX_RECORDS_PER_READ
 
 
-@pytest.mark.parametrize("coordinator", ["faust", "kafka"])
 def test_sigterm_and_a_joining_worker_move_partitions_without_duplicates(  # type: ignore[no-untyped-def]
-    group_of, kafka_bootstrap: str, topic_prefix: str, coordinator: str
+    group_of, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     # 4 buckets, 3 workers -> 2 -> 3: ceil(4/3) == ceil(4/2), the shape in which faust's own
     # assignor leaves a rejoining worker with no bucket (faust-streaming#93). cdcflow configures
     # faust so that it does not: the joining worker must get its share.
-    count, buckets = 24_000, 4
-    group = group_of(coordinator, buckets, f"count: {count}, partitions: {PARTITIONS}, rate: 800")
-    members = [group.start(f"w{i}") for i in range(3)]
-    group.wait_until(lambda: group.owns_all(members, buckets), 120, "three members to share the buckets")
-    group.wait_until(lambda: mid_stream(group, "w1"), 60, "w1 to deliver")
+    count, buckets = 18_000, 4
 
-    members[1].signal(signal.SIGTERM)
-    assert group.wait_for_exit(members[1], 60) == 0, members[1].log_text()[-3000:]
-    survivors = [members[0], members[2]]
-    group.wait_until(lambda: group.owns_all(survivors, buckets), 30, "the survivors to own every bucket")
+    def scenario(coordinator: str, prefix: str) -> None:
+        group = group_of(coordinator, buckets, f"count: {count}, partitions: {PARTITIONS}, rate: 800", prefix)
+        members = [group.start(f"w{i}") for i in range(3)]
+        group.wait_until(lambda: group.owns_all(members, buckets), 120, "three members to share the buckets")
+        group.wait_until(lambda: mid_stream(group, "w1"), 60, "w1 to deliver")
 
-    joiner = group.start("w3")
-    everyone = [*survivors, joiner]
-    group.wait_until(lambda: group.owns_all(everyone, buckets), 60, "the fourth worker to get buckets")
-    assert group.ownership([joiner])["w3"], "the joining worker got no bucket (faust-streaming#93)"
-    for member in everyone:
-        assert group.wait_for_exit(member) == 0, member.log_text()[-3000:]
+        members[1].signal(signal.SIGTERM)
+        assert group.wait_for_exit(members[1], 60) == 0, members[1].log_text()[-3000:]
+        survivors = [members[0], members[2]]
+        group.wait_until(lambda: group.owns_all(survivors, buckets), 30, "the survivors to own every bucket")
 
-    counts = delivered(kafka_bootstrap, topic_prefix)
-    assert set(counts) == set(range(count))
-    assert max(counts.values()) == 1, "a revoke flushes and commits before the bucket moves: no duplicates"
+        joiner = group.start("w3")
+        everyone = [*survivors, joiner]
+        group.wait_until(lambda: group.owns_all(everyone, buckets), 60, "the fourth worker to get buckets")
+        assert group.ownership([joiner])["w3"], f"{coordinator}: the joining worker got no bucket (faust-streaming#93)"
+        for member in everyone:
+            assert group.wait_for_exit(member) == 0, member.log_text()[-3000:]
+
+        counts = delivered(kafka_bootstrap, prefix)
+        assert set(counts) == set(range(count)), f"{coordinator}: {count - len(counts)} events lost"
+        assert max(counts.values()) == 1, (
+            f"{coordinator}: a revoke flushes and commits before the bucket moves: no duplicates"
+        )
+
+    for_each_coordinator(scenario, topic_prefix)
 
 
-@pytest.mark.parametrize("coordinator", ["faust", "kafka"])
-def test_a_frozen_worker_is_fenced(group_of, kafka_bootstrap: str, topic_prefix: str, coordinator: str) -> None:  # type: ignore[no-untyped-def]
-    count, buckets = 20_000, 4
-    group = group_of(coordinator, buckets, f"count: {count}, partitions: {PARTITIONS}, rate: 800")
-    members = [group.start(f"w{i}") for i in range(2)]
-    group.wait_until(lambda: group.owns_all(members, buckets), 120, "two members to share the buckets")
-    group.wait_until(lambda: mid_stream(group, "w1"), 60, "w1 to deliver")
+def test_a_frozen_worker_is_fenced(group_of, kafka_bootstrap: str, topic_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    count, buckets = 16_000, 4
 
-    members[1].signal(signal.SIGSTOP)  # frozen past its session timeout: the group expels it
-    try:
-        group.wait_until(lambda: group.owns_all([members[0]], buckets), 60, "w0 to take every bucket")
-        # w0 has claimed w1's buckets and committed their checkpoints at least once since.
-        time.sleep(1.5)
-    finally:
-        members[1].signal(signal.SIGCONT)
-    for member in members:
-        assert group.wait_for_exit(member) == 0, member.log_text()[-3000:]
+    def scenario(coordinator: str, prefix: str) -> None:
+        group = group_of(coordinator, buckets, f"count: {count}, partitions: {PARTITIONS}, rate: 800", prefix)
+        members = [group.start(f"w{i}") for i in range(2)]
+        group.wait_until(lambda: group.owns_all(members, buckets), 120, "two members to share the buckets")
+        group.wait_until(lambda: mid_stream(group, "w1"), 60, "w1 to deliver")
 
-    frozen_log = members[1].log_text()
-    assert "claimed by another worker" in frozen_log or "lost buckets" in frozen_log, frozen_log[-3000:]
-    history = committed_history(kafka_bootstrap, f"group-{topic_prefix}")
-    assert len(history) == PARTITIONS
-    for partition, seqs in history.items():
-        assert seqs == sorted(seqs), f"a checkpoint of {partition} went back: {seqs}"
-    counts = delivered(kafka_bootstrap, topic_prefix)
-    assert set(counts) == set(range(count))
+        members[1].signal(signal.SIGSTOP)  # frozen past its session timeout: the group expels it
+        try:
+            group.wait_until(lambda: group.owns_all([members[0]], buckets), 60, "w0 to take every bucket")
+            # w0 has claimed w1's buckets and committed their checkpoints at least once since.
+            time.sleep(1.5)
+        finally:
+            members[1].signal(signal.SIGCONT)
+        for member in members:
+            assert group.wait_for_exit(member) == 0, member.log_text()[-3000:]
+
+        frozen_log = members[1].log_text()
+        assert "claimed by another worker" in frozen_log or "lost buckets" in frozen_log, frozen_log[-3000:]
+        history = committed_history(kafka_bootstrap, f"group-{prefix}")
+        assert len(history) == PARTITIONS
+        for partition, seqs in history.items():
+            assert seqs == sorted(seqs), f"{coordinator}: a checkpoint of {partition} went back: {seqs}"
+        counts = delivered(kafka_bootstrap, prefix)
+        assert set(counts) == set(range(count)), f"{coordinator}: {count - len(counts)} events lost"
+
+    for_each_coordinator(scenario, topic_prefix)
 
 
 def test_rest_api_status_pause_offsets_resume(group_of, kafka_bootstrap: str, topic_prefix: str) -> None:  # type: ignore[no-untyped-def]
