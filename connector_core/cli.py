@@ -9,13 +9,12 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cdcflow.config import PipelineSpec, load_pipeline
-from cdcflow.contract import CheckpointStore, PluginContext
+from cdcflow.contract import PluginContext
 from cdcflow.errors import CdcflowError, ConfigError, PluginError
 
 __all__ = ["CommandLine", "main"]
@@ -104,6 +103,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from cdcflow.spark_engine import run_spark
 
         return run_spark(specs, registry)
+    from cdcflow.group.worker import group_of, run_group_worker
+
+    if group_of(specs) is not None:
+        return run_group_worker(specs, registry, args.rest_port)
     workers = args.workers or max(s.engine.workers for s in specs)
     metrics_port = args.metrics_port if args.metrics_port is not None else specs[0].engine.metrics_port
     if args.worker_count is None and workers > 1:
@@ -127,46 +130,85 @@ def _cmd_plugins_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_for(file: str, registry: Any) -> tuple[PipelineSpec, CheckpointStore[Any]]:
-    spec = load_pipeline(file, registry)
-    store: CheckpointStore[Any] = registry.create(spec.checkpoint, PluginContext(spec.name, spec.file))
-    store.check_reachable(spec.engine.startup_timeout_s)
-    store.open()
-    return spec, store
+def _pipeline_name(target: str) -> str:
+    """A pipeline file's pipeline name, or ``target`` itself when it names no file."""
+    if Path(target).is_file():
+        return load_pipeline(target, _registry()).name
+    return target
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from cdcflow.group.client import ControlPlaneClient
+
+    return ControlPlaneClient(args.url)
+
+
+def _print(body: Any) -> None:
+    print(json.dumps(body, indent=2))
 
 
 def _cmd_offsets_show(args: argparse.Namespace) -> int:
-    spec, store = _store_for(args.file, _registry())
-    try:
-        checkpoints = store.load()
-    finally:
-        store.close()
-    now_us = time.time() * 1e6
-    # lag_s is as of the commit (0: the partition had nothing more then); a running pipeline's
-    # present lag is its cdcflow_checkpoint_lag_seconds metric. committed_s_ago says how old that is.
-    result = {
-        "pipeline": spec.name,
-        "partitions": {
-            pid: {
-                **c.to_json(),
-                "lag_s": round(c.lag_at_commit_s(), 3),
-                "committed_s_ago": round((now_us - c.committed_at_us) / 1e6, 3),
-            }
-            for pid, c in sorted(checkpoints.items())
-        },
-    }
-    print(json.dumps(result, indent=2))
+    if args.url:
+        _print(_client(args).call("GET", f"/pipelines/{_pipeline_name(args.file)}/offsets"))
+        return 0
+    from cdcflow.group.worker import offsets_body
+    from cdcflow.offsets import PipelineOffsets
+
+    spec = load_pipeline(args.file, _registry())
+    _print(offsets_body(spec.name, PipelineOffsets(spec, _registry()).show()))
     return 0
 
 
 def _cmd_offsets_reset(args: argparse.Namespace) -> int:
-    spec, store = _store_for(args.file, _registry())
-    try:
-        store.reset(args.partition or None)
-    finally:
-        store.close()
     which = ", ".join(args.partition) if args.partition else "all partitions"
-    print(f"pipeline {spec.name}: reset {which}; they restart from the source's initial offset")
+    if args.url:
+        name = _pipeline_name(args.file)
+        params = [("partition", p) for p in args.partition or []]
+        body = _client(args).call("DELETE", f"/pipelines/{name}/offsets", params=params)
+        print(f"pipeline {name}: reset {', '.join(body['partitions']) or 'nothing'}; they restart from their start")
+        return 0
+    from cdcflow.offsets import PipelineOffsets
+
+    spec = load_pipeline(args.file, _registry())
+    done = PipelineOffsets(spec, _registry()).reset(args.partition or None)
+    print(f"pipeline {spec.name}: reset {which} ({len(done)} partitions); they restart from their start")
+    return 0
+
+
+def _cmd_offsets_set(args: argparse.Namespace) -> int:
+    try:
+        offset = json.loads(args.offset)
+    except ValueError as exc:
+        print(f"error: --offset is not JSON: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(offset, dict):
+        print("error: --offset is a JSON object, the partition's offset (see `cdcflow offsets show`)", file=sys.stderr)
+        return 2
+    if args.url:
+        name = _pipeline_name(args.file)
+        _client(args).call("PATCH", f"/pipelines/{name}/offsets", json={"partitions": {args.partition: offset}})
+    else:
+        from cdcflow.offsets import PipelineOffsets
+
+        spec = load_pipeline(args.file, _registry())
+        name = spec.name
+        PipelineOffsets(spec, _registry()).set_offsets({args.partition: offset})
+    print(f"pipeline {name}: {args.partition} set to {json.dumps(offset, sort_keys=True)}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    _print(_client(args).call("GET", f"/pipelines/{_pipeline_name(args.pipeline)}/status"))
+    return 0
+
+
+def _cmd_pause(args: argparse.Namespace) -> int:
+    _print(_client(args).call("PUT", f"/pipelines/{_pipeline_name(args.pipeline)}/{args.command}"))
+    return 0
+
+
+def _cmd_workers(args: argparse.Namespace) -> int:
+    _print(_client(args).call("GET", "/workers"))
     return 0
 
 
@@ -202,6 +244,7 @@ class CommandLine:
                 metrics_port=None,
                 worker_index=None,
                 worker_count=None,
+                rest_port=None,
                 log_format="text",
                 log_level=log_level,
             )
@@ -219,6 +262,7 @@ def _parser(registry: Any) -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, help="processes splitting each pipeline's partitions")
     run.add_argument("--engine", choices=["worker", "spark"])
     run.add_argument("--metrics-port", type=int, help="Prometheus port (worker i serves port + i)")
+    run.add_argument("--rest-port", type=int, help="worker groups: this worker's REST port (engine.group.rest.port)")
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     run.add_argument("--worker-count", type=int, help=argparse.SUPPRESS)
     run.add_argument("--log-format", choices=["text", "json"], default=argparse.SUPPRESS)
@@ -234,14 +278,38 @@ def _parser(registry: Any) -> argparse.ArgumentParser:
         handler=_cmd_plugins_list
     )
 
-    offsets = commands.add_parser("offsets", help="committed offsets").add_subparsers(dest="action", required=True)
+    url_help = "a worker group's REST API (http://host:8083): ask the running group instead"
+    offsets = commands.add_parser(
+        "offsets", help="committed offsets; changes only while the pipeline is stopped (or its group paused)"
+    ).add_subparsers(dest="action", required=True)
     show = offsets.add_parser("show", help="print a pipeline's committed checkpoints")
-    show.add_argument("file")
+    show.add_argument("file", help="the pipeline file (with --url: or the pipeline's name)")
+    show.add_argument("--url", help=url_help)
     show.set_defaults(handler=_cmd_offsets_show)
-    reset = offsets.add_parser("reset", help="forget checkpoints so partitions restart from the beginning")
-    reset.add_argument("file")
+    reset = offsets.add_parser("reset", help="partitions restart from their beginning")
+    reset.add_argument("file", help="the pipeline file (with --url: or the pipeline's name)")
     reset.add_argument("--partition", action="append", help="only this partition id (repeatable)")
+    reset.add_argument("--url", help=url_help)
     reset.set_defaults(handler=_cmd_offsets_reset)
+    set_offset = offsets.add_parser("set", help="a partition resumes after this offset")
+    set_offset.add_argument("file", help="the pipeline file (with --url: or the pipeline's name)")
+    set_offset.add_argument("--partition", required=True, help="the partition id")
+    set_offset.add_argument("--offset", required=True, help="its offset, a JSON object (see offsets show)")
+    set_offset.add_argument("--url", help=url_help)
+    set_offset.set_defaults(handler=_cmd_offsets_set)
+
+    status = commands.add_parser("status", help="a group's pipeline: each partition's owner, offset and lag")
+    status.add_argument("pipeline", help="the pipeline file or name")
+    status.add_argument("--url", required=True, help=url_help)
+    status.set_defaults(handler=_cmd_status)
+    for verb, text in (("pause", "every worker of the group stops reading"), ("resume", "and reads on")):
+        parser_of_verb = commands.add_parser(verb, help=f"a group's pipeline: {text}")
+        parser_of_verb.add_argument("pipeline", help="the pipeline file or name")
+        parser_of_verb.add_argument("--url", required=True, help=url_help)
+        parser_of_verb.set_defaults(handler=_cmd_pause)
+    workers = commands.add_parser("workers", help="a group's live workers and their buckets")
+    workers.add_argument("--url", required=True, help=url_help)
+    workers.set_defaults(handler=_cmd_workers)
 
     schema = commands.add_parser("schema", help="print the JSON schema of pipeline files, for editors")
     schema.set_defaults(handler=_cmd_schema)

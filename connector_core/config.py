@@ -13,13 +13,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
-from cdcflow.contract import PluginConfig
+from cdcflow.contract import FencingCheckpointStore, PluginConfig
 from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError
+
+if TYPE_CHECKING:
+    from cdcflow.group.config import GroupConfig
 
 __all__ = [
     "EngineConfig",
@@ -126,6 +129,10 @@ class EngineConfig(_Strict):
         description="on a cluster, how long to wait for a first executor before failing with the resources "
         "asked for (spark engine)",
     )
+    group: dict[str, Any] | None = Field(
+        default=None,
+        description="run as a worker group across machines (worker engine): see cdcflow.group.GroupConfig",
+    )
 
 
 class PipelineConfig(_Strict):
@@ -168,6 +175,7 @@ class PipelineSpec:
     errors: ErrorsConfig
     engine: EngineConfig
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    group: GroupConfig | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -235,6 +243,10 @@ def parse_pipeline(
                 lines.get(("checkpoint", "type")),
             )
         )
+    group = None
+    if pipeline.engine.group is not None:
+        group, found = _resolve_group(pipeline, checkpoint, lines, context)
+        problems += found
     if problems:
         problems.sort(key=lambda p: (p.line is None, p.line or 0))
         raise ConfigFieldError(file, problems)
@@ -250,7 +262,56 @@ def parse_pipeline(
         errors=pipeline.errors,
         engine=pipeline.engine,
         raw=data,
+        group=group,
     )
+
+
+def _resolve_group(
+    pipeline: PipelineConfig,
+    checkpoint: ResolvedPlugin | None,
+    lines: Mapping[FieldPath, int],
+    context: Mapping[str, Any],
+) -> tuple[GroupConfig | None, list[FieldProblem]]:
+    """``engine.group`` against its model, and what a group needs of the rest of the file."""
+    from cdcflow.group.config import GroupConfig  # here: the group package imports this module
+
+    path: FieldPath = ("engine", "group")
+    problems: list[FieldProblem] = []
+    group = None
+    try:
+        section = {"id": f"cdcflow-{pipeline.name}", **(pipeline.engine.group or {})}
+        group = GroupConfig.model_validate(section, context=dict(context))  # relative certificate paths
+    except ValidationError as exc:
+        problems += _problems(exc, path, GroupConfig, lines)
+    if pipeline.engine.type != "worker":
+        problems.append(
+            FieldProblem(
+                "engine.group",
+                "no group with engine.type spark (Spark spreads its own work)",
+                "a group",
+                lines.get(path),
+            )
+        )
+    if pipeline.engine.workers != 1:
+        problems.append(
+            FieldProblem(
+                "engine.workers",
+                "1 with engine.group (a group grows by starting `cdcflow run` on more machines)",
+                str(pipeline.engine.workers),
+                lines.get(("engine", "workers")),
+            )
+        )
+    if checkpoint is not None and not issubclass(checkpoint.cls, FencingCheckpointStore):
+        problems.append(
+            FieldProblem(
+                "checkpoint.type",
+                "a checkpoint store the group's machines share and that fences a worker which lost its "
+                "partitions (kafka) with engine.group",
+                f"{checkpoint.config.type!r}, which is not shared between machines",
+                lines.get(("checkpoint", "type"), lines.get(("checkpoint",))),
+            )
+        )
+    return group, problems
 
 
 def _plugin_section_problems(

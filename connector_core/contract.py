@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -23,6 +23,7 @@ __all__ = [
     "CheckpointStore",
     "CheckpointStoreConfig",
     "Converter",
+    "FencingCheckpointStore",
     "Offset",
     "Partition",
     "PluginConfig",
@@ -257,11 +258,31 @@ class Source(_Plugin[ConfigT]):
         """One row of :meth:`spark_native_stream` as a cdcflow record."""
         raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
 
+    def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
+        """The offsets Spark's connector logged for :meth:`spark_native_stream`, as cdcflow
+        offsets by partition id (what ``cdcflow offsets show`` prints)."""
+        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
+
+    def spark_native_log(self, offsets: Mapping[str, Offset]) -> Any:
+        """The inverse of :meth:`spark_native_offsets`: what Spark's connector reads back."""
+        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
+
+    @property
+    def has_spark_native_stream(self) -> bool:
+        return type(self).spark_native_stream is not Source.spark_native_stream
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         """Told after these offsets are durable in the checkpoint store and downstream.
 
         A source that keeps its own bookmark (a Kafka consumer group, a GC safepoint) moves it
         here, never earlier.
+        """
+
+    def forget(self, partition_ids: Sequence[str]) -> None:
+        """Forget the source's own bookmark of these partitions, so that ``initial_offset`` starts
+        them from their beginning again: ``cdcflow offsets reset`` calls it after removing their
+        checkpoints. A source whose ``initial_offset`` reads a bookmark (the ``kafka`` source reads
+        its consumer group's offsets) must implement it, or a reset would change nothing.
         """
 
 
@@ -365,3 +386,37 @@ class CheckpointStore(_Plugin[StoreConfigT]):
     @property
     def interval_ms(self) -> int:
         return self.config.interval_ms
+
+
+class FencingCheckpointStore(CheckpointStore[StoreConfigT]):
+    """A checkpoint store that a worker group (``engine.group``) shares between machines.
+
+    The group splits a pipeline's partitions into buckets and gives each bucket to one worker at a
+    time. A worker commits a bucket's checkpoints only while it holds the bucket's claim, and
+    claiming a bucket fences whoever held it before: from then on that worker's commits for the
+    bucket fail, and whatever it had begun to commit is discarded. A worker that was frozen or cut
+    off from the group can therefore never move a checkpoint backwards, nor past what the bucket's
+    new owner committed.
+    """
+
+    @abstractmethod
+    def claim(self, buckets: Collection[int], bucket_of: Callable[[str], int]) -> dict[str, Checkpoint]:
+        """Fence the previous holders of ``buckets``, then return the checkpoints committed for the
+        partitions in them (``bucket_of`` maps a partition id to its bucket). Everything a previous
+        holder committed before it was fenced is included."""
+
+    @abstractmethod
+    def commit_claimed(self, checkpoints: Mapping[int, Mapping[str, Checkpoint | None]]) -> frozenset[int]:
+        """Commit each claimed bucket's checkpoints, all or nothing per bucket (``None`` forgets a
+        partition's checkpoint). Returns the buckets another worker has claimed since: nothing was
+        committed for them and their claim is gone. Raises a transient error when the store cannot
+        be reached."""
+
+    @abstractmethod
+    def release(self, buckets: Collection[int]) -> None:
+        """Give up the claims on ``buckets`` (after their last ``commit_claimed``, or without one when
+        the bucket was lost). Must not raise."""
+
+    @abstractmethod
+    def claimed(self) -> frozenset[int]:
+        """The buckets this instance holds a claim on."""

@@ -33,7 +33,11 @@ by type, never by parsing messages.
     ├── StartupCheckError              a system did not answer at start (names the setting and address)
     ├── EngineError
     │   ├── EngineUnavailableError     the engine cannot start here (no pyspark, no or old Java)
-    │   └── EngineUnsupportedError     this pipeline cannot run on this engine
+    │   ├── EngineUnsupportedError     this pipeline cannot run on this engine
+    │   └── GroupUnavailableError      (transient) a worker group's Kafka cannot be reached
+    ├── OffsetsChangeError             `cdcflow offsets reset|set` cannot be done
+    │   ├── PipelineRunningError       the pipeline runs: stop or pause it first
+    │   └── UnknownPartitionError      the source has no such partition
     └── RetriesExhaustedError          a transient failure outlived the retry budget
 """
 
@@ -56,8 +60,11 @@ __all__ = [
     "EngineUnavailableError",
     "EngineUnsupportedError",
     "FieldProblem",
+    "GroupUnavailableError",
     "MalformedEnvironmentReferenceError",
     "MissingEnvironmentVariableError",
+    "OffsetsChangeError",
+    "PipelineRunningError",
     "PluginConflictError",
     "PluginError",
     "PluginLoadError",
@@ -74,6 +81,7 @@ __all__ = [
     "StartupCheckError",
     "TransformError",
     "TransientError",
+    "UnknownPartitionError",
     "UnknownPluginTypeError",
 ]
 
@@ -256,6 +264,22 @@ class EngineUnavailableError(EngineError):
 
 class EngineUnsupportedError(EngineError):
     """A pipeline asks for something its engine cannot do (a Spark-only sink on the worker engine...)."""
+
+
+class GroupUnavailableError(EngineError, TransientError):
+    """A worker group's topics or control channel cannot be reached right now."""
+
+
+class OffsetsChangeError(CdcflowError):
+    """Offsets cannot be set or reset as asked."""
+
+
+class PipelineRunningError(OffsetsChangeError):
+    """The pipeline runs: its next checkpoint would overwrite the change."""
+
+
+class UnknownPartitionError(OffsetsChangeError):
+    """An offsets change names a partition the pipeline does not have."""
 
 
 class RetriesExhaustedError(CdcflowError):

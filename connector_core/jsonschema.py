@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdcflow.config import PipelineConfig
+from cdcflow.group.config import GroupConfig
 
 __all__ = ["pipeline_json_schema"]
 
@@ -37,6 +38,12 @@ def pipeline_json_schema(registry: Any) -> dict[str, Any]:
         errors["properties"]["dead_letter"] = {
             "anyOf": [_plugin_choices(registry, "sink", definitions), {"type": "null"}]
         }
+    engine = definitions.get("EngineConfig")
+    if engine is not None:
+        group = GroupConfig.model_json_schema(ref_template="#/$defs/{model}")
+        definitions.update(group.pop("$defs", {}))
+        group["required"] = [r for r in group.get("required", []) if r != "id"]  # it has a default
+        engine["properties"]["group"] = {"anyOf": [group, {"type": "null"}]}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "cdcflow pipeline"
     return schema

@@ -8,10 +8,10 @@ process after a backoff. Duplicates are possible, losses are not.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
@@ -44,12 +44,14 @@ from cdcflow.retry import Backoff
 
 __all__ = [
     "AllPartitions",
+    "BucketAssignment",
     "HashAssignment",
     "PartitionAssignment",
     "PipelineRunner",
     "RecordFailedError",
     "StoppedWhileRetryingError",
     "apply_transforms",
+    "bucket_of",
     "dead_letter_record",
 ]
 
@@ -72,15 +74,43 @@ class AllPartitions:
         return True
 
 
+def bucket_of(partition_id: str, buckets: int) -> int:
+    """The bucket (of ``buckets``) a partition belongs to: stable across runs, processes and machines.
+
+    A well-mixed hash (BLAKE2b), not CRC-32: CRC-32 is linear, so ids that differ only in their
+    last characters (``datagen-0``, ``datagen-1``...) share low bits, and ``crc32 % n`` put all four
+    datagen partitions on one of two workers.
+    """
+    digest = hashlib.blake2b(partition_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % buckets
+
+
 @dataclass(frozen=True)
 class HashAssignment:
-    """Worker ``index`` of ``count`` owns the partitions whose id hashes to it (stable across runs)."""
+    """Worker ``index`` of ``count`` owns the partitions whose id hashes to it (stable across runs):
+    the static split of ``--workers N``, one bucket per worker."""
 
     index: int
     count: int
 
     def owns(self, partition_id: str) -> bool:
-        return zlib.crc32(partition_id.encode()) % self.count == self.index
+        return bucket_of(partition_id, self.count) == self.index
+
+
+@dataclass
+class BucketAssignment:
+    """A worker group's share: the partitions of the buckets the group's coordinator gave this
+    worker. ``owned`` changes only in the delivery thread, between reads (see
+    :class:`cdcflow.group.GroupPipelineRunner`); other threads only read it."""
+
+    buckets: int
+    owned: frozenset[int] = frozenset()
+
+    def bucket_of(self, partition_id: str) -> int:
+        return bucket_of(partition_id, self.buckets)
+
+    def owns(self, partition_id: str) -> bool:
+        return bucket_of(partition_id, self.buckets) in self.owned
 
 
 class _StopRequestedError(Exception):
@@ -191,6 +221,7 @@ class PipelineRunner:
         self._last_checkpoint_at = self.clock()
         self._last_refresh_at = float("-inf")
         self._backoff = Backoff(self.spec.errors.retry)
+        self.listed_partition_ids: frozenset[str] = frozenset()  # the source's partitions at the last refresh
         # Per partition, up to when everything is known durable downstream (survives a rewind).
         self._durable_until_us: dict[str, int] = {}
         self.metrics.lag_seconds = self.checkpoint_lag_seconds
@@ -203,7 +234,7 @@ class PipelineRunner:
         try:
             for plugin in plugins:  # one at a time, so a retry does not reopen what is already open
                 self._open_within_startup_timeout(plugin)
-            self._committed = self._with_retries("load checkpoints", self.store.load)
+            self._committed = self._with_retries("load checkpoints", self._load_checkpoints)
             for pid, checkpoint in self._committed.items():
                 self._durable_until_us[pid] = checkpoint.durable_until_us()
             log.info("pipeline %s running: %d committed partition checkpoints", self.spec.name, len(self._committed))
@@ -260,7 +291,7 @@ class PipelineRunner:
                 delay = self._backoff.next_delay(f"pipeline {self.spec.name}: {operation}", exc)
                 log.warning("%s failed (%s: %s); retrying in %.2fs", operation, type(exc).__name__, exc, delay)
                 self._rewind_to_committed()
-                if self.stop.wait(delay):
+                if self._wait(delay):
                     raise _StopRequestedError from exc
                 continue
             self._backoff.succeeded()
@@ -276,16 +307,51 @@ class PipelineRunner:
     def _deliver_until_done(self) -> None:
         """One uninterrupted run of the loop, until the source is drained or ``stop`` is set."""
         while True:
+            self._between_reads()
             self._refresh_partitions_if_due()
-            progressed = self._read_cycle()
-            drained = self.source.bounded and all(s.finished for s in self._states.values())
+            progressed = False if self._paused() else self._read_cycle()
+            drained = self._drained()
             stopping = self.stop.is_set()
             if drained or stopping or self._checkpoint_due():
                 self._checkpoint()
             if drained or stopping:
                 return
             if not progressed:
-                self.stop.wait(self.spec.engine.poll_interval_ms / 1000)
+                self._wait(self.spec.engine.poll_interval_ms / 1000)
+
+    # --- hooks a worker group's runner (cdcflow.group) overrides; these are the one-process defaults
+
+    def _load_checkpoints(self) -> dict[str, Checkpoint]:
+        """The checkpoints the run starts from."""
+        return self.store.load()
+
+    def _between_reads(self) -> None:
+        """Called at the top of each cycle: the moment to change what this runner owns."""
+
+    def _interrupted(self) -> bool:
+        """True to end the read cycle early, before the next partition (something waits on the loop)."""
+        return False
+
+    def _paused(self) -> bool:
+        """True while reading is paused: the loop still checkpoints and answers ``_between_reads``."""
+        return False
+
+    def _before_starting(self, partitions: dict[str, Partition]) -> None:
+        """Called with owned partitions that are about to get state (their checkpoints are needed)."""
+
+    def _commit(self, changed: dict[str, Checkpoint]) -> dict[str, Checkpoint]:
+        """Make ``changed`` durable; returns what was committed."""
+        self.store.commit(changed)
+        return changed
+
+    def _drained(self) -> bool:
+        return self.source.bounded and all(s.finished for s in self._states.values())
+
+    def _wait(self, seconds: float) -> bool:
+        """Idle for up to ``seconds``; True if stop was asked for."""
+        return self.stop.wait(seconds)
+
+    # --- partitions ----------------------------------------------------------------------------
 
     def _checkpoint_due(self) -> bool:
         return self.clock() - self._last_checkpoint_at >= self.store.interval_ms / 1000
@@ -295,7 +361,10 @@ class PipelineRunner:
         if now - self._last_refresh_at < self.spec.engine.partition_refresh_ms / 1000:
             return
         self._last_refresh_at = now
-        current = {p.id: p for p in self.source.partitions() if self.assignment.owns(p.id)}
+        listed = self.source.partitions()
+        self.listed_partition_ids = frozenset(p.id for p in listed)
+        current = {p.id: p for p in listed if self.assignment.owns(p.id)}
+        self._before_starting({pid: p for pid, p in current.items() if pid not in self._states})
         for partition_id, partition in current.items():
             if partition_id not in self._states:
                 start = self._start_of(partition)
@@ -315,7 +384,7 @@ class PipelineRunner:
         for state in list(self._states.values()):
             if state.finished:
                 continue
-            if self.stop.is_set():
+            if self.stop.is_set() or self._interrupted():
                 break
             start = state.position
             end = self.source.latest_offset(state.partition, start, self.spec.engine.max_records_per_read)
@@ -416,7 +485,8 @@ class PipelineRunner:
             if s.dirty
         }
         if changed:
-            self.store.commit(changed)
+            changed = self._commit(changed)
+        if changed:
             self._committed.update(changed)
             for pid, checkpoint in changed.items():
                 state = self._states[pid]
@@ -472,8 +542,11 @@ def build_runner(
     assignment: PartitionAssignment | None = None,
     stop: threading.Event | None = None,
     worker_id: str = "0",
+    runner_class: type[PipelineRunner] = PipelineRunner,
+    **runner_options: Any,
 ) -> PipelineRunner:
-    """Instantiate a pipeline's plugins through the registry (``factory``) and wire the loop."""
+    """Instantiate a pipeline's plugins through the registry (``factory``) and wire the loop
+    (``runner_class`` with ``runner_options``: a worker group's runner)."""
     if "worker" not in spec.sink.cls.engines:
         raise EngineUnsupportedError(
             f"{spec.file}: sink type {spec.sink.config.type!r} runs on the spark engine only; "
@@ -486,7 +559,7 @@ def build_runner(
         logger=logging.getLogger(f"cdcflow.{spec.name}"),
     )
     store: CheckpointStore[Any] = factory.create(spec.checkpoint, base)
-    return PipelineRunner(
+    return runner_class(
         spec=spec,
         source=factory.create(spec.source, replace(base, committed_offsets=_committed_offsets_in(store))),
         transforms=[factory.create(t, base) for t in spec.transforms],
@@ -495,4 +568,5 @@ def build_runner(
         dead_letter=factory.create(spec.dead_letter, base) if spec.dead_letter is not None else None,
         assignment=assignment or AllPartitions(),
         stop=stop or threading.Event(),
+        **runner_options,
     )

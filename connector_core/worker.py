@@ -15,6 +15,7 @@ from typing import Any
 
 from cdcflow.config import PipelineSpec
 from cdcflow.metrics import serve_metrics
+from cdcflow.offsets import pipeline_running
 from cdcflow.pipeline import AllPartitions, HashAssignment, PartitionAssignment, build_runner
 from cdcflow.processes import run_in_threads, tune_garbage_collector
 
@@ -40,7 +41,8 @@ def run_worker(specs: Sequence[PipelineSpec], factory: Any, options: WorkerOptio
         serve_metrics(options.metrics_port + options.worker_index)
 
     def run_one(spec: PipelineSpec, stop: threading.Event) -> None:
-        build_runner(spec, factory, options.assignment(), stop, worker_id=str(options.worker_index)).run()
+        with pipeline_running(spec):  # `cdcflow offsets reset` refuses to change a running pipeline
+            build_runner(spec, factory, options.assignment(), stop, worker_id=str(options.worker_index)).run()
 
     return run_in_threads(specs, run_one)
 

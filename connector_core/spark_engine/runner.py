@@ -29,6 +29,7 @@ from cdcflow.errors import (
     SinkError,
     TransientError,
 )
+from cdcflow.offsets import pipeline_running
 from cdcflow.pipeline import RecordFailedError, dead_letter_record
 from cdcflow.processes import run_in_threads
 from cdcflow.retry import Backoff
@@ -108,7 +109,12 @@ class _DriverView:
 
 def run_spark(specs: Sequence[PipelineSpec], factory: Any) -> int:
     """Run pipelines as Spark queries (one shared session) until drained or signalled."""
-    return run_in_threads(specs, lambda spec, stop: run_spark_pipeline(spec, factory, stop))
+
+    def run_one(spec: PipelineSpec, stop: threading.Event) -> None:
+        with pipeline_running(spec):  # `cdcflow offsets reset` refuses to change a running pipeline
+            run_spark_pipeline(spec, factory, stop)
+
+    return run_in_threads(specs, run_one)
 
 
 def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event) -> None:

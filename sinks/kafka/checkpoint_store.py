@@ -1,26 +1,42 @@
 """The ``kafka`` checkpoint store: offsets in a compacted topic, like Kafka Connect's offsets topic.
 
 Keys are ``["<pipeline>", "<partition id>"]`` (JSON), values the checkpoint (JSON) or a tombstone
-after a reset. Compaction keeps the newest value per key, so loading reads the topic to its end
-once at start.
+after a reset. Compaction keeps the newest value per key, so loading reads the topic to its end.
+
+A worker group (``engine.group``) commits each bucket's checkpoints in a transaction of that
+bucket's own producer, ``transactional.id = cdcflow-<pipeline>-b<bucket>``. Claiming a bucket
+initialises that transactional id, which is Kafka's fence: the previous owner's producer is dead
+from then on (its next commit fails with ``_FENCED``), and a transaction it left open is aborted
+before the new owner reads the checkpoints. Every load reads ``read_committed``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import time
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 from pydantic import Field
 
-from cdcflow.contract import Checkpoint, CheckpointStore, CheckpointStoreConfig
+from cdcflow.contract import Checkpoint, CheckpointStoreConfig, FencingCheckpointStore
 from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError
 from cdcflow.kafka_client import KafkaClientConfig
 
 __all__ = ["KafkaCheckpointConfig", "KafkaCheckpointStore"]
+
+# What librdkafka and the broker answer a producer whose transactional id a newer producer took.
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# The broker aborts a dead producer's transaction only at its next timeout sweep, up to this long
+# after the transaction timed out (transaction.abort.timed.out.transaction.cleanup.interval.ms).
+_ABORT_SWEEP_S = 10.0
 
 
 class KafkaCheckpointConfig(CheckpointStoreConfig):
@@ -32,13 +48,33 @@ class KafkaCheckpointConfig(CheckpointStoreConfig):
     partitions: int = Field(default=6, ge=1, description="used when the topic is created")
     replication_factor: int = Field(default=1, ge=1, description="used when the topic is created")
     timeout_s: float = Field(default=30.0, gt=0)
+    transaction_timeout_s: float = Field(
+        default=30.0,
+        ge=1,
+        le=900,
+        description="worker groups: the broker aborts a checkpoint transaction left open this long (a worker "
+        "that died mid-commit); until then it hides later checkpoints in its partition of the topic",
+    )
 
 
-class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
+@dataclass
+class _Claim:
+    """A bucket this store holds: its transactional producer, and whether a failed commit left a
+    transaction to abort before the next one."""
+
+    producer: Producer
+    needs_abort: bool = False
+
+
+class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
     type_name = "kafka"
     config_model = KafkaCheckpointConfig
 
     _producer: Producer | None = None
+    _admin: AdminClient | None = None
+
+    def _settings(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return self.config.kafka.librdkafka_settings(self.config.bootstrap_servers, extra)
 
     def check_reachable(self, timeout_s: float) -> None:
         self.config.kafka.check_reachable(
@@ -46,8 +82,8 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
         )
 
     def open(self) -> None:
-        settings = self.config.kafka.librdkafka_settings(self.config.bootstrap_servers)
-        admin = AdminClient(settings)
+        self._claims: dict[int, _Claim] = {}
+        self._admin = AdminClient(self._settings())
         topic = NewTopic(
             self.config.topic,
             num_partitions=self.config.partitions,
@@ -55,7 +91,7 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
             config={"cleanup.policy": "compact"},
         )
         try:
-            admin.create_topics([topic])[self.config.topic].result(timeout=self.config.timeout_s)
+            self._admin.create_topics([topic])[self.config.topic].result(timeout=self.config.timeout_s)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise CheckpointUnavailableError(f"cannot create offsets topic {self.config.topic}: {exc}") from exc
@@ -63,66 +99,53 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
             raise CheckpointUnavailableError(f"cannot create offsets topic {self.config.topic}: {exc}") from exc
         # One request in flight, like the sink: see KafkaSink._settings for the loss it prevents.
         self._producer = Producer(
-            {
-                **settings,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 0,
-                "max.in.flight.requests.per.connection": 1,
-            }
+            self._settings(
+                {
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 0,
+                    "max.in.flight.requests.per.connection": 1,
+                }
+            )
         )
 
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(5.0)
             self._producer = None
+        self.release(list(getattr(self, "_claims", {})))
 
     def _key(self, partition_id: str) -> bytes:
         return json.dumps([self.context.pipeline, partition_id], separators=(",", ":")).encode()
 
+    @staticmethod
+    def _value(checkpoint: Checkpoint | None) -> bytes | None:
+        return None if checkpoint is None else json.dumps(checkpoint.to_json(), sort_keys=True).encode()
+
+    # --- loading -------------------------------------------------------------------------------
+
     def load(self) -> dict[str, Checkpoint]:
+        return self._load(lambda partition_id: True)
+
+    def _load(self, wanted: Callable[[str], bool]) -> dict[str, Checkpoint]:
         consumer = Consumer(
-            self.config.kafka.librdkafka_settings(
-                self.config.bootstrap_servers,
-                {"group.id": "cdcflow-offsets-reader", "enable.auto.commit": False, "enable.partition.eof": True},
+            self._settings(
+                {
+                    "group.id": "cdcflow-offsets-reader",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                    # The read stops at the end: a fetch there need not wait for more (4x faster loads).
+                    "fetch.wait.max.ms": 10,
+                }
             )
         )
         try:
-            return self._read_to_end(consumer)
+            latest = self._read_to_end(consumer, wanted)
         except KafkaException as exc:
             raise CheckpointUnavailableError(f"cannot read offsets topic {self.config.topic}: {exc}") from exc
         finally:
             consumer.close()
-
-    def _read_to_end(self, consumer: Consumer) -> dict[str, Checkpoint]:
-        metadata = consumer.list_topics(self.config.topic, timeout=self.config.timeout_s)
-        numbers = sorted(metadata.topics[self.config.topic].partitions)
-        assignment = []
-        for number in numbers:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(self.config.topic, number), timeout=self.config.timeout_s
-            )
-            if high > low:
-                assignment.append(TopicPartition(self.config.topic, number, low))
-        latest: dict[str, bytes | None] = {}
-        remaining = {tp.partition for tp in assignment}
-        consumer.assign(assignment)
-        while remaining:
-            message = consumer.poll(self.config.timeout_s)
-            if message is None:
-                raise CheckpointUnavailableError(f"offsets topic {self.config.topic} stopped answering while loading")
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    remaining.discard(message.partition() or 0)
-                    continue
-                raise CheckpointUnavailableError(f"reading offsets topic failed: {error.str()}")
-            try:
-                pipeline, partition_id = json.loads(message.key() or b"null")
-            except (TypeError, ValueError):
-                continue  # not a cdcflow key: someone else's record in a shared topic
-            if pipeline == self.context.pipeline:
-                latest[partition_id] = message.value()
         checkpoints = {}
         for partition_id, value in latest.items():
             if value is None:
@@ -134,6 +157,69 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
                     f"offsets topic {self.config.topic}: checkpoint of {partition_id} cannot be read: {exc}"
                 ) from exc
         return checkpoints
+
+    def _high_watermarks(self, numbers: Sequence[int]) -> dict[int, int]:
+        """Each partition's end, open transactions included (a read_committed consumer sees only up
+        to the first open transaction, the last stable offset)."""
+        assert self._admin is not None, "open() first"
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(self.config.topic, n): latest for n in numbers}
+        futures = self._admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=self.config.timeout_s
+        )
+        return {tp.partition: future.result().offset for tp, future in futures.items()}
+
+    def _read_to_end(self, consumer: Consumer, wanted: Callable[[str], bool]) -> dict[str, bytes | None]:
+        metadata = consumer.list_topics(self.config.topic, timeout=self.config.timeout_s)
+        numbers = sorted(metadata.topics[self.config.topic].partitions)
+        ends = self._high_watermarks(numbers)
+        assignment, remaining = [], set()
+        for number in numbers:
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(self.config.topic, number), timeout=self.config.timeout_s
+            )
+            if ends[number] > low:
+                assignment.append(TopicPartition(self.config.topic, number, low))
+                remaining.add(number)
+        latest: dict[str, bytes | None] = {}
+        consumer.assign(assignment)
+        # A read_committed read stops at the first open transaction (a worker mid-commit, or one
+        # that died mid-commit): reading on until the end seen above is what makes a load see
+        # every checkpoint committed before it began. The broker aborts a dead producer's
+        # transaction after transaction_timeout_s, so the wait is bounded.
+        deadline = time.monotonic() + self.config.transaction_timeout_s + _ABORT_SWEEP_S + self.config.timeout_s
+        blocked_at: dict[int, int] = {}
+        while remaining:
+            if time.monotonic() > deadline:
+                raise CheckpointUnavailableError(
+                    f"offsets topic {self.config.topic}: open transactions hide checkpoints in partitions "
+                    f"{sorted(remaining)} (stuck at offsets {blocked_at}); the broker aborts them "
+                    f"transaction_timeout_s ({self.config.transaction_timeout_s:g} s) after they began"
+                )
+            message = consumer.poll(min(self.config.timeout_s, 1.0))
+            if message is None:
+                continue
+            number = message.partition() or 0
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    if (message.offset() or 0) >= ends[number]:
+                        remaining.discard(number)
+                    else:
+                        blocked_at[number] = message.offset() or 0
+                    continue
+                raise CheckpointUnavailableError(f"reading offsets topic failed: {error.str()}")
+            if (message.offset() or 0) + 1 >= ends[number]:
+                remaining.discard(number)
+            try:
+                pipeline, partition_id = json.loads(message.key() or b"null")
+            except (TypeError, ValueError):
+                continue  # not a cdcflow key: someone else's record in a shared topic
+            if pipeline == self.context.pipeline and wanted(partition_id):
+                latest[partition_id] = message.value()
+        return latest
+
+    # --- one process (no group) ----------------------------------------------------------------
 
     def _send(self, values: Mapping[str, bytes | None]) -> None:
         producer = self._producer
@@ -153,8 +239,101 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
             )
 
     def commit(self, checkpoints: Mapping[str, Checkpoint]) -> None:
-        self._send({pid: json.dumps(c.to_json(), sort_keys=True).encode() for pid, c in checkpoints.items()})
+        self._send({pid: self._value(c) for pid, c in checkpoints.items()})
 
     def reset(self, partition_ids: Sequence[str] | None = None) -> None:
         targets = list(partition_ids) if partition_ids is not None else list(self.load())
         self._send(dict.fromkeys(targets))
+
+    # --- a worker group: one transactional producer per claimed bucket ------------------------
+
+    def transactional_id(self, bucket: int) -> str:
+        return f"cdcflow-{self.context.pipeline}-b{bucket}"
+
+    def claimed(self) -> frozenset[int]:
+        return frozenset(self._claims)
+
+    def claim(self, buckets: Collection[int], bucket_of: Callable[[str], int]) -> dict[str, Checkpoint]:
+        new = sorted(set(buckets) - set(self._claims))
+        if new:
+            with ThreadPoolExecutor(max_workers=min(16, len(new)), thread_name_prefix="claim") as pool:
+                results = list(pool.map(self._fence, new))
+            failures = [r for r in results if isinstance(r, BaseException)]
+            for bucket, result in zip(new, results, strict=True):
+                if isinstance(result, Producer):
+                    self._claims[bucket] = _Claim(result)
+            if failures:
+                raise CheckpointUnavailableError(
+                    f"offsets topic {self.config.topic}: cannot claim {len(failures)} bucket(s): {failures[0]}"
+                ) from failures[0]
+        wanted = set(buckets)
+        return self._load(lambda partition_id: bucket_of(partition_id) in wanted)
+
+    def _fence(self, bucket: int) -> Producer | BaseException:
+        """The bucket's transactional producer, initialised: from now on the previous one is fenced,
+        and its open transaction, if any, is aborted."""
+        producer = Producer(
+            self._settings(
+                {
+                    "transactional.id": self.transactional_id(bucket),
+                    "transaction.timeout.ms": int(self.config.transaction_timeout_s * 1000),
+                    "acks": "all",
+                    "linger.ms": 0,
+                }
+            )
+        )
+        try:
+            producer.init_transactions(self.config.timeout_s)
+        except KafkaException as exc:
+            return exc
+        return producer
+
+    def commit_claimed(self, checkpoints: Mapping[int, Mapping[str, Checkpoint | None]]) -> frozenset[int]:
+        unclaimed = set(checkpoints) - set(self._claims)
+        if unclaimed:
+            raise ValueError(f"commit_claimed for buckets {sorted(unclaimed)} that are not claimed")
+        work = [(bucket, values) for bucket, values in checkpoints.items() if values]
+        if not work:
+            return frozenset()
+        with ThreadPoolExecutor(max_workers=min(16, len(work)), thread_name_prefix="commit") as pool:
+            outcomes = list(pool.map(lambda item: self._commit_bucket(*item), work))
+        fenced = frozenset(bucket for (bucket, _), outcome in zip(work, outcomes, strict=True) if outcome == "fenced")
+        self.release(fenced)
+        failures = [o for o in outcomes if isinstance(o, CheckpointUnavailableError)]
+        if failures:
+            raise failures[0]
+        return fenced
+
+    def _commit_bucket(self, bucket: int, values: Mapping[str, Checkpoint | None]) -> str | CheckpointUnavailableError:
+        claim = self._claims[bucket]
+        producer = claim.producer
+        try:
+            if claim.needs_abort:
+                producer.abort_transaction(self.config.timeout_s)
+                claim.needs_abort = False
+            producer.begin_transaction()
+            for partition_id, checkpoint in values.items():
+                producer.produce(self.config.topic, key=self._key(partition_id), value=self._value(checkpoint))
+            producer.commit_transaction(self.config.timeout_s)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in _FENCED_CODES or error.fatal():
+                self.context.logger.warning(
+                    "bucket %d: checkpoint commit fenced (%s): another worker owns it now", bucket, error.str()
+                )
+                return "fenced"
+            # The transaction may still be open: abort it before the next one begins.
+            claim.needs_abort = True
+            return CheckpointUnavailableError(f"offsets topic {self.config.topic}: bucket {bucket}: {error.str()}")
+        return "committed"
+
+    def release(self, buckets: Collection[int]) -> None:
+        for bucket in buckets:
+            claim = getattr(self, "_claims", {}).pop(bucket, None)
+            if claim is not None:
+                try:
+                    with warnings.catch_warnings():  # a fenced producer warns that it cannot abort
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        claim.producer.close()
+                except Exception as exc:  # it is dropped either way
+                    self.context.logger.debug("closing the producer of bucket %d: %s", bucket, exc)

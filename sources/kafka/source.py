@@ -218,9 +218,36 @@ class KafkaSource(Source[KafkaSourceConfig]):
         ts_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else 0
         return self.decode(topic, f"{topic}:{number}", row["key"], row["value"], row["offset"], ts_ms)
 
+    def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
+        # Spark's Kafka connector logs {"topic": {"partition number": next offset}}.
+        return {
+            f"{topic}:{number}": {"next": int(offset)}
+            for topic, numbers in logged.items()
+            for number, offset in numbers.items()
+        }
+
+    def spark_native_log(self, offsets: Mapping[str, Offset]) -> Any:
+        logged: dict[str, dict[str, int]] = {}
+        for partition_id, offset in offsets.items():
+            topic, _, number = partition_id.rpartition(":")
+            logged.setdefault(topic, {})[number] = int(offset["next"])
+        return logged
+
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         read_up_to = self._read_up_to.get(partition.id)
         return read_up_to[1] if read_up_to is not None and read_up_to[0] == offset["next"] else None
+
+    def forget(self, partition_ids: Sequence[str]) -> None:
+        # initial_offset prefers the group's committed offset: move it to where `start` begins.
+        starts = []
+        for partition_id in partition_ids:
+            topic, _, number = partition_id.rpartition(":")
+            low, high = self._bounds(Partition(partition_id, {"topic": topic, "partition": int(number)}))
+            starts.append(TopicPartition(topic, int(number), low if self.config.start == "earliest" else high))
+        try:
+            self.consumer.commit(offsets=starts, asynchronous=False)
+        except KafkaException as exc:
+            raise SourceUnavailableError(f"cannot reset the offsets of consumer group {self.group_id}: {exc}") from exc
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         topic_partitions = []
