@@ -112,7 +112,7 @@ def apply_transforms(
         for transform in transforms:
             try:
                 if isinstance(current, ChangeEvent):
-                    current = transform.apply(current)
+                    current = transform.transform_event(current)
                 elif current is not None:
                     current = transform.apply_schema_change(current)
             except Exception as exc:

@@ -34,7 +34,7 @@ from typing import Any
 from cdcflow.contract import Rejected
 from cdcflow.converters import json_default
 from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
-from cdcflow.sources.cql.cqltypes import CqlType, from_driver
+from cdcflow.sources.cql.cqltypes import CqlType, from_driver, user_type_value, user_types_of
 from cdcflow.sources.scylla_cdc.exceptions import LogRowError
 
 __all__ = [
@@ -106,8 +106,11 @@ class LogLayout:
         object.__setattr__(self, "key_columns", self.partition_key + self.clustering)
         key = tuple(Column(name, self.types[name].text, optional=False) for name in self.key_columns)
         values = tuple(Column(name, self.types[name].text) for name in self.value_columns)
+        user_types = user_types_of(self.types[name] for name in (*self.key_columns, *self.value_columns))
         object.__setattr__(
-            self, "row_schema", RowSchema(f"{self.cluster}.{self.keyspace}.{self.table}", key, key + values)
+            self,
+            "row_schema",
+            RowSchema(f"{self.cluster}.{self.keyspace}.{self.table}", key, key + values, user_types=user_types),
         )
         # The driver already returns event values for most native types (int, text, double...).
         object.__setattr__(
@@ -198,6 +201,8 @@ def _applied_delta(layout: LogLayout, row: LogRow, headers: dict[str, Any]) -> d
             after[name] = None
         if elements:
             removed[name] = sorted(layout.value(DELETED_ELEMENTS_PREFIX + name, elements), key=str)
+        if not deleted and layout.types[name].kind == "udt" and layout.types[name].multi_cell:
+            _user_type_field_update(layout, name, after, elements)
     if replaced:
         headers["cdc.replaced"] = replaced
     if removed:
@@ -205,6 +210,18 @@ def _applied_delta(layout: LogLayout, row: LogRow, headers: dict[str, Any]) -> d
     if ttl:
         headers["cdc.ttl"] = ttl
     return after
+
+
+def _user_type_field_update(layout: LogLayout, name: str, after: dict[str, Any], elements: Any) -> None:
+    """A non-frozen user type's field update (issue 13): the log's value has every field, null
+    where the write did not touch it; the event carries only the fields written, and the fields
+    set to null (``cdc$deleted_elements_X``, by index) as ``None``."""
+    written = after.get(name) or {}
+    nulled = {int(i) for i in layout.value(DELETED_ELEMENTS_PREFIX + name, elements) or ()} if elements else set()
+    names = layout.types[name].field_names
+    fields = [(i, written.get(field)) for i, field in enumerate(names) if written.get(field) is not None or i in nulled]
+    if fields or name in after:
+        after[name] = user_type_value(names, fields, whole=False)
 
 
 def _rejected(layout: LogLayout, partition: str, row: LogRow, reason: str, now_ms: int) -> Rejected:
