@@ -565,7 +565,8 @@ _SIMPLE_SPARK: dict[str, str] = {
     "boolean": "boolean",
     "double": "double",
     "float": "float",
-    # Carried in JSON as base64 / epoch millis / epoch days; the sink converts them after parsing.
+    # Carried in JSON as base64 / epoch millis / epoch days; the sink converts them after parsing
+    # (cdcflow.sinks.parquet_spark), at any depth.
     "blob": "string",
     "timestamp": "bigint",
     "date": "int",
@@ -575,9 +576,6 @@ _SIMPLE_SPARK: dict[str, str] = {
     "varint": "string",
     UNTYPED_NULL: "string",
 }
-
-SPARK_CONVERTED_AFTER_PARSING = {"blob": "binary", "timestamp": "timestamp", "date": "date"}
-"""CQL types whose JSON form the spark engine turns into a native Spark type after parsing."""
 
 
 def spark_ddl_type(cql_type: str, schema: RowSchema | None = None) -> str:

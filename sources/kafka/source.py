@@ -19,7 +19,7 @@ from pydantic import Field
 
 from cdcflow.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
 from cdcflow.converters import converter_from_fields
-from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError
+from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError, TransientError
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from cdcflow.kafka_client import client_settings
 
@@ -32,6 +32,9 @@ class KafkaSourceConfig(PluginConfig):
     group_id: str | None = Field(default=None, description="consumer group; default cdcflow-<pipeline>")
     converter: str | dict[str, Any] = Field(default="json", description="how the values were written")
     schema_registry_url: str | None = None
+    schema_registry: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="confluent-kafka SchemaRegistryClient settings, for avro"
+    )
     start: Literal["earliest", "latest"] = Field(
         default="earliest", description="where a partition with no committed offset starts"
     )
@@ -47,7 +50,9 @@ class KafkaSource(Source[KafkaSourceConfig]):
 
     def __init__(self, config: KafkaSourceConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        self.converter: Converter[Any] = converter_from_fields(config.converter, config.schema_registry_url, context)
+        self.converter: Converter[Any] = converter_from_fields(
+            config.converter, config.schema_registry_url, context, schema_registry=config.schema_registry
+        )
         self.group_id = config.group_id or f"cdcflow-{context.pipeline}"
         self._consumer: Consumer | None = None
         # partition id -> (offset read up to, timestamp of the last record before it), for watermarks
@@ -167,6 +172,8 @@ class KafkaSource(Source[KafkaSourceConfig]):
             key = self.converter.deserialize(topic, raw_key) if raw_key is not None else {}
             value = self.converter.deserialize(topic, raw_value) if raw_value is not None else None
         except ConverterError as exc:
+            if isinstance(exc, TransientError):
+                raise  # the registry is unreachable: read again later, nothing is wrong with the record
             raise SourceDataError(f"{partition_id} offset {offset}: {exc}") from exc
         position = {"offset": offset}
         if value is not None and "op" in value and "source" in value:
