@@ -306,7 +306,10 @@ def from_driver(value: Any, cql: CqlType) -> Any:
 
 def _native_from_driver(value: Any, name: str) -> Any:
     if name == "timestamp" and isinstance(value, dt.datetime):
-        return (value.replace(tzinfo=None) - _EPOCH) // dt.timedelta(milliseconds=1)
+        # The driver builds the datetime from milliseconds / 1000.0: far from 1970 it is a few
+        # microseconds off, so round to the nearest millisecond (what was stored) instead of down.
+        micros = (value.replace(tzinfo=None) - _EPOCH) // dt.timedelta(microseconds=1)
+        return (micros + 500) // 1000
     if name == "date":
         days = getattr(value, "days_from_epoch", None)
         return days if days is not None else (value - _EPOCH_DATE).days
@@ -317,8 +320,11 @@ def _native_from_driver(value: Any, name: str) -> Any:
         return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000_000 + value.microsecond * 1000
     if name == "decimal":
         return value if isinstance(value, Decimal) else Decimal(str(value))
-    if name in ("uuid", "timeuuid", "inet"):
+    if name in ("uuid", "timeuuid"):
         return str(value)
+    if name == "inet":
+        # Written as the storage decoder writes it: the driver prints IPv4-mapped IPv6 its own way.
+        return str(ipaddress.ip_address(str(value)))
     if name == "duration":
         return f"{value.months}mo{value.days}d{value.nanoseconds}ns"
     return value
