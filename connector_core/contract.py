@@ -208,8 +208,9 @@ class Source(_Plugin[ConfigT]):
         """
         return None
 
-    def decode_spark_row(self, row: Mapping[str, Any]) -> Record:
-        """One row of :meth:`spark_native_stream` as a cdcflow record."""
+    def decode_spark_row(self, row: Mapping[str, Any]) -> Record | None:
+        """One row of :meth:`spark_native_stream` as a cdcflow record, or None for a row that
+        carries no change (the tombstone cdcflow's kafka sink writes after a delete)."""
         raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:

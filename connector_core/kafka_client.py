@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["client_settings"]
+__all__ = ["TOMBSTONE_HEADER", "client_settings"]
+
+TOMBSTONE_HEADER = "cdcflow.tombstone"
+"""Marks the tombstone the kafka sink writes after a delete (``tombstones_on_delete``), so a reader of
+cdcflow's topics (the kafka source) can tell it from a delete of its own: an unwrapped delete is a
+null value too."""
 
 
 def client_settings(bootstrap_servers: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:

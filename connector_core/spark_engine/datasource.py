@@ -210,7 +210,8 @@ def decode_native_batches(job: SourceJob, batches: Iterator[Any]) -> Iterator[An
     source, transforms = _source_side(job, open_source=False)
     names = [name for name, _ in STREAM_COLUMNS]
     for batch in batches:
-        records = (source.decode_spark_row(row) for row in batch.to_pylist())
+        decoded = (source.decode_spark_row(row) for row in batch.to_pylist())
+        records = (record for record in decoded if record is not None)
         rows = [dict(zip(names, row, strict=True)) for row in _transformed_rows(job, transforms, records)]
         yield pa.RecordBatch.from_pylist(rows, schema=stream_arrow_schema())
 

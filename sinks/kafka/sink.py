@@ -23,10 +23,12 @@ from cdcflow.errors import (
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
-from cdcflow.kafka_client import client_settings
+from cdcflow.kafka_client import TOMBSTONE_HEADER, client_settings
 from cdcflow.schemas import DecimalHandling
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
+
+TOMBSTONE_HEADERS: tuple[tuple[str, str | bytes | None], ...] = ((TOMBSTONE_HEADER, "after-delete"),)
 
 log = logging.getLogger("cdcflow.sinks.kafka")
 
@@ -142,7 +144,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             )
             self._produce(producer, topic, key, value, headers, record, rejected)
             if value is not None and self._wants_tombstone(record):
-                self._produce(producer, topic, key, None, None, record, rejected)
+                self._produce(producer, topic, key, None, list(TOMBSTONE_HEADERS), record, rejected)
         producer.poll(0)
         return rejected
 

@@ -21,7 +21,7 @@ from cdcflow.contract import Converter, Offset, Partition, PluginConfig, PluginC
 from cdcflow.converters import converter_from_fields
 from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError, TransientError
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
-from cdcflow.kafka_client import client_settings
+from cdcflow.kafka_client import TOMBSTONE_HEADER, client_settings
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
 
@@ -148,6 +148,8 @@ class KafkaSource(Source[KafkaSourceConfig]):
                     break
                 position = offset + 1
                 self._read_up_to[partition.id] = (position, message.timestamp()[1] * 1000)
+                if message.value() is None and _is_cdcflow_tombstone(message.headers()):
+                    continue  # the tombstone after a delete this source read already
                 yield self._decode(partition, message)
         finally:
             consumer.unassign()
@@ -200,9 +202,15 @@ class KafkaSource(Source[KafkaSourceConfig]):
         reader = session.readStream.format("kafka")
         for name, value in options.items():
             reader = reader.option(name, value)
-        return reader.load().selectExpr("topic", "partition", "offset", "timestamp", "key", "value")
+        return (
+            reader.option("includeHeaders", "true")
+            .load()
+            .selectExpr("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+        )
 
-    def decode_spark_row(self, row: Mapping[str, Any]) -> Record:
+    def decode_spark_row(self, row: Mapping[str, Any]) -> Record | None:
+        if row["value"] is None and _is_cdcflow_tombstone(row.get("headers")):
+            return None
         topic, number = row["topic"], row["partition"]
         timestamp = row["timestamp"]
         ts_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else 0
@@ -222,6 +230,15 @@ class KafkaSource(Source[KafkaSourceConfig]):
         except KafkaException as exc:
             # The checkpoint store already holds these offsets; the group catches up at the next commit.
             self.context.logger.warning("committing offsets to group %s failed: %s", self.group_id, exc)
+
+
+def _is_cdcflow_tombstone(headers: Any) -> bool:
+    """A null value the kafka sink wrote after a delete (``cdcflow.tombstone``): nothing new."""
+    for header in headers or ():
+        name = header[0] if isinstance(header, tuple | list) else header["key"]
+        if name == TOMBSTONE_HEADER:
+            return True
+    return False
 
 
 def _event_from_envelope(
