@@ -98,6 +98,9 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
     def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
 
+        # Standard Parquet timestamps (INT64, microseconds, UTC), not Spark's legacy INT96 default:
+        # every reader maps them to a UTC timestamp, to the millisecond Cassandra wrote.
+        batch.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         files = _HadoopFiles(batch.sparkSession, self.config.path)
         staging = f"_cdcflow/staging/{batch_id}"
         manifest = f"_cdcflow/manifests/{batch_id}.json"
