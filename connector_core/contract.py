@@ -302,16 +302,18 @@ class Transform(_Plugin[ConfigT]):
         schema = event.schema
         if result is None or schema is None:
             return result
+        same_rows = result.after is event.after and result.before is event.before and result.key is event.key
         if result.schema is schema:
-            derived = self._derived_schema(schema, event.source)
-            if derived is not schema:
-                result = result.with_changes(schema=derived) if result is event else result
-                result.schema = derived
+            if type(self).transform_schema is not Transform.transform_schema:
+                derived = self._derived_schema(schema, event.source)
+                if derived is not schema:
+                    result = result.with_changes(schema=derived) if result is event else result
+                    result.schema = derived
+            elif same_rows:
+                return result  # the fast path: a transform that changes neither rows nor schema (route)
         elif result.schema is None:
             return result  # the transform dropped the schema: converters read one off the values
-        if result.after is event.after and result.before is event.before and result.key is event.key:
-            return result  # the same rows as the input
-        return self._checked(event, result)
+        return result if same_rows else self._checked(event, result)
 
     def _derived_schema(self, schema: RowSchema, source: SourceInfo) -> RowSchema:
         cache: dict[tuple[str, str, str], RowSchema] | None = getattr(self, "_transformed_schemas", None)

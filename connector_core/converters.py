@@ -79,20 +79,28 @@ class _PayloadWriter:
 
     @staticmethod
     def payload(record: Record, part: str, encode: RowEncoder | None) -> Any:
-        if part == "key":
-            key = record.key_payload()
-            return key if encode is None else encode(key)
-        if encode is None or not isinstance(record, ChangeEvent):
-            return record.value_payload()
-        if not record.envelope:
-            return None if record.after is None else encode(record.after)
-        return {
-            "op": record.op.value,
-            "before": None if record.before is None else encode(record.before),
-            "after": None if record.after is None else encode(record.after),
-            "source": record.source.to_payload(),
-            "ts_ms": record.ts_ms,
-        }
+        if encode is None:  # most tables: the payload as the record gives it
+            return record.key_payload() if part == "key" else record.value_payload()
+        try:
+            return _encoded_payload(record, part, encode)
+        except ConverterError as exc:
+            raise ConverterError(f"record for {record.destination()}: {exc}") from exc
+
+
+def _encoded_payload(record: Record, part: str, encode: RowEncoder) -> Any:
+    if part == "key":
+        return encode(record.key_payload())
+    if not isinstance(record, ChangeEvent):
+        return record.value_payload()
+    if not record.envelope:
+        return None if record.after is None else encode(record.after)
+    return {
+        "op": record.op.value,
+        "before": None if record.before is None else encode(record.before),
+        "after": None if record.after is None else encode(record.after),
+        "source": record.source.to_payload(),
+        "ts_ms": record.ts_ms,
+    }
 
 
 # --- json ----------------------------------------------------------------------------------
@@ -123,10 +131,7 @@ class JsonConverter(Converter[JsonConverterConfig]):
             schema = json.dumps(builder(record, self.config.decimal_handling), separators=(",", ":"))
             writer = self._writers[cache_key] = (schema, self._payloads.encoder(record, part))
         schema, encode = writer
-        try:
-            payload = self._payloads.payload(record, part, encode)
-        except ConverterError as exc:
-            raise ConverterError(f"record for {record.destination()}: {exc}") from exc
+        payload = self._payloads.payload(record, part, encode)
         if payload is None:
             return None
         body = compact_json(payload)
@@ -322,10 +327,7 @@ class AvroConverter(Converter[AvroConverterConfig]):
 
     def _encode(self, record: Record, part: str, destination: str) -> bytes | None:
         header, write, encode = self._writer(record, part, destination)
-        try:
-            payload = self._payloads.payload(record, part, encode)
-        except ConverterError as exc:
-            raise ConverterError(f"record for {destination}: {exc}") from exc
+        payload = self._payloads.payload(record, part, encode)
         if payload is None:
             return None
         buffer = bytearray(header)

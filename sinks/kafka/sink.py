@@ -24,6 +24,7 @@ from cdcflow.errors import (
 )
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from cdcflow.kafka_client import TOMBSTONE_HEADER, client_settings
+from cdcflow.pipeline import DEAD_LETTER_STAGE_HEADER
 from cdcflow.schemas import DecimalHandling
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
@@ -154,6 +155,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             and isinstance(record, ChangeEvent)
             and record.op is Op.DELETE
             and bool(record.key)
+            # A dead letter (this sink as errors.dead_letter) is a record that failed, not a delete.
+            and not (record.headers and DEAD_LETTER_STAGE_HEADER in record.headers)
         )
 
     def _produce(
