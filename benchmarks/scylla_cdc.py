@@ -10,6 +10,10 @@ Three figures (``all`` runs them in turn):
 * ``catchup``: a generation that started a day ago, ``--sparse-rows`` rows spread over the day, read
   from ``start: earliest``: wall time and CQL queries, against the 2,880 30-second windows per
   stream group a window-by-window consumer issues.
+* ``split``: the ``throughput`` backlog again, next to the same number of base writes that ScyllaDB
+  splits into three log rows each (``INSERT`` of a map with a TTL: the row marker, the map's
+  tombstone, its cells), which the source coalesces into one event each: events/s of both, as a
+  ratio.
 
     bash scripts/services.sh start kafka cassandra
     python benchmarks/scylla_cdc.py all
@@ -59,12 +63,20 @@ class Setup:
         self.writer.create_table(
             self.keyspace, "orders", [("id", "int")], [], [("total", "int"), ("note", "text"), ("placed", "timestamp")]
         )
+        self.tagged = f"{self.keyspace}.tagged"
+        self.writer.create_table(
+            self.keyspace,
+            "tagged",
+            [("id", "int")],
+            [],
+            [("total", "int"), ("note", "text"), ("placed", "timestamp"), ("tags", "map<int, text>")],
+        )
 
-    def source_config(self, **overrides: Any) -> dict[str, Any]:
+    def source_config(self, table: str | None = None, **overrides: Any) -> dict[str, Any]:
         return {
             "type": "scylla_cdc",
             "cluster": "bench",
-            "tables": [self.table],
+            "tables": [table or self.table],
             "generations_keyspace": self.writer.keyspaces.distributed,
             "tablets_keyspace": self.writer.keyspaces.local,
             **overrides,
@@ -101,33 +113,64 @@ def open_source(config: dict[str, Any], pipeline: str) -> ScyllaCdcSource:
     return source
 
 
+def read_backlog(setup: Setup, table: str, args: argparse.Namespace) -> tuple[int, float, float]:
+    """Events read from ``table``'s backlog in process: (events, wall seconds, CPU seconds)."""
+    time.sleep(1.2)  # past the confidence window
+    config = setup.source_config(
+        table,
+        confidence_window_ms=1000,
+        cluster_write_timeout_ms=1000,
+        max_concurrent_queries=args.concurrent_queries,
+    )
+    source = open_source(config, f"bench-{table}")
+    try:
+        wall, cpu = time.monotonic(), time.process_time()
+        events = drain(source)
+        return events, time.monotonic() - wall, time.process_time() - cpu
+    finally:
+        source.close()
+
+
+def load(setup: Setup, table: str, rows: int, split: bool) -> None:
+    loaded = time.monotonic()
+    for first in range(0, rows, 5000):
+        batch = (tagged(i) if split else row(i) for i in range(first, min(first + 5000, rows)))
+        setup.writer.insert_many(table, batch, ttl_s=86_400 if split else None)
+    print(f"loaded {rows} base writes into {table} in {time.monotonic() - loaded:.1f} s")
+
+
+def tagged(i: int) -> dict[str, Any]:
+    return {**row(i), "tags": {i % 10: f"tag {i}"}}
+
+
 def throughput(session: Any, args: argparse.Namespace) -> None:
     setup = Setup(session, args.vnodes, args.shards, generation_start_us=int(time.time() * 1e6) - 60_000_000)
     try:
-        loaded = time.monotonic()
-        for first in range(0, args.rows, 5000):
-            setup.writer.insert_many(setup.table, (row(i) for i in range(first, min(first + 5000, args.rows))))
-        print(f"loaded {args.rows} base writes into 256 streams in {time.monotonic() - loaded:.1f} s")
-        time.sleep(1.2)
-        source = open_source(
-            setup.source_config(
-                confidence_window_ms=1000,
-                cluster_write_timeout_ms=1000,
-                max_concurrent_queries=args.concurrent_queries,
-            ),
-            "bench-throughput",
-        )
-        try:
-            wall, cpu = time.monotonic(), time.process_time()
-            events = drain(source)
-            wall, cpu = time.monotonic() - wall, time.process_time() - cpu
-        finally:
-            source.close()
+        load(setup, setup.table, args.rows, split=False)
+        events, wall, cpu = read_backlog(setup, setup.table, args)
         streams = args.vnodes * args.shards
         print(
             f"throughput ({args.concurrent_queries} queries ahead): {events} events from {streams} streams in "
             f"{wall:.2f} s: {events / wall:,.0f} events/s, {events / cpu:,.0f} per CPU-second of the reader"
         )
+    finally:
+        setup.drop()
+
+
+def split(session: Any, args: argparse.Namespace) -> None:
+    setup = Setup(session, args.vnodes, args.shards, generation_start_us=int(time.time() * 1e6) - 60_000_000)
+    try:
+        load(setup, setup.table, args.rows, split=False)
+        load(setup, setup.tagged, args.rows, split=True)
+        rows = sum(1 for _ in session.execute(f'SELECT "cdc$operation" FROM {setup.tagged}_scylla_cdc_log'))
+        one = read_backlog(setup, setup.table, args)
+        three = read_backlog(setup, setup.tagged, args)
+        for name, (events, wall, cpu), logged in (("1 row/write", one, args.rows), ("3 rows/write", three, rows)):
+            print(
+                f"split, {name}: {events} events from {logged} log rows in {wall:.2f} s: {events / wall:,.0f} "
+                f"events/s ({logged / wall:,.0f} rows/s), {events / cpu:,.0f} events per CPU-second"
+            )
+        print(f"split: events/s of 3-row writes / 1-row writes = {(three[0] / three[1]) / (one[0] / one[1]):.2f}")
     finally:
         setup.drop()
 
@@ -197,7 +240,7 @@ def catchup(session: Any, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["throughput", "latency", "catchup", "all"])
+    parser.add_argument("what", choices=["throughput", "latency", "catchup", "split", "all"])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--vnodes", type=int, default=64)
     parser.add_argument("--shards", type=int, default=4)
@@ -209,7 +252,7 @@ def main() -> None:
     args = parser.parse_args()
     cluster, session = connect(["127.0.0.1"])
     try:
-        for what in ("throughput", "latency", "catchup"):
+        for what in ("throughput", "latency", "catchup", "split"):
             if args.what in (what, "all"):
                 globals()[what](session, args)
     finally:

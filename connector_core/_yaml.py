@@ -13,13 +13,19 @@ from typing import Any
 
 import yaml
 
-from cdcflow.errors import ConfigFileError, MissingEnvironmentVariableError
+from cdcflow.errors import ConfigFileError, MalformedEnvironmentReferenceError, MissingEnvironmentVariableError
 
 FieldPath = tuple[str | int, ...]
 
-_INTEGER = re.compile(r"[-+]?[0-9]+")
-_DECIMAL = re.compile(r"[-+]?[0-9]*\.[0-9]+")
-_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# What a `$` can start in a string value: an escaped `$$`, a reference in one of the two forms,
+# or something that looks like a reference and is not (a `${` that is not one of the forms, or a
+# shell-style `$NAME`). A `$` before anything else stays as it is (`$1` in a route replacement,
+# `$` ending a regex).
+_DOLLAR = re.compile(
+    r"\$\$"
+    r"|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}"
+    r"|(?P<malformed>\$\{[^}]*\}?|\$[A-Za-z_][A-Za-z0-9_]*)"
+)
 
 
 def dotted(path: FieldPath) -> str:
@@ -75,38 +81,30 @@ def interpolate_environment(
     environ: Mapping[str, str] | None = None,
     path: FieldPath = (),
 ) -> Any:
-    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of ``data``."""
+    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of ``data``; ``$$`` is a literal ``$``.
+
+    What looks like a reference and is neither form is an error naming the field and line, never
+    text used as it is. A value from the environment stays text: the field's type converts it
+    (``workers: ${WORKERS}`` becomes an integer, a password ``007`` stays ``007``).
+    """
     env = os.environ if environ is None else environ
     if isinstance(data, dict):
         return {k: interpolate_environment(v, file, lines, env, (*path, k)) for k, v in data.items()}
     if isinstance(data, list):
         return [interpolate_environment(v, file, lines, env, (*path, i)) for i, v in enumerate(data)]
-    if not isinstance(data, str) or "${" not in data:
+    if not isinstance(data, str) or "$" not in data:
         return data
 
     def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
+        if match.group("malformed") is not None:
+            raise MalformedEnvironmentReferenceError(file, dotted(path), match.group(0), lines.get(path))
+        name, default = match.group("name"), match.group("default")
+        if name is None:
+            return "$"  # $$
         if name in env:
             return env[name]
         if default is not None:
             return default
         raise MissingEnvironmentVariableError(file, dotted(path), name, lines.get(path))
 
-    whole = _ENV_REFERENCE.fullmatch(data)
-    replaced = _ENV_REFERENCE.sub(substitute, data)
-    # A value that is one reference and nothing else becomes a number or boolean when it reads as
-    # one, so `workers: ${WORKERS}` stays an integer; anything else stays text (a password "no"
-    # must not turn into False as YAML 1.1 would have it).
-    if whole is not None:
-        return _scalar_from_environment(replaced)
-    return replaced
-
-
-def _scalar_from_environment(text: str) -> Any:
-    if text in ("true", "false"):
-        return text == "true"
-    if _INTEGER.fullmatch(text):
-        return int(text)
-    if _DECIMAL.fullmatch(text):
-        return float(text)
-    return text
+    return _DOLLAR.sub(substitute, data)

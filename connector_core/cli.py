@@ -6,6 +6,8 @@ import argparse
 import functools
 import json
 import logging
+import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -123,6 +125,7 @@ def _cmd_plugins_list(args: argparse.Namespace) -> int:
 def _store_for(file: str, registry: Any) -> tuple[PipelineSpec, CheckpointStore[Any]]:
     spec = load_pipeline(file, registry)
     store: CheckpointStore[Any] = registry.create(spec.checkpoint, PluginContext(spec.name, spec.file))
+    store.check_reachable(spec.engine.startup_timeout_s)
     store.open()
     return spec, store
 
@@ -134,10 +137,16 @@ def _cmd_offsets_show(args: argparse.Namespace) -> int:
     finally:
         store.close()
     now_us = time.time() * 1e6
+    # lag_s is as of the commit (0: the partition had nothing more then); a running pipeline's
+    # present lag is its cdcflow_checkpoint_lag_seconds metric. committed_s_ago says how old that is.
     result = {
         "pipeline": spec.name,
         "partitions": {
-            pid: {**c.to_json(), "lag_s": None if c.watermark_us is None else round((now_us - c.watermark_us) / 1e6, 3)}
+            pid: {
+                **c.to_json(),
+                "lag_s": round(c.lag_at_commit_s(), 3),
+                "committed_s_ago": round((now_us - c.committed_at_us) / 1e6, 3),
+            }
             for pid, c in sorted(checkpoints.items())
         },
     }
@@ -246,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.log_format, args.log_level)
     try:
         code: int = args.handler(args)
+        sys.stdout.flush()  # here, so that a reader gone away is noticed below, not at exit
+    except BrokenPipeError:
+        return _reader_went_away()
     except (ConfigError, PluginError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -253,6 +265,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return code
+
+
+def _reader_went_away() -> int:
+    """``cdcflow offsets show X | head``: the reader closed the pipe. End quietly, as a command
+    killed by SIGPIPE does (exit 141), and keep Python from complaining about stdout at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

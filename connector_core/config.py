@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
 from cdcflow.contract import PluginConfig
-from cdcflow.errors import ConfigFieldError, FieldProblem, UnknownPluginTypeError
+from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError
 
 __all__ = [
     "EngineConfig",
@@ -92,16 +92,40 @@ class EngineConfig(_Strict):
     workers: int = Field(default=1, ge=1, description="worker processes that split the partitions")
     batch_size: int = Field(default=2000, ge=1, description="records per sink.write call")
     max_records_per_read: int = Field(
-        default=50_000, ge=1, description="records one read cycle of a partition may hold; bounds replay"
+        default=50_000,
+        ge=1,
+        description="records one read of one partition may take (a read cycle; a Spark micro-batch); bounds replay",
     )
     poll_interval_ms: int = Field(default=200, ge=1, description="idle wait when no partition has news")
     partition_refresh_ms: int = Field(default=30_000, ge=1, description="how often partitions are listed")
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Prometheus port; null: off")
+    startup_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="at start, how long each sink, source and checkpoint store may take to reach its system",
+    )
+    shutdown_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="after SIGTERM, the process ends within this: flushed and checkpointed, or exit 1 "
+        "without committing what the sink did not acknowledge",
+    )
     master: str | None = Field(default=None, description="Spark master URL (spark engine); default local[*]")
     trigger_interval_ms: int = Field(
         default=1000, ge=0, description="how often Spark plans a micro-batch (spark engine)"
     )
     conf: dict[str, str] = Field(default_factory=dict, description="Spark configuration (spark engine)")
+    python: str | None = Field(
+        default=None,
+        description="the Python executors run (spark.pyspark.python), with cdcflow and the pipeline's plugins "
+        "installed; default $PYSPARK_PYTHON, else the interpreter running cdcflow (spark engine)",
+    )
+    executor_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="on a cluster, how long to wait for a first executor before failing with the resources "
+        "asked for (spark engine)",
+    )
 
 
 class PipelineConfig(_Strict):
@@ -286,12 +310,34 @@ def validate_plugin_config(
     field_path: str,
     base_dir: Path,
 ) -> ResolvedPlugin:
-    """Validate one plugin section outside a pipeline file's first pass (a sink's nested converter)."""
-    path: FieldPath = tuple(field_path.split(".")) if field_path else ()
+    """Validate one plugin section outside a pipeline file's first pass (a sink's nested converter).
+
+    Its problems name the file's lines too: the file is read again for them (it is small, and
+    this happens once per plugin instance built).
+    """
+    path = _undotted(field_path)
     resolved, problems = resolve_plugin_config(kind, section, path, registry, {"base_dir": base_dir}, {})
     if problems or resolved is None:
-        raise ConfigFieldError(file, problems)
+        lines = _lines_of(Path(file))
+        raise ConfigFieldError(
+            file, [replace(p, line=p.line or _nearest_line(_undotted(p.path), lines)) for p in problems]
+        )
     return resolved
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _undotted(field_path: str) -> FieldPath:
+    """``transforms[0].regex`` -> ``("transforms", 0, "regex")`` (the inverse of ``dotted``)."""
+    return tuple(name if name else int(index) for name, index in _PATH_PART.findall(field_path))
+
+
+def _lines_of(file: Path) -> Mapping[FieldPath, int]:
+    try:
+        return load_yaml_with_lines(file)[1]
+    except ConfigError:
+        return {}  # not a file (built in code): the problems go without lines
 
 
 def _problems(

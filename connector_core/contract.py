@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -71,6 +71,14 @@ class PluginContext:
 
     Relative paths in a config resolve against ``base_dir``, the pipeline file's folder.
     ``field_path`` is where the plugin's config sits in the file, for error messages.
+
+    ``committed_offsets`` (given to the source) returns the pipeline's committed offsets by
+    partition id, across every process running the pipeline: the worker engine reads its
+    checkpoint store anew on each call; the spark engine gives the offsets the micro-batch being
+    planned starts from (those of the last completed batch). A source whose partitions wait on one
+    another (a snapshot before its stream) decides from it in ``latest_offset``, returning
+    ``start`` while a partition must wait. None where the engine gives none; a call may be slow
+    (a store read), so callers throttle it.
     """
 
     pipeline: str
@@ -79,6 +87,7 @@ class PluginContext:
     worker_id: str = "0"
     field_path: str = ""
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("cdcflow"))
+    committed_offsets: Callable[[], Mapping[str, Offset]] | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -99,14 +108,21 @@ class Partition:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A partition's committed offset, with the watermark it implies and when it was committed."""
+    """A partition's committed offset, with the watermark it implies, when it was committed, and
+    whether the partition had nothing more to give then (``Source.caught_up``)."""
 
     offset: Offset
     watermark_us: int | None
     committed_at_us: int
+    caught_up: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "watermark_us": self.watermark_us, "committed_at_us": self.committed_at_us}
+        return {
+            "offset": self.offset,
+            "watermark_us": self.watermark_us,
+            "committed_at_us": self.committed_at_us,
+            "caught_up": self.caught_up,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
@@ -114,7 +130,19 @@ class Checkpoint:
             offset=dict(data["offset"]),
             watermark_us=data.get("watermark_us"),
             committed_at_us=int(data.get("committed_at_us", 0)),
+            caught_up=bool(data.get("caught_up", False)),
         )
+
+    def durable_until_us(self) -> int:
+        """Up to when the partition was durable downstream at this commit: the commit itself when
+        it was caught up, else its watermark (or the commit, for a source without watermarks)."""
+        if self.caught_up or self.watermark_us is None:
+            return self.committed_at_us
+        return min(self.watermark_us, self.committed_at_us)
+
+    def lag_at_commit_s(self) -> float:
+        """How far behind the partition was when it committed (0: caught up)."""
+        return (self.committed_at_us - self.durable_until_us()) / 1e6
 
 
 @dataclass(frozen=True)
@@ -139,6 +167,14 @@ class _Plugin(ABC, Generic[ConfigT]):
 
     def close(self) -> None:
         """Release connections. Called once, also after a failure; must not raise."""
+
+    def check_reachable(self, timeout_s: float) -> None:
+        """Called once at start, before ``open``: return once the plugin's system answered, or raise
+        :class:`~cdcflow.errors.StartupCheckError` naming the setting and the address, within about
+        ``timeout_s`` (``engine.startup_timeout_s``). A refusal no wait will cure (credentials,
+        certificates) may fail at once. Plugins whose ``open`` talks to their system anyway, or
+        that have none, keep this default: ``open`` failing transiently past the same bound is
+        reported as a :class:`~cdcflow.errors.StartupCheckError` too."""
 
 
 class Source(_Plugin[ConfigT]):
@@ -198,13 +234,23 @@ class Source(_Plugin[ConfigT]):
         """True when a bounded partition has nothing beyond ``offset``, ever."""
         return False
 
-    def spark_native_stream(self, session: Any, max_records_per_trigger: int) -> Any | None:
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        """True when ``offset`` holds everything the partition has to give now: nothing waits
+        beyond it. The pipeline reports a caught-up partition's lag as 0 (see
+        :mod:`cdcflow.metrics`). None, the default, lets the pipeline decide: caught up when
+        ``latest_offset`` had nothing beyond the position. A source whose offsets move with time
+        even when nothing happens (a change log read up to now minus a window) says it here."""
+        return None
+
+    def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any | None:
         """A streaming DataFrame read by a native Spark connector instead of this contract, or None.
 
-        The spark engine calls it on the driver; each row it yields is passed to
+        The spark engine calls it on the driver, after ``open``; each row it yields is passed to
         :meth:`decode_spark_row` in Spark's tasks. Spark's connector then owns the offsets (in the
         query's checkpoint) and ``partitions``/``read`` are not used. The ``kafka`` source does this
-        to read with ``spark-sql-kafka``.
+        to read with ``spark-sql-kafka``. ``max_records_per_read`` is ``engine.max_records_per_read``
+        (per partition and micro-batch); a connector that cannot bound each partition says in its
+        own settings what it bounds instead.
         """
         return None
 

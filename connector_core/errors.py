@@ -10,7 +10,8 @@ by type, never by parsing messages.
     ├── ConfigError
     │   ├── ConfigFileError            unreadable file or YAML
     │   ├── ConfigFieldError           one or more bad fields (file, dotted path, expected, found)
-    │   └── MissingEnvironmentVariableError
+    │   ├── MissingEnvironmentVariableError
+    │   └── MalformedEnvironmentReferenceError  looks like ${NAME} but is not
     ├── PluginError
     │   ├── UnknownPluginTypeError
     │   ├── PluginConflictError        two packages claim one type name
@@ -31,6 +32,7 @@ by type, never by parsing messages.
     │   ├── CheckpointUnavailableError (transient)
     │   └── CheckpointCorruptError
     ├── ProtocolError                  a peer answered outside its protocol
+    ├── StartupCheckError              a system did not answer at start (names the setting and address)
     ├── EngineError
     │   ├── EngineUnavailableError     the engine cannot start here (no pyspark, no or old Java)
     │   └── EngineUnsupportedError     this pipeline cannot run on this engine
@@ -57,6 +59,7 @@ __all__ = [
     "EngineUnsupportedError",
     "FieldProblem",
     "IncompatibleSchemaError",
+    "MalformedEnvironmentReferenceError",
     "MissingEnvironmentVariableError",
     "PluginConflictError",
     "PluginError",
@@ -72,6 +75,7 @@ __all__ = [
     "SourceDataError",
     "SourceError",
     "SourceUnavailableError",
+    "StartupCheckError",
     "TransformError",
     "TransientError",
     "UnknownPluginTypeError",
@@ -135,6 +139,20 @@ class MissingEnvironmentVariableError(ConfigError):
         super().__init__(
             f"{where}: field {path}: environment variable {variable} is not set "
             f"(set it, or write ${{{variable}:-default}})"
+        )
+
+
+class MalformedEnvironmentReferenceError(ConfigError):
+    """Text that looks like an environment reference but is neither ``${NAME}`` nor
+    ``${NAME:-default}`` (``$NAME``, ``${A B}``, ``${NAME:default}``, an unclosed ``${``)."""
+
+    def __init__(self, file: Path | str, path: str, reference: str, line: int | None = None) -> None:
+        self.file, self.path, self.reference = str(file), path, reference
+        where = f"{file}: line {line}" if line is not None else str(file)
+        super().__init__(
+            f"{where}: field {path}: {reference!r} is not an environment reference cdcflow reads: write "
+            "${NAME} or ${NAME:-default} (NAME: letters, digits and _, not starting with a digit), "
+            "or $$ for a literal $"
         )
 
 
@@ -233,6 +251,12 @@ class CheckpointCorruptError(CheckpointError):
 
 class ProtocolError(CdcflowError):
     """A peer answered in a way its protocol does not allow."""
+
+
+class StartupCheckError(CdcflowError):
+    """At start, a sink, source or checkpoint store could not reach its system within
+    ``engine.startup_timeout_s``, or its system refused the credentials or certificates. Not
+    retried: the message names the setting and the address to fix."""
 
 
 class EngineError(CdcflowError):

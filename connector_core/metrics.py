@@ -1,13 +1,43 @@
-"""Prometheus metrics of the delivery loop, labelled by pipeline."""
+"""Prometheus metrics of the delivery loop, labelled by pipeline.
+
+``cdcflow_checkpoint_lag_seconds`` is how long changes have been waiting: the largest, over the
+partitions a process owns, of
+
+* 0 for a partition that has delivered (and committed) everything its source has now, its
+  *caught up* state. Each source says what that means (``Source.caught_up``):
+
+  - ``kafka``: the committed offset is the partition's end offset;
+  - ``datagen``: every event due by now (at its ``rate``) is delivered; a bounded one once drained;
+  - ``cassandra_commitlog``: every mutation the node has synced into ``cdc_raw`` is read;
+  - ``scylla_cdc``: read up to now minus the confidence window (the newest its readers may read);
+  - ``tikv_rawkv``: read up to resolved-ts minus the safety interval (TiKV keeps resolved-ts near now);
+  - a snapshot (``snapshot: initial`` of the CQL sources): a slice once read and committed; a
+    stream partition waiting for the snapshot is not caught up (its changes wait);
+
+* otherwise, now minus the last moment up to which the partition is known to be durable
+  downstream: when it was last seen caught up with everything committed, or its committed
+  watermark (event time) if later. It grows only while work waits: records read but not yet
+  committed, a backlog, a sink that does not answer.
+
+It is not "now minus the watermark": that grows on a quiet, caught-up topic and would page
+someone for nothing.
+"""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-__all__ = ["METRICS_REGISTRY", "PipelineMetrics", "serve_metrics", "source_counter"]
+__all__ = [
+    "METRICS_REGISTRY",
+    "PipelineMetrics",
+    "SnapshotMetrics",
+    "serve_metrics",
+    "snapshot_metrics",
+    "source_counter",
+]
 
 METRICS_REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -27,7 +57,8 @@ _WATERMARK = Gauge(
 )
 _LAG = Gauge(
     "cdcflow_checkpoint_lag_seconds",
-    "Now minus the committed watermark (the recovery point objective)",
+    "How long changes have been waiting to be durable downstream (0: every partition caught up); see "
+    "cdcflow.metrics for each source's meaning of caught up",
     ["pipeline"],
     registry=METRICS_REGISTRY,
 )
@@ -51,6 +82,8 @@ def source_counter(pipeline: str, what: str) -> Counter:
 class PipelineMetrics:
     pipeline: str
     committed_watermark_us: int | None = field(default=None, init=False)
+    lag_seconds: Callable[[], float] = field(default=lambda: float("nan"), init=False)
+    """Set by the delivery loop, which knows which partitions are caught up."""
 
     def __post_init__(self) -> None:
         name = self.pipeline
@@ -61,7 +94,7 @@ class PipelineMetrics:
         self.checkpoints = _CHECKPOINTS.labels(name)
         self.partitions_owned = _PARTITIONS.labels(name)
         # Lag is computed when scraped, so it keeps growing while a pipeline is stuck.
-        _LAG.labels(name).set_function(self.checkpoint_lag_seconds)
+        _LAG.labels(name).set_function(self._scraped_lag_seconds)
         _WATERMARK.labels(name).set_function(self._watermark_seconds)
 
     def error(self, kind: str) -> None:
@@ -72,13 +105,45 @@ class PipelineMetrics:
         if watermark_us is not None:
             self.committed_watermark_us = watermark_us
 
-    def checkpoint_lag_seconds(self) -> float:
-        if self.committed_watermark_us is None:
-            return float("nan")
-        return max(0.0, time.time() - self.committed_watermark_us / 1e6)
+    def _scraped_lag_seconds(self) -> float:
+        return self.lag_seconds()  # looked up at each scrape: the loop sets it after this registers
 
     def _watermark_seconds(self) -> float:
         return float("nan") if self.committed_watermark_us is None else self.committed_watermark_us / 1e6
+
+
+# --- snapshots: a source's existing rows, read by slices before its stream starts ---------------
+
+_SNAPSHOT_SLICES = Gauge(
+    "cdcflow_snapshot_slices", "Slices a table's snapshot is cut into", ["pipeline", "table"], registry=METRICS_REGISTRY
+)
+_SNAPSHOT_SLICES_FINISHED = Gauge(
+    "cdcflow_snapshot_slices_finished",
+    "Snapshot slices delivered and committed, by any process of the pipeline (as this one last read the checkpoints)",
+    ["pipeline", "table"],
+    registry=METRICS_REGISTRY,
+)
+_SNAPSHOT_ROWS = Counter(
+    "cdcflow_snapshot_rows", "Rows a snapshot read in this process", ["pipeline", "table"], registry=METRICS_REGISTRY
+)
+
+
+@dataclass(frozen=True)
+class SnapshotMetrics:
+    """One table's snapshot progress: ``slices_finished / slices`` is the share done."""
+
+    slices: Gauge
+    slices_finished: Gauge
+    rows: Counter
+
+
+def snapshot_metrics(pipeline: str, table: str) -> SnapshotMetrics:
+    """The progress metrics of ``table``'s snapshot in ``pipeline``, on the metrics port."""
+    return SnapshotMetrics(
+        _SNAPSHOT_SLICES.labels(pipeline, table),
+        _SNAPSHOT_SLICES_FINISHED.labels(pipeline, table),
+        _SNAPSHOT_ROWS.labels(pipeline, table),
+    )
 
 
 def serve_metrics(port: int) -> None:

@@ -13,7 +13,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any, Protocol
 
@@ -35,6 +35,7 @@ from cdcflow.errors import (
     EngineUnsupportedError,
     RecordRejectedError,
     SinkError,
+    StartupCheckError,
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Record
@@ -48,6 +49,7 @@ __all__ = [
     "PartitionAssignment",
     "PipelineRunner",
     "RecordFailedError",
+    "StoppedWhileRetryingError",
     "apply_transforms",
     "dead_letter_record",
 ]
@@ -84,6 +86,12 @@ class HashAssignment:
 
 class _StopRequestedError(Exception):
     """Stop was requested while waiting to retry."""
+
+
+class StoppedWhileRetryingError(CdcflowError):
+    """A stop came while a failure was being retried: no final flush and checkpoint happened. The
+    last checkpoint stands and what came after it is read again at the next start; the process
+    exits non-zero so that a supervisor knows the stop was not clean."""
 
 
 class RecordFailedError(CdcflowError):
@@ -153,10 +161,16 @@ class _PartitionState:
     committed: Checkpoint | None
     watermark_us: int | None = None
     finished: bool = False
+    caught_up: bool = False  # at the last look, the source had nothing beyond ``position``
+    caught_up_at_us: int | None = None  # when it last had
+    uncommitted_records: int = 0  # delivered to the sink since the last commit
 
     @property
     def dirty(self) -> bool:
-        return self.committed is None or offset_key(self.committed.offset) != offset_key(self.position)
+        if self.committed is None or offset_key(self.committed.offset) != offset_key(self.position):
+            return True
+        # Committed while reading, found caught up since: the checkpoint says so too (offsets show).
+        return self.caught_up and not self.committed.caught_up
 
 
 @dataclass
@@ -182,6 +196,9 @@ class PipelineRunner:
         self._last_checkpoint_at = self.clock()
         self._last_refresh_at = float("-inf")
         self._backoff = Backoff(self.spec.errors.retry)
+        # Per partition, up to when everything is known durable downstream (survives a rewind).
+        self._durable_until_us: dict[str, int] = {}
+        self.metrics.lag_seconds = self.checkpoint_lag_seconds
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -190,12 +207,17 @@ class PipelineRunner:
         plugins = self._plugins()
         try:
             for plugin in plugins:  # one at a time, so a retry does not reopen what is already open
-                self._with_retries(f"open {type(plugin).__name__}", plugin.open)
+                self._open_within_startup_timeout(plugin)
             self._committed = self._with_retries("load checkpoints", self.store.load)
+            for pid, checkpoint in self._committed.items():
+                self._durable_until_us[pid] = checkpoint.durable_until_us()
             log.info("pipeline %s running: %d committed partition checkpoints", self.spec.name, len(self._committed))
             self._with_retries("deliver", self._deliver_until_done)
-        except _StopRequestedError:
-            log.info("pipeline %s stopped while waiting to retry; the last checkpoint stands", self.spec.name)
+        except _StopRequestedError as exc:
+            raise StoppedWhileRetryingError(
+                f"pipeline {self.spec.name}: stopped while retrying after {type(exc.__cause__).__name__}: "
+                f"{exc.__cause__}; the last checkpoint stands, what came after it is read again at the next start"
+            ) from exc.__cause__
         finally:
             for plugin in reversed(plugins):
                 try:
@@ -206,6 +228,32 @@ class PipelineRunner:
     def _plugins(self) -> list[Any]:
         plugins: list[Any] = [self.store, self.source, *self.transforms, self.sink]
         return plugins + ([self.dead_letter] if self.dead_letter is not None else [])
+
+    def _open_within_startup_timeout(self, plugin: Any) -> None:
+        """``check_reachable`` then ``open``, retrying transient failures for at most
+        ``engine.startup_timeout_s``: a system that is not there fails the start with a message
+        naming the setting, instead of being retried for the whole retry budget."""
+        timeout_s = self.spec.engine.startup_timeout_s
+        where = f"{plugin.context.field_path or type(plugin).__name__} ({plugin.config.type})"
+        deadline = time.monotonic() + timeout_s
+        backoff = Backoff(self.spec.errors.retry)
+        while True:
+            try:
+                plugin.check_reachable(max(0.1, deadline - time.monotonic()))
+                plugin.open()
+                return
+            except TransientError as exc:
+                self.metrics.error(type(exc).__name__)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StartupCheckError(
+                        f"pipeline {self.spec.name}: {where} could not start within engine.startup_timeout_s = "
+                        f"{timeout_s:g} s: {exc}"
+                    ) from exc
+                delay = min(backoff.next_delay(f"pipeline {self.spec.name}: open {where}", exc), remaining)
+                log.warning("opening %s failed (%s: %s); retrying in %.2fs", where, type(exc).__name__, exc, delay)
+                if self.stop.wait(delay):
+                    raise _StopRequestedError from exc
 
     def _with_retries(self, operation: str, action: Callable[[], Any]) -> Any:
         """Run ``action``; on a transient failure, wait (interruptibly), rewind, and run it again."""
@@ -237,12 +285,15 @@ class PipelineRunner:
             progressed = self._read_cycle()
             drained = self.source.bounded and all(s.finished for s in self._states.values())
             stopping = self.stop.is_set()
-            if drained or stopping or self.clock() - self._last_checkpoint_at >= self.store.interval_ms / 1000:
+            if drained or stopping or self._checkpoint_due():
                 self._checkpoint()
             if drained or stopping:
                 return
             if not progressed:
                 self.stop.wait(self.spec.engine.poll_interval_ms / 1000)
+
+    def _checkpoint_due(self) -> bool:
+        return self.clock() - self._last_checkpoint_at >= self.store.interval_ms / 1000
 
     def _refresh_partitions_if_due(self) -> None:
         now = self.clock()
@@ -252,9 +303,12 @@ class PipelineRunner:
         current = {p.id: p for p in self.source.partitions() if self.assignment.owns(p.id)}
         for partition_id, partition in current.items():
             if partition_id not in self._states:
-                self._states[partition_id] = _PartitionState(
-                    partition, self._start_of(partition), self._committed.get(partition_id)
-                )
+                start = self._start_of(partition)
+                self._states[partition_id] = _PartitionState(partition, start, self._committed.get(partition_id))
+                # A partition never committed is known durable up to where it starts, or else
+                # from when it was first seen: its lag grows from there while its records wait.
+                first_seen_us = self.source.watermark(partition, start) or int(now * 1_000_000)
+                self._durable_until_us.setdefault(partition_id, first_seen_us)
         self.metrics.partitions_owned.set(len(current))
 
     def _start_of(self, partition: Partition) -> Offset:
@@ -270,23 +324,44 @@ class PipelineRunner:
                 break
             start = state.position
             end = self.source.latest_offset(state.partition, start, self.spec.engine.max_records_per_read)
-            if offset_key(end) != offset_key(start):
-                self._deliver(self.source.read(state.partition, start, end))
+            news = offset_key(end) != offset_key(start)
+            if news:
+                state.caught_up = False  # before writing: a sink that blocks shows as lag
+                state.uncommitted_records += self._deliver(self.source.read(state.partition, start, end))
                 state.position = end
                 progressed = True
             state.watermark_us = self.source.watermark(state.partition, state.position)
             state.finished = self.source.is_finished(state.partition, state.position)
+            self._note_caught_up(state, news)
+            if progressed and self._checkpoint_due():
+                # A cycle over many partitions (a snapshot's slices, thousands of stream groups)
+                # can outlast the interval: commit what is delivered, so a crash re-reads less.
+                self._checkpoint()
         return progressed
 
-    def _deliver(self, records: Iterator[Record | Rejected]) -> None:
+    def _note_caught_up(self, state: _PartitionState, news: bool) -> None:
+        verdict = self.source.caught_up(state.partition, state.position)
+        state.caught_up = state.finished or (verdict if verdict is not None else not news)
+        if state.caught_up:
+            now_us = int(self.clock() * 1_000_000)
+            state.caught_up_at_us = now_us
+            if state.uncommitted_records == 0:
+                # Everything the partition has was already durable: nothing waits as of now.
+                self._durable_until_us[state.partition.id] = now_us
+
+    def _deliver(self, records: Iterator[Record | Rejected]) -> int:
+        """Transform and write ``records``; how many were read."""
         batch_size = self.spec.engine.batch_size
+        read = 0
         while batch := list(islice(records, batch_size)):
+            read += len(batch)
             self.metrics.events_in.inc(len(batch))
             transformed = self._transform(batch)
             if transformed:
                 self._handle_rejected(self.sink.write(transformed))
                 self.metrics.events_out.inc(len(transformed))
                 self.metrics.batches.inc()
+        return read
 
     def _transform(self, batch: list[Record | Rejected]) -> list[Record]:
         output, rejected = apply_transforms(self.transforms, batch)
@@ -341,13 +416,17 @@ class PipelineRunner:
                 raise RecordRejectedError(f"the dead-letter destination refused a record: {refused[0].error}")
         now_us = int(self.clock() * 1_000_000)
         changed = {
-            pid: Checkpoint(dict(s.position), s.watermark_us, now_us) for pid, s in self._states.items() if s.dirty
+            pid: Checkpoint(dict(s.position), s.watermark_us, now_us, s.caught_up)
+            for pid, s in self._states.items()
+            if s.dirty
         }
         if changed:
             self.store.commit(changed)
             self._committed.update(changed)
             for pid, checkpoint in changed.items():
-                self._states[pid].committed = checkpoint
+                state = self._states[pid]
+                state.committed = checkpoint
+                self._note_durable(state)
             self.source.commit({pid: c.offset for pid, c in changed.items()})
             self.metrics.committed(pipeline_watermark)
             log.debug("committed %d partitions, watermark %s", len(changed), pipeline_watermark)
@@ -355,6 +434,41 @@ class PipelineRunner:
         # starts a fresh retry budget instead of inheriting an old one.
         self._backoff.succeeded()
         self._last_checkpoint_at = self.clock()
+
+    # --- lag -----------------------------------------------------------------------------------
+
+    def _note_durable(self, state: _PartitionState) -> None:
+        """``state``'s position was just committed: what it delivered is durable downstream."""
+        pid = state.partition.id
+        known = [self._durable_until_us.get(pid), state.watermark_us]
+        if state.caught_up:
+            known.append(state.caught_up_at_us)  # everything the source had when last looked at
+        durable = [t for t in known if t is not None]
+        if durable:
+            self._durable_until_us[pid] = max(durable)
+        state.uncommitted_records = 0
+
+    def checkpoint_lag_seconds(self) -> float:
+        """How long changes have been waiting (see :mod:`cdcflow.metrics`): 0 when every owned
+        partition is caught up with nothing uncommitted; NaN before anything is known."""
+        now = self.clock()
+        states = dict(self._states)  # one copy: the loop's thread changes it
+        lags = []
+        for pid in states.keys() | self._durable_until_us.keys():
+            state = states.get(pid)
+            if state is not None and state.caught_up and state.uncommitted_records == 0:
+                lags.append(0.0)
+                continue
+            durable_us = self._durable_until_us.get(pid)
+            if durable_us is not None:
+                lags.append(max(0.0, now - durable_us / 1e6))
+        return max(lags) if lags else float("nan")
+
+
+def _committed_offsets_in(store: CheckpointStore[Any]) -> Callable[[], dict[str, Offset]]:
+    """The source's view of what every process of the pipeline committed: the store, read anew
+    (it is opened before the source, and the source reads it from the loop's thread)."""
+    return lambda: {pid: checkpoint.offset for pid, checkpoint in store.load().items()}
 
 
 def build_runner(
@@ -376,12 +490,13 @@ def build_runner(
         worker_id=worker_id,
         logger=logging.getLogger(f"cdcflow.{spec.name}"),
     )
+    store: CheckpointStore[Any] = factory.create(spec.checkpoint, base)
     return PipelineRunner(
         spec=spec,
-        source=factory.create(spec.source, base),
+        source=factory.create(spec.source, replace(base, committed_offsets=_committed_offsets_in(store))),
         transforms=[factory.create(t, base) for t in spec.transforms],
         sink=factory.create(spec.sink, base),
-        store=factory.create(spec.checkpoint, base),
+        store=store,
         dead_letter=factory.create(spec.dead_letter, base) if spec.dead_letter is not None else None,
         assignment=assignment or AllPartitions(),
         stop=stop or threading.Event(),

@@ -1,5 +1,5 @@
-"""What every engine's process does the same way: stop on a signal, run pipelines in threads, and
-keep the garbage collector out of a per-record loop."""
+"""What every engine's process does the same way: stop on a signal (within a bound), run pipelines
+in threads, and keep the garbage collector out of a per-record loop."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
@@ -14,23 +15,56 @@ from types import FrameType
 from cdcflow.config import PipelineSpec
 from cdcflow.errors import CdcflowError
 
-__all__ = ["install_stop_handlers", "run_in_threads", "tune_garbage_collector"]
+__all__ = ["EXIT_SHUTDOWN_TIMEOUT", "install_stop_handlers", "run_in_threads", "tune_garbage_collector"]
 
 log = logging.getLogger("cdcflow.process")
 
+EXIT_SHUTDOWN_TIMEOUT = 1
+"""The exit code of a process that did not flush and checkpoint within ``engine.shutdown_timeout_s``."""
 
-def install_stop_handlers(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set ``stop`` (finish the read, flush, checkpoint); a second one exits at once."""
+
+def install_stop_handlers(stop: threading.Event, shutdown_timeout_s: float | None = None) -> None:
+    """SIGTERM and SIGINT set ``stop`` (finish the read, flush, checkpoint); a second one exits at once.
+
+    With ``shutdown_timeout_s``, the process also ends that long after the first signal, whatever
+    it is waiting for (a sink that no longer answers blocks writes and flushes for its own delivery
+    timeout, minutes). Exiting then loses nothing: offsets are committed only after the sink
+    acknowledged everything before them, so what was not acknowledged is read again at the next
+    start.
+    """
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
         if stop.is_set():
-            log.warning("second %s: exiting without a final checkpoint", signal.Signals(signum).name)
-            os._exit(130)
-        log.info("%s received: finishing the current read, flushing and checkpointing", signal.Signals(signum).name)
+            log.warning("second %s: exiting without a final checkpoint", name)
+            _exit_now(130)
+        log.info("%s received: finishing the current read, flushing and checkpointing", name)
         stop.set()
+        if shutdown_timeout_s is not None:
+            timer = threading.Timer(shutdown_timeout_s, _give_up_stopping, args=(name, shutdown_timeout_s))
+            timer.daemon = True
+            timer.start()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+
+
+def _give_up_stopping(signal_name: str, shutdown_timeout_s: float) -> None:
+    log.error(
+        "not stopped within engine.shutdown_timeout_s = %g s of %s (a sink or checkpoint store does not "
+        "answer): exiting without a final checkpoint; what was not acknowledged is read again at the next start",
+        shutdown_timeout_s,
+        signal_name,
+    )
+    _exit_now(EXIT_SHUTDOWN_TIMEOUT)
+
+
+def _exit_now(code: int) -> None:
+    """Exit at once (threads blocked in a client library would hold up a normal exit), logs first."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def tune_garbage_collector() -> None:
@@ -50,7 +84,7 @@ def run_in_threads(specs: Sequence[PipelineSpec], body: Callable[[PipelineSpec, 
     One failed pipeline stops the others. Returns the process exit code."""
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
-        install_stop_handlers(stop)
+        install_stop_handlers(stop, max(spec.engine.shutdown_timeout_s for spec in specs))
     failures: list[BaseException] = []
 
     def run_one(spec: PipelineSpec) -> None:

@@ -24,6 +24,15 @@ data="${CASSANDRA_DATA_DIR:-$CDCFLOW_DATA/cassandra}"
 CASSANDRA_SEEDS="${CASSANDRA_SEEDS:-$CASSANDRA_HOST}"
 CASSANDRA_CLUSTER_NAME="${CASSANDRA_CLUSTER_NAME:-cdcflow-test}"
 CASSANDRA_JMX_PORT="${CASSANDRA_JMX_PORT:-7199}"
+# A node with client TLS and passwords (scripts/cassandra_secure.sh) sets these; the test node keeps
+# the defaults: no authentication, plain CQL.
+CASSANDRA_AUTHENTICATOR="${CASSANDRA_AUTHENTICATOR:-AllowAllAuthenticator}"
+# A folder holding node.pem (private key, then certificate) and ca.pem: CQL only over TLS, and
+# clients must present a certificate the CA signed.
+CASSANDRA_CLIENT_TLS_DIR="${CASSANDRA_CLIENT_TLS_DIR:-}"
+# Extra cassandra.yaml lines (guardrails...) and JVM options.
+CASSANDRA_EXTRA_YAML="${CASSANDRA_EXTRA_YAML:-}"
+CASSANDRA_JVM_EXTRA="${CASSANDRA_JVM_EXTRA:-}"
 pidfile="$data/cassandra.pid"
 log="$data/cassandra.out"
 
@@ -61,13 +70,27 @@ cdc_total_space: 1024MiB
 commitlog_sync: periodic
 commitlog_sync_period: 1000ms
 commitlog_segment_size: 1MiB
-authenticator: AllowAllAuthenticator
+authenticator: $CASSANDRA_AUTHENTICATOR
 authorizer: AllowAllAuthorizer
 auto_snapshot: false
 concurrent_compactors: 1
 compaction_throughput: 0MiB/s
 storage_compatibility_mode: $CASSANDRA_STORAGE_COMPATIBILITY_MODE
 EOF
+  if [ -n "$CASSANDRA_CLIENT_TLS_DIR" ]; then
+    # PEM files straight from openssl (Cassandra 5.0's PEMBasedSslContextFactory): no keytool stores.
+    cat >>"$data/cassandra.yaml" <<EOF
+client_encryption_options:
+  enabled: true
+  optional: false
+  require_client_auth: true
+  ssl_context_factory:
+    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
+  keystore: $CASSANDRA_CLIENT_TLS_DIR/node.pem
+  truststore: $CASSANDRA_CLIENT_TLS_DIR/ca.pem
+EOF
+  fi
+  if [ -n "$CASSANDRA_EXTRA_YAML" ]; then printf '%s\n' "$CASSANDRA_EXTRA_YAML" >>"$data/cassandra.yaml"; fi
   if [ -n "$CASSANDRA_COMMITLOG_COMPRESSION" ]; then
     printf 'commitlog_compression:\n  - class_name: %s\n' "$CASSANDRA_COMMITLOG_COMPRESSION" >>"$data/cassandra.yaml"
   fi
@@ -131,7 +154,7 @@ start() {
     -Dcassandra.config="file://$data/cassandra.yaml" -Dcassandra.storagedir="$data" -Dcassandra.triggers_dir="$data/triggers" \
     -Dcassandra.jmx.local.port="$CASSANDRA_JMX_PORT" \
     -Dlogback.configurationFile="$data/logback.xml" -Dcassandra-foreground=yes \
-    -Dcassandra.skip_wait_for_gossip_to_settle=0 -Dcassandra.ring_delay_ms=1000 \
+    -Dcassandra.skip_wait_for_gossip_to_settle=0 -Dcassandra.ring_delay_ms=1000 $CASSANDRA_JVM_EXTRA \
     -cp "$libs/*" org.apache.cassandra.service.CassandraDaemon >"$log" 2>&1 &
   echo $! >"$pidfile"
   wait_until "cassandra" 240 answers || {

@@ -16,6 +16,11 @@ for service in "${services[@]}"; do
     started+=("$service")
   fi
 done
+# The tests start these themselves when they need them (the secure broker's certificates are made
+# by the tests); stopped afterwards unless they were running before.
+for service in kafka-secure spark-cluster; do
+  bash scripts/services.sh status "$service" >/dev/null 2>&1 || started+=("$service")
+done
 stop_started() { if [ "${#started[@]}" -gt 0 ]; then bash scripts/services.sh stop "${started[@]}" || true; fi; }
 trap stop_started EXIT
 python -m ruff check .

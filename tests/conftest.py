@@ -24,7 +24,7 @@ def pytest_configure(config: pytest.Config) -> None:
     marker = TEST_PLUGINS / ".installed"
     if not marker.exists() or marker.stat().st_mtime < _newest_change(EXAMPLE_PLUGIN):
         pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
-        target = ["--no-build-isolation", "--upgrade", "--target", str(TEST_PLUGINS)]
+        target = ["--upgrade", "--target", str(TEST_PLUGINS)]
         subprocess.run([*pip, *target, str(EXAMPLE_PLUGIN)], check=True)
         marker.touch()
     sys.path.insert(0, str(TEST_PLUGINS))

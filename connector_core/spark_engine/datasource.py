@@ -16,7 +16,7 @@ import base64
 import logging
 import pickle
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -67,14 +67,24 @@ class SourceJob:
 _registry: Any = None
 
 
-def build_plugin(job_pipeline: str, pipeline_file: Path, resolved: ResolvedPlugin) -> Any:
+def build_plugin(
+    job_pipeline: str,
+    pipeline_file: Path,
+    resolved: ResolvedPlugin,
+    committed_offsets: Callable[[], Mapping[str, Offset]] | None = None,
+) -> Any:
     """A plugin instance in whichever Spark process asks, built through the process's registry."""
     global _registry  # noqa: PLW0603 - one registry per Python worker process, built on first use
     if _registry is None:
         from cdcflow.plugins import PluginRegistry
 
         _registry = PluginRegistry.from_entry_points()
-    context = PluginContext(job_pipeline, pipeline_file, logger=logging.getLogger(f"cdcflow.{job_pipeline}"))
+    context = PluginContext(
+        job_pipeline,
+        pipeline_file,
+        logger=logging.getLogger(f"cdcflow.{job_pipeline}"),
+        committed_offsets=committed_offsets,
+    )
     return _registry.create(resolved, context)
 
 
@@ -101,10 +111,15 @@ class CdcflowStreamReader(DataSourceStreamReader):
         self._source: Source[Any] | None = None
         self._partitions: dict[str, Partition] = {}
         self._listed_at = float("-inf")
+        # What the batch being planned starts from: the ends of the last completed batch, which
+        # Spark's offset and commit logs hold. The source's view of the pipeline's committed offsets.
+        self._planned_from: dict[str, Offset] = {}
 
     def _opened_source(self) -> Source[Any]:
         if self._source is None:
-            source: Source[Any] = build_plugin(self.job.pipeline, self.job.pipeline_file, self.job.source)
+            source: Source[Any] = build_plugin(
+                self.job.pipeline, self.job.pipeline_file, self.job.source, lambda: self._planned_from
+            )
             source.open()
             self._source = source
         return self._source
@@ -121,6 +136,7 @@ class CdcflowStreamReader(DataSourceStreamReader):
         return {pid: source.initial_offset(p) for pid, p in self._current_partitions().items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        self._planned_from = dict(start)
         source = self._opened_source()
         end: dict[str, Any] = {}
         for pid, partition in self._current_partitions().items():

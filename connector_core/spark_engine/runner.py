@@ -119,13 +119,24 @@ def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event)
     if "spark" not in sink.engines:
         raise EngineUnsupportedError(f"{spec.file}: sink type {spec.sink.config.type!r} cannot run on the spark engine")
     view = _DriverView(registry.create(spec.source, context))
+    # Sinks run in Spark's tasks; the driver checks they can be reached before a query starts.
+    dead_letter: Sink[Any] | None = registry.create(spec.dead_letter, context) if spec.dead_letter else None
+    for plugin in (view.source, sink, dead_letter):
+        if plugin is not None:
+            plugin.check_reachable(spec.engine.startup_timeout_s)
     view.source.open()
     try:
         done = committed_end_offsets(location)
         if done is not None and view.drained(done[1]):
             log.info("pipeline %s: the bounded source was already drained (batch %d)", spec.name, done[0])
             return
-        session = spark_session(f"cdcflow-{spec.name}", spec.engine.master, spec.engine.conf)
+        session = spark_session(
+            f"cdcflow-{spec.name}",
+            spec.engine.master,
+            spec.engine.conf,
+            python=spec.engine.python,
+            executor_timeout_s=spec.engine.executor_timeout_s,
+        )
         _run_query(session, spec, sink, view, location, stop)
     finally:
         view.source.close()
@@ -181,7 +192,7 @@ def _run_query(
     )
     try:
         reported = -1
-        while not query.awaitTermination(0.2):
+        while not _terminated(query, stop):
             progress = query.lastProgress
             if progress is not None and progress["batchId"] > reported and progress["numInputRows"] > 0:
                 reported = progress["batchId"]
@@ -200,12 +211,45 @@ def _run_query(
                 log.info("pipeline %s: stopping; Spark re-runs any unfinished batch on restart", spec.name)
                 break
     finally:
-        query.stop()
+        spark_gone = _stop_query(query, spec, stop)
         if batch_writer is not None:
             sink.close()
+    if spark_gone:
+        return
     failure = query.exception()
     if failure is not None:
         raise EngineError(f"pipeline {spec.name}: the Spark query failed: {failure}")
+
+
+def _terminated(query: Any, stop: threading.Event) -> bool:
+    try:
+        return bool(query.awaitTermination(0.2))
+    except Exception:
+        # A signal to the whole process group can shut the JVM down before this process's own
+        # handler has set ``stop``: give it a moment to arrive.
+        if stop.wait(1.0):
+            return True  # Spark shut down with the signal; _stop_query says so
+        raise
+
+
+def _stop_query(query: Any, spec: PipelineSpec, stop: threading.Event) -> bool:
+    """Stop ``query``; True if Spark was already gone because the stop signal reached its JVM too
+    (a process group or a systemd unit is signalled as a whole): a requested stop all the same,
+    and Spark re-runs any unfinished batch from its checkpoint at the next start."""
+    try:
+        query.stop()
+    except Exception as exc:
+        if not stop.is_set():
+            raise
+        # Only the exception's type: its text would be fetched from the JVM, which is gone.
+        log.warning(
+            "pipeline %s: Spark had already shut down (its JVM got the stop signal too: %s); "
+            "any unfinished batch re-runs at the next start",
+            spec.name,
+            type(exc).__name__,
+        )
+        return True
+    return False
 
 
 def _native_stream(session: Any, source: Source[Any], spec: PipelineSpec) -> Any | None:

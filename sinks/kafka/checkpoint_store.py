@@ -18,13 +18,16 @@ from pydantic import Field
 
 from cdcflow.contract import Checkpoint, CheckpointStore, CheckpointStoreConfig
 from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError
-from cdcflow.kafka_client import client_settings
+from cdcflow.kafka_client import KafkaClientConfig
 
 __all__ = ["KafkaCheckpointConfig", "KafkaCheckpointStore"]
 
 
 class KafkaCheckpointConfig(CheckpointStoreConfig):
     bootstrap_servers: str
+    kafka: KafkaClientConfig = Field(
+        default_factory=KafkaClientConfig, description="security and client settings (SASL, TLS, passthrough)"
+    )
     topic: str = Field(default="cdcflow-offsets", description="compacted topic shared by pipelines")
     partitions: int = Field(default=6, ge=1, description="used when the topic is created")
     replication_factor: int = Field(default=1, ge=1, description="used when the topic is created")
@@ -37,8 +40,13 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
 
     _producer: Producer | None = None
 
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(
+            self.config.bootstrap_servers, timeout_s, self.context.field_path or "checkpoint"
+        )
+
     def open(self) -> None:
-        settings = client_settings(self.config.bootstrap_servers)
+        settings = self.config.kafka.librdkafka_settings(self.config.bootstrap_servers)
         admin = AdminClient(settings)
         topic = NewTopic(
             self.config.topic,
@@ -74,7 +82,7 @@ class KafkaCheckpointStore(CheckpointStore[KafkaCheckpointConfig]):
 
     def load(self) -> dict[str, Checkpoint]:
         consumer = Consumer(
-            client_settings(
+            self.config.kafka.librdkafka_settings(
                 self.config.bootstrap_servers,
                 {"group.id": "cdcflow-offsets-reader", "enable.auto.commit": False, "enable.partition.eof": True},
             )

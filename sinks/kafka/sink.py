@@ -23,7 +23,7 @@ from cdcflow.errors import (
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
-from cdcflow.kafka_client import TOMBSTONE_HEADER, client_settings
+from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 from cdcflow.pipeline import DEAD_LETTER_STAGE_HEADER
 from cdcflow.schemas import DecimalHandling
 
@@ -45,6 +45,9 @@ _RECORD_IS_AT_FAULT = {
 
 class KafkaSinkConfig(PluginConfig):
     bootstrap_servers: str = Field(description="host:port[,host:port...]")
+    kafka: KafkaClientConfig = Field(
+        default_factory=KafkaClientConfig, description="security and client settings (SASL, TLS, passthrough)"
+    )
     converter: str | dict[str, Any] = Field(default="json", description="json, avro, or {type: ..., ...}")
     schema_registry_url: str | None = Field(default=None, description="for the avro converter")
     schema_registry: dict[str, str | int | float | bool] = Field(
@@ -69,7 +72,7 @@ class KafkaSinkConfig(PluginConfig):
         default=300_000, ge=1000, description="how long the producer retries a record before the flush fails"
     )
     producer: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="extra librdkafka producer settings"
+        default_factory=dict, description="extra librdkafka producer settings (worker engine and Spark tasks)"
     )
 
 
@@ -96,7 +99,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._undelivered: list[KafkaError] = []
 
     def _settings(self) -> dict[str, Any]:
-        return client_settings(
+        return self.config.kafka.librdkafka_settings(
             self.config.bootstrap_servers,
             {
                 "enable.idempotence": True,
@@ -124,6 +127,9 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             raise SinkUnavailableError(
                 f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}"
             ) from exc
+
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "sink")
 
     def write(self, records: Sequence[Record]) -> list[Rejected]:
         producer = self._producer

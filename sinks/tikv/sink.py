@@ -2,10 +2,15 @@
 
 Records are spread over ``workers`` threads by a hash of their key, so every write of one key goes
 through one worker, in order. A worker gathers writes into a batch bounded by ``batch_max_entries``,
-``batch_max_bytes`` and ``batch_max_ms`` (and cut at every watermark advance and flush), then
-sends it as runs: consecutive PUTs as one ``RawBatchPut``, consecutive DELETEs as one
-``RawBatchDelete``, a run cut where a key repeats, so no two writes of a key are ever reordered or
-merged. A PUT's TTL is recomputed against the clock when it is sent (the upstream carries the
+``batch_max_bytes`` and ``batch_max_ms`` (and cut at every watermark advance and flush): these are
+flush thresholds (TiKV-CDC's 4096 entries / 40 MiB), not request sizes. It sends the batch as
+runs: consecutive PUTs as one ``batch_put``, consecutive DELETEs as one ``batch_delete``, a run
+cut where a key repeats, so no two writes of a key are ever reordered or merged; the client cuts a
+run into requests small enough for a raft entry (16 KiB of puts, 512 deletes per request, as
+client-go does) and sends them concurrently. A record TiKV can never store (a key above
+``max_key_bytes``, TiKV's storage.max-key-size, or a key and value above ``max_write_bytes``, under
+the downstream's raft-entry-max-size) is rejected to the dead letters instead of failing the flush
+forever. A PUT's TTL is recomputed against the clock when it is sent (the upstream carries the
 absolute expiry): one already expired is written as a DELETE. Failed requests are retried with
 backoff; ``flush`` returns only when every write handed to ``write`` is acknowledged by TiKV.
 """
@@ -35,6 +40,7 @@ from cdcflow.events import ChangeEvent, Op, Record
 from cdcflow.retry import Backoff
 from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
+from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
 
 __all__ = ["TiKVSink", "TiKVSinkConfig"]
 
@@ -46,11 +52,21 @@ class TiKVSinkConfig(PluginConfig):
     api_version: Literal[1, 2] = Field(default=2, description="2: keys go to keyspace_id; 1: raw keys (V1TTL for TTLs)")
     keyspace_id: int = Field(default=0, ge=0, le=(1 << 24) - 1, description="target keyspace (API V2)")
     workers: int = Field(default=4, ge=1, le=256, description="concurrent writers; keys are hashed to them")
-    batch_max_entries: int = Field(default=4096, ge=1)
-    batch_max_bytes: int = Field(default=40 << 20, ge=1024)
+    batch_max_entries: int = Field(default=4096, ge=1, description="a batch is sent at this many writes")
+    batch_max_bytes: int = Field(default=40 << 20, ge=1024, description="a batch is sent at this many bytes")
+    max_key_bytes: int = Field(
+        default=8 << 10, ge=1, description="longer keys are rejected: TiKV's storage.max-key-size (8 KiB default)"
+    )
+    max_write_bytes: int = Field(
+        default=7 << 20,
+        ge=1024,
+        description="a key and value above this are rejected: keep it under the downstream's raft-entry-max-size "
+        "(8 MiB default) less the key encoding and the raft command's framing",
+    )
     batch_max_ms: int = Field(default=500, ge=1, description="a batch is sent at the latest this long after it began")
     queue_max_batches: int = Field(default=64, ge=1, description="write() blocks when a worker has this many waiting")
     request_timeout_s: float = Field(default=10.0, gt=0)
+    tls: TLSConfig | None = Field(default=None, description="mutual TLS to PD and TiKV: {ca, cert, key} PEM files")
     retry: RetryConfig = Field(
         default=RetryConfig(initial_backoff_ms=100, max_backoff_ms=5000, max_elapsed_s=120.0),
         description="backoff of a failed batch before the flush fails (the pipeline then replays)",
@@ -84,7 +100,7 @@ class TiKVSink(Sink[TiKVSinkConfig]):
     def __init__(self, config: TiKVSinkConfig, context: PluginContext) -> None:
         super().__init__(config, context)
         self.codec = KeyCodec(config.api_version, config.keyspace_id if config.api_version == 2 else 0)
-        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s)
+        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
         self.client = RawKVClient(self.pd, self.codec, config.request_timeout_s)
         self._workers: list[_Worker] = []
         self._error: BaseException | None = None
@@ -98,6 +114,8 @@ class TiKVSink(Sink[TiKVSinkConfig]):
     def open(self) -> None:
         try:
             self.pd.connect()
+        except TLSFileError:
+            raise  # a setting to fix, not a cluster to wait for
         except TiKVClientError as exc:
             raise SinkUnavailableError(f"downstream TiKV: {exc}") from exc
         for index in range(self.config.workers):
@@ -165,6 +183,24 @@ class TiKVSink(Sink[TiKVSinkConfig]):
         value = record.after.get("value")
         if not isinstance(value, bytes) or not value:
             return Rejected(record, RecordRejectedError(f"RawKV values are non-empty bytes, found {value!r}"), "sink")
+        if len(key) > self.config.max_key_bytes:
+            return Rejected(
+                record,
+                RecordRejectedError(
+                    f"a {len(key)}-byte key is longer than max_key_bytes ({self.config.max_key_bytes}), "
+                    f"TiKV's storage.max-key-size"
+                ),
+                "sink",
+            )
+        if len(key) + len(value) > self.config.max_write_bytes:
+            return Rejected(
+                record,
+                RecordRejectedError(
+                    f"a {len(key)}-byte key with a {len(value)}-byte value is more than max_write_bytes "
+                    f"({self.config.max_write_bytes}): no raft entry of the downstream can hold it"
+                ),
+                "sink",
+            )
         return _Write(key, value, int(record.after.get("expire_ts") or 0))
 
     # --- workers -------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cdcflow.sources.cql.connection import CqlClientSecurity
+
 __all__ = ["LOCAL_NODE_PROFILE", "connect"]
 
 # An execution profile that sends requests to one node only (full row images read the local copy).
@@ -18,8 +20,10 @@ def connect(
     protocol_version: int = 5,
     timeout_s: float = 10.0,
     local_node: str | None = None,
+    security: CqlClientSecurity | None = None,
 ) -> Any:
-    """A ``(cluster, session)`` pair; the caller shuts the cluster down.
+    """A ``(cluster, session)`` pair; the caller shuts the cluster down. ``security``: the
+    credentials (PasswordAuthenticator) and TLS settings of the source's config.
 
     The protocol version is set rather than negotiated (Cassandra 4.0+ speaks v5), and the load
     balancing policy is explicit, so the driver does not log a warning for either on every connect.
@@ -43,5 +47,7 @@ def connect(
         protocol_version=protocol_version,
         execution_profiles=profiles,
         connect_timeout=timeout_s,
+        auth_provider=security.auth_provider() if security is not None else None,
+        ssl_context=security.ssl_context() if security is not None else None,
     )
     return cluster, cluster.connect()

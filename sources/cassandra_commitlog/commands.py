@@ -64,7 +64,7 @@ def _bootstrap(args: argparse.Namespace, commands: CommandLine) -> int:
         print(f"error: {pipeline}: bootstrap reads tables for a cassandra_commitlog pipeline", file=sys.stderr)
         return 2
     snapshot: dict[str, Any] = {"type": "cassandra_snapshot", "table": args.table, "ranges": args.ranges}
-    for name in ("hosts", "port", "cluster"):
+    for name in ("hosts", "port", "cluster", "username", "password", "ssl"):
         if name in source:
             snapshot[name] = source[name]
     derived = {**data, "name": f"{data.get('name', pipeline.stem)}-bootstrap-{args.table}", "source": snapshot}

@@ -27,7 +27,17 @@ class PrimaryReplicaFilter:
         token_map = self.cluster.metadata.token_map
         if token_map is None:  # the driver has no ring yet: emitting is the safe side
             return True
-        replicas = token_map.get_replicas(keyspace, token_map.token_class.from_key(partition_key))
+        return self._emits(keyspace, token_map, token_map.token_class.from_key(partition_key))
+
+    def emits_token(self, keyspace: str, token: int) -> bool:
+        """The same decision for a row read with its ``token(pk)`` (a snapshot)."""
+        token_map = self.cluster.metadata.token_map
+        if token_map is None:
+            return True
+        return self._emits(keyspace, token_map, token_map.token_class(token))
+
+    def _emits(self, keyspace: str, token_map: Any, token: Any) -> bool:
+        replicas = token_map.get_replicas(keyspace, token)
         if not replicas:
             return True
         owner = next((host for host in replicas if host.is_up is not False), replicas[0])

@@ -1,21 +1,17 @@
-"""The ``cassandra_snapshot`` source: a table's existing rows as ``op: r`` events (seed 001's bootstrap).
+"""A Cassandra table's existing rows as ``op: r`` events: the ``snapshot`` modes of the
+``cassandra_commitlog`` source, and the ``cassandra_snapshot`` source behind ``cdcflow bootstrap``.
 
-The token ring is cut into ``ranges`` equal slices, each a partition of its own, so the runtime
-reads them in parallel (``--workers``), checkpoints each slice when it is delivered, and a
-bootstrap that stops resumes from the slices not finished yet. A slice is read with paged
-``SELECT ... WHERE token(pk) > a AND token(pk) <= b``; a crash mid-slice re-reads that slice
-(at least once). ``cdcflow bootstrap PIPELINE --table ks.t`` runs it with the pipeline's sink.
-
-Changes made while the bootstrap runs are captured by the ``cassandra_commitlog`` pipeline, which
-should be running already: a row read here is its state at read time, stamped with that time.
+Both read token-range slices through :class:`cdcflow.sources.cql.snapshot.TokenRangeSnapshot`
+(its documentation holds the hand-off to the stream and its limits); this module says which tables
+a Cassandra snapshot reads and how a row becomes an event: the values the commit-log path decodes
+for the same row (``from_driver``), ``source.snapshot = true``, stamped with the read time. Under
+``replicas: primary`` a node's worker emits only the rows whose token it is the primary replica
+of, the rule its stream follows, so workers on every node together emit each row once.
 """
 
 from __future__ import annotations
 
-import itertools
-import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -25,33 +21,98 @@ from cdcflow.errors import ConfigError, SourceUnavailableError
 from cdcflow.events import ChangeEvent, Op, Record
 from cdcflow.sources.cassandra_commitlog.changes import cassandra_source
 from cdcflow.sources.cassandra_commitlog.cluster import connect
-from cdcflow.sources.cassandra_commitlog.schema import TableSchema, load_schema_catalog
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.cql.cqltypes import from_driver
+from cdcflow.sources.cql.snapshot import SnapshotConfig, SnapshotTable, TokenRangeSnapshot
 
-__all__ = ["CassandraSnapshotSource", "CassandraSnapshotSourceConfig", "token_slices"]
-
-_MIN_TOKEN, _MAX_TOKEN = -(2**63), 2**63 - 1  # Murmur3Partitioner
-
-
-def token_slices(count: int) -> list[tuple[int, int]]:
-    """``count`` slices covering the whole Murmur3 ring; each is (exclusive start, inclusive end)."""
-    width = (_MAX_TOKEN - _MIN_TOKEN) // count
-    bounds = [_MIN_TOKEN + i * width for i in range(count)] + [_MAX_TOKEN]
-    return list(itertools.pairwise(bounds))
+__all__ = [
+    "CassandraRowEvents",
+    "CassandraSnapshotSource",
+    "CassandraSnapshotSourceConfig",
+    "snapshot_tables",
+]
 
 
-class CassandraSnapshotSourceConfig(PluginConfig):
+def snapshot_tables(catalog: SchemaCatalog, names: Sequence[str] | None, where: str) -> list[TableSchema]:
+    """The tables a snapshot reads: ``names`` (each must exist), or every table with ``cdc = true``
+    outside the system keyspaces except counter tables (their stream skips them too), by name."""
+    if names is not None:
+        found = []
+        for name in names:
+            keyspace, table = name.split(".", 1)
+            schema = catalog.by_name(keyspace, table)
+            if schema is None:
+                raise ConfigError(f"{where}: table {name} does not exist in the cluster")
+            found.append(schema)
+        return found
+    return sorted(
+        (
+            t
+            for t in catalog.tables.values()
+            if t.cdc
+            and not t.keyspace.startswith("system")
+            and not any(c.type_text == "counter" for c in t.columns.values())
+        ),
+        key=lambda t: (t.keyspace, t.table),
+    )
+
+
+def snapshot_table(schema: TableSchema) -> SnapshotTable:
+    columns = (*schema.partition_key, *schema.clustering, *sorted(schema.columns.values(), key=lambda c: c.name))
+    return SnapshotTable(
+        f"{schema.keyspace}.{schema.table}",
+        tuple(c.name for c in schema.partition_key),
+        tuple(c.name for c in columns),
+    )
+
+
+class CassandraRowEvents:
+    """Rows of a Cassandra snapshot as events (a :class:`~cdcflow.sources.cql.snapshot.RowToRecord`)."""
+
+    def __init__(
+        self,
+        cluster: str,
+        schemas: Sequence[TableSchema],
+        emits_token: Callable[[str, int], bool] | None = None,
+    ) -> None:
+        self._cluster = cluster
+        self._schemas = {f"{s.keyspace}.{s.table}": s for s in schemas}
+        self._emits_token = emits_token
+        self._columns = {
+            name: {c.name: c for c in (*s.partition_key, *s.clustering, *s.columns.values())}
+            for name, s in self._schemas.items()
+        }
+        self._keys = {name: [c.name for c in (*s.partition_key, *s.clustering)] for name, s in self._schemas.items()}
+        self._row_schemas = {name: s.row_schema(cluster) for name, s in self._schemas.items()}
+
+    def __call__(
+        self, table: SnapshotTable, token: int, values: Mapping[str, Any], position: dict[str, Any], read_at_us: int
+    ) -> Record | None:
+        if self._emits_token is not None and not self._emits_token(table.keyspace, token):
+            return None  # another node's worker emits it
+        columns = self._columns[table.name]
+        after = {name: from_driver(value, columns[name].type) for name, value in values.items()}
+        key = {name: after.get(name) for name in self._keys[table.name]}
+        source = cassandra_source(
+            self._cluster, table.keyspace, table.table, position["slice"], position, read_at_us, snapshot=True
+        )
+        return ChangeEvent(Op.READ, key, None, after, source, read_at_us // 1000, self._row_schemas[table.name])
+
+
+class CassandraSnapshotSourceConfig(PluginConfig, CqlClientSecurity):
     table: str = Field(pattern=r"^[^.\s]+\.[^.\s]+$", description="keyspace.table to read")
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"])
     port: int = Field(default=9042, ge=1, le=65535)
     cluster: str = Field(default="cassandra", description="the server name: topics are <cluster>.<keyspace>.<table>")
     ranges: int = Field(default=64, ge=1, le=65536, description="token-ring slices: units of parallelism and resume")
     page_size: int = Field(default=1000, ge=1)
-    progress: bool = Field(default=True, description="print a progress line to stderr as slices finish")
+    progress: bool | None = Field(default=None, description="a progress bar on stderr; null: when stderr is a terminal")
 
 
 class CassandraSnapshotSource(Source[CassandraSnapshotSourceConfig]):
-    """``cassandra_snapshot``: every row of one table, once, by token-ring slices."""
+    """``cassandra_snapshot``: every row of one table, once, by token-ring slices; the same as
+    ``cassandra_commitlog`` with ``snapshot: initial_only`` and that one table, without cdc_raw."""
 
     type_name = "cassandra_snapshot"
     config_model = CassandraSnapshotSourceConfig
@@ -59,89 +120,56 @@ class CassandraSnapshotSource(Source[CassandraSnapshotSourceConfig]):
 
     def __init__(self, config: CassandraSnapshotSourceConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        self.keyspace, self.table_name = config.table.split(".")
         self._cluster: Any = None
-        self._session: Any = None
-        self._table: TableSchema | None = None
-        self._slices = token_slices(config.ranges)
-        self._finished_slices = 0
-        self._rows = 0
+        self._snapshot: TokenRangeSnapshot | None = None
 
     def open(self) -> None:
         try:
-            self._cluster, self._session = connect(self.config.hosts, self.config.port)
-            catalog = load_schema_catalog(self._session)
+            self._cluster, session = connect(self.config.hosts, self.config.port, security=self.config)
+            catalog = load_schema_catalog(session)
         except Exception as exc:
-            raise SourceUnavailableError(f"cannot reach Cassandra at {self.config.hosts}: {exc}") from exc
-        self._table = catalog.by_name(self.keyspace, self.table_name)
-        if self._table is None:
-            raise ConfigError(f"source.table: {self.config.table} does not exist in the cluster at {self.config.hosts}")
+            raise refusal(self.config.hosts, exc) or SourceUnavailableError(
+                f"cannot reach Cassandra at {self.config.hosts}: {exc}"
+            ) from exc
+        [schema] = snapshot_tables(catalog, [self.config.table], "source.table")
+        settings = SnapshotConfig(
+            snapshot="initial_only",
+            snapshot_slices=self.config.ranges,
+            snapshot_page_size=self.config.page_size,
+            snapshot_progress=self.config.progress,
+        )
+        self._snapshot = TokenRangeSnapshot(
+            settings,
+            [snapshot_table(schema)],
+            self.context,
+            session,
+            CassandraRowEvents(self.config.cluster, [schema]),
+            stream_partitions=list,
+        )
 
     def close(self) -> None:
         if self._cluster is not None:
             self._cluster.shutdown()
             self._cluster = None
 
+    def _slices(self) -> TokenRangeSnapshot:
+        assert self._snapshot is not None, "open() first"
+        return self._snapshot
+
     def partitions(self) -> Sequence[Partition]:
-        return [
-            Partition(f"{self.config.table}/{index:05d}", {"start": start, "end": end})
-            for index, (start, end) in enumerate(self._slices)
-        ]
+        return self._slices().partitions()
 
     def initial_offset(self, partition: Partition) -> Offset:
-        return {"done": False}
+        return self._slices().initial_offset()
 
     def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
-        return {"done": True}
+        return self._slices().latest_offset(start)
 
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
-        return bool(offset.get("done"))
+        return self._slices().is_finished(offset)
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
-        if start.get("done") or not end.get("done"):
-            return
-        from cassandra.query import SimpleStatement
+        return self._slices().read(partition, start, end)
 
-        table = self._table
-        assert table is not None
-        keys = ", ".join(f'"{c.name}"' for c in table.partition_key)
-        lower = ">=" if partition.info["start"] == _MIN_TOKEN else ">"
-        query = f'SELECT * FROM "{self.keyspace}"."{self.table_name}"'
-        statement = SimpleStatement(
-            f"{query} WHERE token({keys}) {lower} %s AND token({keys}) <= %s", fetch_size=self.config.page_size
-        )
-        columns = {c.name: c for c in (*table.partition_key, *table.clustering, *table.columns.values())}
-        key_names = [c.name for c in (*table.partition_key, *table.clustering)]
-        schema = table.row_schema(self.config.cluster)
-        try:
-            result = self._session.execute(statement, (partition.info["start"], partition.info["end"]))
-        except Exception as exc:
-            raise SourceUnavailableError(f"reading {self.config.table} slice {partition.id}: {exc}") from exc
-        read_at_us = int(time.time() * 1_000_000)
-        position = 0
-        names = list(result.column_names)
-        for row in result:
-            after = {name: from_driver(value, columns[name].type) for name, value in zip(names, row, strict=True)}
-            key = {name: after.get(name) for name in key_names}
-            where = {"slice": partition.id, "row": position}
-            source = cassandra_source(
-                self.config.cluster, self.keyspace, self.table_name, partition.id, where, read_at_us, snapshot=True
-            )
-            position += 1
-            yield ChangeEvent(Op.READ, key, None, after, source, read_at_us // 1000, schema)
-        self._rows += position
-        self._finished_slices += 1
-        self._report_progress()
-
-    def _report_progress(self) -> None:
-        if not self.config.progress:
-            return
-        total = len(self._slices)
-        filled = self._finished_slices * 30 // total
-        print(
-            f"\rbootstrap {self.config.table} [{'#' * filled}{'.' * (30 - filled)}] "
-            f"{self._finished_slices}/{total} slices read by this worker, {self._rows:,} rows",
-            end="\n" if self._finished_slices == total else "",
-            file=sys.stderr,
-            flush=True,
-        )
+    def commit(self, offsets: Mapping[str, Offset]) -> None:
+        self._slices().note_committed(offsets)

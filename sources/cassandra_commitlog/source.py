@@ -9,11 +9,23 @@ never from a half-written section. A segment is left behind only once Cassandra 
 deleted (or moved to an archive), so cdc_raw never fills up and blocks Cassandra's writes.
 
 Bytes that cannot be read go to the error store with their position, and reading goes on.
+
+``snapshot: initial | initial_only`` adds the tables' existing rows first, as token-range slice
+partitions (:mod:`.snapshot`, :mod:`cdcflow.sources.cql.snapshot`). Under ``initial`` the node
+partition's start is recorded as the oldest segment with CDC data in cdc_raw (``{"segment": id,
+"position": 0, "recorded_for_snapshot": true}``; none yet: from the first segment, as without a
+snapshot) before any slice is read; the partition reads
+nothing until every slice is committed, then reads from there. Nothing is deleted meanwhile, so
+cdc_raw grows: the source logs how full it is against the node's ``cdc_total_space`` (from
+``system_views.settings``), and if the recorded segment is gone at the hand-off (Cassandra deletes
+the oldest segments when full and ``cdc_block_writes`` is false) it fails with
+``SnapshotOutlivedLogError`` rather than skip what the snapshot could not see.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import time
@@ -26,7 +38,7 @@ from pydantic import Field
 
 from cdcflow.config import ResolvedPath
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
-from cdcflow.errors import SourceUnavailableError
+from cdcflow.errors import ConfigError, SourceUnavailableError
 from cdcflow.events import ChangeEvent, Op, Record, SchemaChangeEvent
 from cdcflow.metrics import source_counter
 from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
@@ -46,6 +58,9 @@ from cdcflow.sources.cassandra_commitlog.out_of_sequence import OutOfSequenceSto
 from cdcflow.sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
 from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
 from cdcflow.sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
+from cdcflow.sources.cassandra_commitlog.snapshot import CassandraRowEvents, snapshot_table, snapshot_tables
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
+from cdcflow.sources.cql.snapshot import SnapshotConfig, SnapshotOutlivedLogError, TokenRangeSnapshot
 
 __all__ = ["CassandraCommitLogSource", "CassandraCommitLogSourceConfig"]
 
@@ -56,9 +71,15 @@ _MAX_ERROR_BYTES = 1 << 20
 _CLOSED_WITHOUT_INDEX = CdcIndex(offset=(1 << 31) - 1, completed=True)
 # The system_schema tables whose mutations (in the commit log like any other) change a table's schema.
 _SCHEMA_TABLES = frozenset({"tables", "columns", "dropped_columns"})
+# While the stream waits for a snapshot: how often cdc_raw's size is measured, and from which share
+# of cdc_total_space on it is worth a warning (then at every further tenth).
+_CDC_RAW_CHECK_S = 10.0
+_CDC_RAW_WARN_FROM = 0.5
+_DATA_STORAGE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
+_DATA_STORAGE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
-class CassandraCommitLogSourceConfig(PluginConfig):
+class CassandraCommitLogSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
     cdc_raw: ResolvedPath = Field(description="the node's cdc_raw_directory, read locally")
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], description="nodes to read the schema from")
     port: int = Field(default=9042, ge=1, le=65535)
@@ -144,16 +165,27 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._closed_before_us = 0
         self._late_before_us = 0
         self._horizon_us = 0
+        self._snapshot: TokenRangeSnapshot | None = None
+        self.bounded = config.snapshot == "initial_only"  # the slices are all there is
+        self._cdc_total_space: int | None = None  # bytes, from the node's settings
+        self._cdc_block_writes: bool | None = None
+        self._cdc_raw_checked_at = float("-inf")
+        self._cdc_raw_warned_share = 0.0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def open(self) -> None:
         try:
             self._cluster, self._session = connect(
-                self.config.hosts, self.config.port, local_node=self.config.node_address or self.config.hosts[0]
+                self.config.hosts,
+                self.config.port,
+                local_node=self.config.node_address or self.config.hosts[0],
+                security=self.config,
             )
         except Exception as exc:
-            raise SourceUnavailableError(f"cannot reach Cassandra at {self.config.hosts}: {exc}") from exc
+            raise refusal(self.config.hosts, exc) or SourceUnavailableError(
+                f"cannot reach Cassandra at {self.config.hosts}: {exc}"
+            ) from exc
         self._refresh_schema()
         if self.config.row_image == "full":
             self._full_rows = FullRowReader(self._session, LOCAL_NODE_PROFILE)
@@ -166,6 +198,57 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             self._error_store = FileErrorStore(path)
         else:
             self._error_store = CassandraErrorStore(self._session, store.keyspace, store.table)
+        if self.config.snapshot != "never":
+            self._snapshot = self._build_snapshot()
+        if self.config.snapshot == "initial":
+            self._read_cdc_space_settings()
+
+    def _build_snapshot(self) -> TokenRangeSnapshot:
+        tables = snapshot_tables(self._catalog, self.config.tables, "source.tables")
+        if not tables:
+            raise ConfigError(
+                f"source.snapshot: {self.config.snapshot} but no table has cdc = true (and no counter columns) "
+                "to read; name them in source.tables"
+            )
+        emits_token = self._replica_filter.emits_token if self._replica_filter is not None else None
+        return TokenRangeSnapshot(
+            self.config,
+            [snapshot_table(t) for t in tables],
+            self.context,
+            self._session,
+            CassandraRowEvents(self.config.cluster, tables, emits_token),
+            stream_partitions=lambda: [p.id for p in self._stream_partitions()],
+            # One node's worker snapshots what it emits: slices of different nodes never share an id.
+            id_prefix=f"{self.node}/",
+        )
+
+    def _read_cdc_space_settings(self) -> None:
+        """The node's ``cdc_total_space`` and ``cdc_block_writes`` (Cassandra 4.1+ settings table),
+        for the warnings while the stream waits; left unknown where the table is not there."""
+        found: dict[str, str] = {}
+        try:
+            for name in ("cdc_total_space", "cdc_block_writes"):
+                rows = self._session.execute(  # system_views are the local node's own
+                    "SELECT value FROM system_views.settings WHERE name = %s",
+                    (name,),
+                    execution_profile=LOCAL_NODE_PROFILE,
+                )
+                for row in rows:
+                    found[name] = str(row[0])
+        except Exception as exc:  # an older node, or no access to system_views
+            self.context.logger.info("cannot read the node's CDC settings (%s): cdc_raw is not watched", exc)
+            return
+        size = _DATA_STORAGE.match(found.get("cdc_total_space", ""))
+        if size is not None:
+            self._cdc_total_space = int(size.group(1)) * _DATA_STORAGE_UNITS[size.group(2)]
+        if "cdc_block_writes" in found:
+            self._cdc_block_writes = found["cdc_block_writes"].lower() == "true"
+        if self._cdc_block_writes is False:
+            self.context.logger.warning(
+                "this node has cdc_block_writes: false: when cdc_raw reaches cdc_total_space while the stream waits "
+                "for the snapshot, Cassandra deletes the oldest segments and the pipeline stops at the hand-off "
+                "(SnapshotOutlivedLogError)"
+            )
 
     def close(self) -> None:
         if self._cluster is not None:
@@ -205,10 +288,40 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     # --- partitions and offsets --------------------------------------------------------------
 
     def partitions(self) -> Sequence[Partition]:
+        slices = self._snapshot.partitions() if self._snapshot is not None else []
+        return [*slices, *self._stream_partitions()]
+
+    def _stream_partitions(self) -> list[Partition]:
+        if self.config.snapshot == "initial_only":
+            return []
         return [Partition(self.node, {"cdc_raw": str(self.config.cdc_raw)})]
 
+    def _slice(self, partition: Partition) -> TokenRangeSnapshot | None:
+        """The snapshot, when ``partition`` is one of its slices."""
+        if self._snapshot is not None and self._snapshot.holds(partition.id):
+            return self._snapshot
+        return None
+
     def initial_offset(self, partition: Partition) -> Offset:
-        return _Position(0, 0).offset()
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.initial_offset()
+        oldest = self._oldest_cdc_segment() if self._snapshot is not None else None
+        if oldest is None:
+            return _Position(0, 0).offset()
+        # The record the snapshot hands over to: everything still in cdc_raw with CDC data.
+        return {**_Position(oldest, 0).offset(), "recorded_for_snapshot": True}
+
+    def _oldest_cdc_segment(self) -> int | None:
+        """The oldest segment holding CDC data (it has an index: Cassandra itself removes it from
+        cdc_raw only when full with cdc_block_writes false); None when there is none yet (then
+        the stream starts at the first segment, and there is nothing to check at the hand-off:
+        a segment without CDC data leaves cdc_raw when Cassandra discards it)."""
+        found = self._segments(0)
+        for (segment_id, _), index in zip(found, self._indexes(found), strict=True):
+            if index is not None and index is not _CLOSED_WITHOUT_INDEX:
+                return segment_id
+        return None
 
     def _segments(self, first: int) -> list[tuple[int, Path]]:
         found = []
@@ -253,6 +366,15 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         return any(newest_timestamp(u) >= horizon_us for u in mutation.updates)
 
     def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.latest_offset(start)
+        if self._snapshot is not None:
+            if not self._snapshot.stream_may_start():
+                self._watch_cdc_raw()
+                return start
+            if start.get("recorded_for_snapshot"):
+                self._check_recorded_segment_kept(_Position.of(start).segment)
         offset, stopped_at_open_bucket = self._latest_offset(start, max_records)
         if self.config.row_image == "full" and stopped_at_open_bucket:
             # Everything before the open buckets has now been seen: those buckets are closed. What
@@ -298,7 +420,53 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             position = _Position(segment_id, max(end, index.offset, state.read_to))
         return position.offset(), True
 
+    def _watch_cdc_raw(self) -> None:
+        """While the stream waits for the snapshot: say when cdc_raw fills towards cdc_total_space."""
+        limit = self._cdc_total_space
+        now = time.monotonic()
+        if not limit or now - self._cdc_raw_checked_at < _CDC_RAW_CHECK_S:
+            return
+        self._cdc_raw_checked_at = now
+        used = 0
+        for path in self.config.cdc_raw.glob("CommitLog-*.log"):
+            try:
+                used += path.stat().st_size
+            except FileNotFoundError:
+                continue  # retired meanwhile
+        share = used / limit
+        if share >= max(_CDC_RAW_WARN_FROM, self._cdc_raw_warned_share + 0.1):
+            self._cdc_raw_warned_share = share
+            outcome = (
+                "Cassandra then deletes the oldest segments and this pipeline stops at the hand-off"
+                if self._cdc_block_writes is False
+                else "Cassandra then refuses writes to CDC tables until the stream consumes segments"
+            )
+            self.context.logger.warning(
+                "cdc_raw holds %d MiB, %.0f%% of cdc_total_space (%d MiB), while the stream waits for the snapshot; "
+                "at 100%% %s",
+                used >> 20,
+                share * 100,
+                limit >> 20,
+                outcome,
+            )
+
+    def _check_recorded_segment_kept(self, segment_id: int) -> None:
+        """At the hand-off: the segment recorded before the snapshot is still in cdc_raw (nothing
+        of this pipeline deletes it before the stream has read it)."""
+        if any(found == segment_id for found, _ in self._segments(segment_id)):
+            return
+        raise SnapshotOutlivedLogError(
+            f"commit log {self.node}: segment {segment_id}, where the stream was to start after the snapshot, is no "
+            f"longer in {self.config.cdc_raw}: changes made during the snapshot may be gone (with cdc_block_writes: "
+            "false Cassandra deletes the oldest segments when cdc_total_space is full). Take the snapshot again "
+            "(cdcflow offsets reset FILE, while stopped) with a larger cdc_total_space, more slices and workers"
+        )
+
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            yield from snapshot.read(partition, start, end)
+            return
         mutations = self._mutations(_Position.of(start), _Position.of(end))
         if self.config.row_image == "full":
             yield from self._full_events(mutations)
@@ -531,10 +699,28 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         after = None if change.after is None else {**change.key, **change.after}
         return ChangeEvent(_OPS[change.op], change.key, None, after, source, now_ms, schema, headers=headers or None)
 
+    def is_finished(self, partition: Partition, offset: Offset) -> bool:
+        snapshot = self._slice(partition)
+        return snapshot is not None and snapshot.is_finished(offset)
+
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): a slice not read yet, and the stream waiting for the
+        # snapshot (its latest_offset says "nothing new"), are work waiting.
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.is_finished(offset)
+        if self._snapshot is not None and not self._snapshot.stream_may_start():
+            return False
+        return None
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
+        if self._snapshot is not None:
+            self._snapshot.note_committed(offsets)
         if self._out_of_sequence is not None:
             self._out_of_sequence.forget_emitted()  # their events are durable downstream now
-        for offset in offsets.values():
+        for partition_id, offset in offsets.items():
+            if partition_id != self.node:
+                continue  # a snapshot slice
             done = _Position.of(offset)
             found = self._segments(0)
             for (segment_id, path), index in zip(found, self._indexes(found), strict=True):

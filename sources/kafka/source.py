@@ -21,13 +21,16 @@ from cdcflow.contract import Converter, Offset, Partition, PluginConfig, PluginC
 from cdcflow.converters import converter_from_fields
 from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError, TransientError
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
-from cdcflow.kafka_client import TOMBSTONE_HEADER, client_settings
+from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
 
 
 class KafkaSourceConfig(PluginConfig):
     bootstrap_servers: str
+    kafka: KafkaClientConfig = Field(
+        default_factory=KafkaClientConfig, description="security and client settings (SASL, TLS, passthrough)"
+    )
     topics: list[str] = Field(min_length=1)
     group_id: str | None = Field(default=None, description="consumer group; default cdcflow-<pipeline>")
     converter: str | dict[str, Any] = Field(default="json", description="how the values were written")
@@ -39,7 +42,17 @@ class KafkaSourceConfig(PluginConfig):
         default="earliest", description="where a partition with no committed offset starts"
     )
     poll_timeout_ms: int = Field(default=1000, ge=10)
-    consumer: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    max_records_per_batch: int | None = Field(
+        default=None,
+        ge=1,
+        description="spark engine: records one micro-batch takes over all its topic-partitions (Spark's "
+        "maxOffsetsPerTrigger, split between partitions by backlog; Spark cannot bound each one); "
+        "default engine.max_records_per_read for each topic-partition",
+    )
+    consumer: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="extra librdkafka consumer settings (worker engine); Spark's connector takes kafka.java",
+    )
 
 
 class KafkaSource(Source[KafkaSourceConfig]):
@@ -59,7 +72,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
         self._read_up_to: dict[str, tuple[int, int]] = {}
 
     def open(self) -> None:
-        settings = client_settings(
+        settings = self.config.kafka.librdkafka_settings(
             self.config.bootstrap_servers,
             {
                 "group.id": self.group_id,
@@ -78,6 +91,9 @@ class KafkaSource(Source[KafkaSourceConfig]):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+    def check_reachable(self, timeout_s: float) -> None:
+        self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "source")
 
     @property
     def consumer(self) -> Consumer:
@@ -191,13 +207,14 @@ class KafkaSource(Source[KafkaSourceConfig]):
             envelope=False,
         )
 
-    def spark_native_stream(self, session: Any, max_records_per_trigger: int) -> Any | None:
+    def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any | None:
+        # Spark's connector bounds a whole micro-batch, not each partition: max_records_per_batch.
+        per_batch = self.config.max_records_per_batch or max_records_per_read * max(1, len(self.partitions()))
         options = {
-            "kafka.bootstrap.servers": self.config.bootstrap_servers,
+            **self.config.kafka.spark_options(self.config.bootstrap_servers),
             "subscribe": ",".join(self.config.topics),
             "startingOffsets": self.config.start,
-            "maxOffsetsPerTrigger": str(max_records_per_trigger),
-            **{f"kafka.{k}": str(v) for k, v in self.config.consumer.items()},
+            "maxOffsetsPerTrigger": str(per_batch),
         }
         reader = session.readStream.format("kafka")
         for name, value in options.items():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cdcflow.sources.cql.connection import CqlClientSecurity
+
 __all__ = ["connect"]
 
 
@@ -13,8 +15,7 @@ def connect(
     port: int,
     *,
     consistency: str,
-    username: str | None = None,
-    password: str | None = None,
+    security: CqlClientSecurity | None = None,
     local_dc: str | None = None,
     protocol_version: int = 4,
     timeout_s: float = 10.0,
@@ -22,7 +23,6 @@ def connect(
     """``(cluster, session, profile)``: rows as tuples, the configured consistency, token-aware
     routing (each stream's rows live on the replicas of its token); the caller shuts it down."""
     from cassandra import ConsistencyLevel
-    from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
     from cassandra.query import tuple_factory
@@ -34,13 +34,13 @@ def connect(
         request_timeout=timeout_s,
         row_factory=tuple_factory,
     )
-    auth = PlainTextAuthProvider(username, password) if username is not None else None
     cluster = Cluster(
         list(hosts),
         port=port,
         protocol_version=protocol_version,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        auth_provider=auth,
+        auth_provider=security.auth_provider() if security is not None else None,
+        ssl_context=security.ssl_context() if security is not None else None,
         connect_timeout=timeout_s,
     )
     return cluster, cluster.connect(), EXEC_PROFILE_DEFAULT

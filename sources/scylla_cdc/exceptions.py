@@ -9,6 +9,7 @@
     ├── CdcMetadataUnavailableError (SourceUnavailableError)   the cluster cannot be read now
     ├── MetadataTablesMissingError (ConfigError)    no CDC description tables in the named keyspace
     ├── UnknownCdcTableError (ConfigError)          a configured table has no CDC log table
+    ├── StreamsPerQueryError (ConfigError)          the cluster refuses a query naming that many streams
     └── WriteRejectedError                          the writer refuses a write, as ScyllaDB would
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "MetadataTablesMissingError",
     "ScyllaCdcError",
     "StreamIdError",
+    "StreamsPerQueryError",
     "UnknownCdcTableError",
     "WriteRejectedError",
 ]
@@ -69,6 +71,21 @@ class UnknownCdcTableError(ScyllaCdcError, ConfigError):
         super().__init__(
             f"table {table}: no CDC log table {table}_scylla_cdc_log; enable CDC on it "
             "(ALTER TABLE ... WITH cdc = {'enabled': true}) or remove it from tables"
+        )
+
+
+class StreamsPerQueryError(ScyllaCdcError, ConfigError):
+    """The cluster refuses a query with this many partition keys in its IN list (ScyllaDB's
+    ``max_partition_key_restrictions_per_query``, default 100; Cassandra's guardrail
+    ``partition_keys_in_select_fail_threshold``)."""
+
+    def __init__(self, where: str, streams: int, limit: int | None, answer: str) -> None:
+        self.streams = streams
+        self.limit = limit
+        bound = f"at most {limit}" if limit is not None else "fewer"
+        super().__init__(
+            f"{where}: the cluster refuses a query of {streams} streams (its limit on partition keys per "
+            f"query); set max_streams_per_query to {bound}. The cluster answered: {answer}"
         )
 
 

@@ -136,7 +136,8 @@ class CdcMetadata:
         """Raise :class:`WriteRejectedError` for a write ScyllaDB refuses ("accepting writes").
 
         With ``T`` the timestamp of the generation operating at the coordinator's time ``C``:
-        a write at ``W >= T`` (current or next generation) needs ``W < C + leeway``; a write at
+        a write at ``W >= T`` (current or next generation) needs ``W <= C + leeway`` (scylladb
+        ``cdc/metadata.cc`` get_vnode_stream() refuses only ``ts > now + leeway``); a write at
         ``W < T`` (a previous generation) needs ``W > C - leeway`` and a generation operating at
         ``W``. A write whose generation is only prepared is refused too.
         """
@@ -145,7 +146,7 @@ class CdcMetadata:
         if current is None:
             raise WriteRejectedError(f"no CDC generation operates at the coordinator's time {coordinator_now_us}")
         if write_ts_us >= current.timestamp_us:
-            if write_ts_us >= coordinator_now_us + leeway:
+            if write_ts_us > coordinator_now_us + leeway:
                 raise WriteRejectedError(
                     f"write timestamp {write_ts_us} is too far in the future: at least the generation "
                     f"leeway ({leeway} µs) past the coordinator's clock {coordinator_now_us}"

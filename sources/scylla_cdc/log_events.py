@@ -1,32 +1,41 @@
 """From CDC log rows to change events (ScyllaDB's "CDC log table", "Basic operations",
-"Advanced column types" and "Preimages and postimages" documents).
+"Advanced column types" and "Preimages and postimages" documents, and its ``cdc/split.cc`` and
+``cdc/log.cc``).
 
-One base write becomes one *batch* of log rows: same stream, same ``cdc$time``, numbered by
-``cdc$batch_seq_no`` and ended by ``cdc$end_of_batch``; it lists the pre-images (operation 0),
-then the deltas (1 update, 2 insert, 3 row delete, 4 partition delete, 5-8 range-delete bounds),
-then the post-images (9). Each delta is one event:
+ScyllaDB logs a base write as one *record* per timestamp: log rows of one stream and one
+``cdc$time``, numbered by ``cdc$batch_seq_no`` and ended by ``cdc$end_of_batch``: pre-images
+(operation 0), deltas (1 update, 2 insert, 3 row delete, 4 partition delete, 5-8 range-delete
+bounds, -3/-4 deletions ScyllaDB made itself), post-images (9). It splits one row's change into
+several delta rows (one per TTL; a collection's tombstone apart from its cells; a row marker
+apart from collection cells), so the events are one per row per record, as the
+``cassandra_commitlog`` source gives one per row per write:
 
-* ``op``: insert ``c``, update ``u``, every deletion ``d`` (row, partition and range deletions
-  are events, with their kind in the ``cdc.deletion`` header and a range's bounds in
-  ``cdc.range``); a range deletion's two bound rows make one event.
-* ``before``: the pre-image of the delta's row, when the table logs them.
-* ``after``: the post-image when the table logs them; otherwise the delta applied: a written
-  column with its value, a column set to null (``cdc$deleted_X``) as ``None``, untouched columns
-  absent. A collection overwritten as a whole is named in ``cdc.replaced``; removed elements
-  (``cdc$deleted_elements_X``) are in ``cdc.removed``: list elements by their timeuuid key (lists
-  are maps keyed by timeuuid in the log), user-type fields by field index.
+* ``op``: insert ``c`` (any of the row's deltas is an insert), update ``u``, every deletion ``d``
+  (row, partition and range deletions are events, with their kind in the ``cdc.deletion`` header,
+  a range's bounds in ``cdc.range``, ``cdc.origin: service`` for -3/-4).
+* ``before``: the pre-image of the row, when the table logs them (a partition deletion of a table
+  without clustering columns gets one since ScyllaDB 2026.1).
+* ``after``: the post-image when the table logs them; otherwise the deltas applied in order: a
+  written column with its value, a column set to null (``cdc$deleted_X``) as ``None``, untouched
+  columns absent. A collection or user type overwritten or deleted as a whole is named in
+  ``cdc.replaced``; removed elements (``cdc$deleted_elements_X``) are in ``cdc.removed``: list
+  elements by their timeuuid key (lists are maps keyed by timeuuid in the log), user-type fields
+  by name. A user-type value whose fields are all null only marks the column as touched.
 * ``cdc$ttl`` goes to ``cdc.ttl`` as ``{column: seconds}`` for the columns the write set.
 
-Images are matched to their delta inside the batch by the row's primary key: the pre-image to the
-first delta of that row, the post-image to the last. An image with no delta of its row, or an
-operation outside 0-9, is rejected (dead-letter destination) with the row, never dropped.
+A column deleted with ``DELETE c FROM`` is logged one microsecond after the write (its tombstone
+is at the write's timestamp, and ScyllaDB logs tombstones at ``t + 1``): a record, and an event,
+of its own. Images are matched to the changes of the record by the row's primary key: the
+pre-image to the first change of that row, the post-image to the last. An image with no change of
+its row, or an unknown operation, is rejected (dead-letter destination) with the row, never
+dropped.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -44,14 +53,17 @@ __all__ = [
     "LogRow",
     "batch_events",
     "batches",
+    "snapshot_source",
 ]
 
 DELETED_PREFIX = "cdc$deleted_"
 DELETED_ELEMENTS_PREFIX = "cdc$deleted_elements_"
 PRE_IMAGE, UPDATE, INSERT, ROW_DELETE, PARTITION_DELETE, POST_IMAGE = 0, 1, 2, 3, 4, 9
+# ScyllaDB's own deletions (cdc/log.hh service_row_delete = -3, service_partition_delete = -4)
+_ROW_DELETES = (ROW_DELETE, -3)
+_PARTITION_DELETES = (PARTITION_DELETE, -4)
 _LEFT_BOUNDS = {5: True, 6: False}  # inclusive?
 _RIGHT_BOUNDS = {7: True, 8: False}
-_ROW_LEVEL = (UPDATE, INSERT, ROW_DELETE)
 # Native types whose driver value differs from the event value (datetime -> ms, UUID -> text...).
 _DRIVER_FORMS = frozenset({"timestamp", "date", "time", "decimal", "uuid", "timeuuid", "inet", "duration"})
 
@@ -78,7 +90,6 @@ class LogRow:
     operation: int | None
     ttl: int | None
     end_of_batch: bool | None
-    closed_time_us: int | None
     values: dict[str, Any]
 
     @property
@@ -100,10 +111,16 @@ class LogLayout:
     types: Mapping[str, CqlType]
     row_schema: RowSchema = field(init=False, compare=False)
     key_columns: tuple[str, ...] = field(init=False, compare=False)
+    # non-frozen collections and user types: they have a cdc$deleted_elements_X column
+    multi_cell_columns: frozenset[str] = field(init=False, compare=False)
+    user_type_columns: frozenset[str] = field(init=False, compare=False)
     _converted: frozenset[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", self.partition_key + self.clustering)
+        multi = frozenset(n for n in self.value_columns if DELETED_ELEMENTS_PREFIX + n in self.types)
+        object.__setattr__(self, "multi_cell_columns", multi)
+        object.__setattr__(self, "user_type_columns", frozenset(n for n in multi if self.types[n].kind == "udt"))
         key = tuple(Column(name, self.types[name].text, optional=False) for name in self.key_columns)
         values = tuple(Column(name, self.types[name].text) for name in self.value_columns)
         user_types = user_types_of(self.types[name] for name in (*self.key_columns, *self.value_columns))
@@ -137,15 +154,15 @@ def batches(rows: Sequence[LogRow]) -> Iterator[list[LogRow]]:
         yield current
 
 
-@dataclass
-class _Delta:
-    rows: list[LogRow]  # one row, or a range deletion's two bounds
-    key: dict[str, Any]
-    row_key: str | None  # the row's primary key as text, for images; None for partition and range
-
-
-def _key_text(key: Mapping[str, Any]) -> str:
-    return json.dumps(key, sort_keys=True, default=json_default, separators=(",", ":"))
+def _identity(layout: LogLayout, row: LogRow) -> Hashable:
+    """The row's primary key as the driver gave it (a static row's clustering columns are null),
+    to pair a row's deltas and images; as text when a key value is unhashable (a frozen map)."""
+    raw = tuple(row.values.get(n) for n in layout.key_columns)
+    try:
+        hash(raw)
+    except TypeError:
+        return json.dumps(_key(layout, row, layout.key_columns), sort_keys=True, default=json_default)
+    return raw
 
 
 def _key(layout: LogLayout, row: LogRow, columns: Sequence[str]) -> dict[str, Any]:
@@ -175,6 +192,14 @@ def _source(layout: LogLayout, partition: str, row: LogRow) -> SourceInfo:
     )
 
 
+def snapshot_source(layout: LogLayout, partition: str, position: Mapping[str, Any], read_at_us: int) -> SourceInfo:
+    """The ``source`` block of a row a snapshot read from ``layout``'s base table, stamped with
+    the read time (``snapshot = true``)."""
+    return SourceInfo(
+        "scylla", layout.cluster, layout.keyspace, layout.table, partition, position, read_at_us, True, _VERSION
+    )
+
+
 def _headers(values: Mapping[str, Any]) -> dict[str, str] | None:
     if not values:
         return None
@@ -184,44 +209,85 @@ def _headers(values: Mapping[str, Any]) -> dict[str, str] | None:
     }
 
 
-def _applied_delta(layout: LogLayout, row: LogRow, headers: dict[str, Any]) -> dict[str, Any]:
-    after = _key(layout, row, layout.key_columns)
-    replaced, removed, ttl = [], {}, {}
-    for name in layout.value_columns:
-        raw = row.values.get(name)
-        deleted = bool(row.values.get(DELETED_PREFIX + name))
-        elements = row.values.get(DELETED_ELEMENTS_PREFIX + name)
-        if raw is not None:
-            after[name] = layout.value(name, raw)
-            if deleted:
-                replaced.append(name)
-            if row.ttl is not None:
-                ttl[name] = row.ttl
-        elif deleted:
-            after[name] = None
-        if elements:
-            removed[name] = sorted(layout.value(DELETED_ELEMENTS_PREFIX + name, elements), key=str)
-        if not deleted and layout.types[name].kind == "udt" and layout.types[name].multi_cell:
-            _user_type_field_update(layout, name, after, elements)
+def _all_null_udt(raw: Any) -> bool:
+    """A user-type value with no field set: ScyllaDB writes one whenever a non-frozen user type is
+    touched (``cdc/log.cc`` udt_visitor builds it from one slot per field), so it says nothing."""
+    values = raw.values() if isinstance(raw, Mapping) else raw
+    return all(v is None for v in values)
+
+
+def _merged(old: Any, new: Any) -> Any:
+    """Two parts of one multi-cell column written by one base write (one row per TTL)."""
+    from cassandra.util import SortedSet
+
+    if isinstance(new, Mapping) and isinstance(old, Mapping):
+        return {**old, **new}
+    if isinstance(new, set | frozenset | SortedSet) and isinstance(old, set | frozenset | SortedSet):
+        return SortedSet([*old, *new])
+    if hasattr(new, "_fields") and hasattr(old, "_fields"):  # user types, field by field
+        return {f: getattr(new, f) if getattr(new, f) is not None else getattr(old, f) for f in new._fields}
+    return new
+
+
+def _coalesced_delta(layout: LogLayout, rows: Sequence[LogRow], headers: dict[str, Any]) -> dict[str, Any]:
+    """The changes of one row's delta rows (one per TTL and change type, ``cdc/split.cc``) as one
+    ``after``: later rows win, a tombstone (``cdc$deleted_X``) drops what came before it."""
+    values: dict[str, Any] = {}
+    deleted: set[str] = set()
+    removed: dict[str, set[Any]] = {}
+    ttl: dict[str, int] = {}
+    for row in rows:
+        for name in layout.value_columns:
+            raw = row.values.get(name)
+            if raw is not None and name in layout.user_type_columns and _all_null_udt(raw):
+                raw = None
+            if row.values.get(DELETED_PREFIX + name):
+                values[name] = None
+                deleted.add(name)
+            if raw is not None:
+                previous = values.get(name)
+                values[name] = _merged(previous, raw) if previous is not None else raw
+                if row.ttl is not None:
+                    ttl[name] = row.ttl
+            elements = row.values.get(DELETED_ELEMENTS_PREFIX + name)
+            if elements:
+                removed.setdefault(name, set()).update(elements)
+    after = _key(layout, rows[0], layout.key_columns)
+    for name, raw in values.items():
+        after[name] = layout.value(name, raw)
+    for name in layout.user_type_columns - deleted:
+        _user_type_field_update(layout, name, after, removed.get(name, set()))
+    replaced = [n for n in layout.value_columns if n in deleted and n in layout.multi_cell_columns]
     if replaced:
         headers["cdc.replaced"] = replaced
     if removed:
-        headers["cdc.removed"] = removed
+        headers["cdc.removed"] = {name: _removed_labels(layout, name, items) for name, items in removed.items()}
     if ttl:
         headers["cdc.ttl"] = ttl
     return after
 
 
-def _user_type_field_update(layout: LogLayout, name: str, after: dict[str, Any], elements: Any) -> None:
+def _user_type_field_update(layout: LogLayout, name: str, after: dict[str, Any], nulled: set[Any]) -> None:
     """A non-frozen user type's field update (issue 13): the log's value has every field, null
-    where the write did not touch it; the event carries only the fields written, and the fields
-    set to null (``cdc$deleted_elements_X``, by index) as ``None``."""
+    where the write did not touch it; the event carries only the fields written, and those set to
+    null (``cdc$deleted_elements_X``, field indexes) as ``None``. A value written whole
+    (``cdc$deleted_X``) keeps every field; the caller leaves those out."""
+    if name not in after and not nulled:
+        return
     written = after.get(name) or {}
-    nulled = {int(i) for i in layout.value(DELETED_ELEMENTS_PREFIX + name, elements) or ()} if elements else set()
     names = layout.types[name].field_names
-    fields = [(i, written.get(field)) for i, field in enumerate(names) if written.get(field) is not None or i in nulled]
-    if fields or name in after:
-        after[name] = user_type_value(names, fields, whole=False)
+    indexes = {int(i) for i in nulled}
+    fields = [(i, written.get(f)) for i, f in enumerate(names) if written.get(f) is not None or i in indexes]
+    after[name] = user_type_value(names, fields, whole=False)
+
+
+def _removed_labels(layout: LogLayout, name: str, items: set[Any]) -> list[Any]:
+    """Removed elements as the commit-log source names them: user-type fields by name, list
+    elements by their timeuuid, set elements and map keys by value."""
+    cql = layout.types[name]
+    if cql.kind == "udt":
+        return [cql.field_names[i] if 0 <= i < len(cql.field_names) else i for i in sorted(items)]
+    return sorted(layout.value(DELETED_ELEMENTS_PREFIX + name, items), key=str)
 
 
 def _rejected(layout: LogLayout, partition: str, row: LogRow, reason: str, now_ms: int) -> Rejected:
@@ -241,93 +307,120 @@ def _rejected(layout: LogLayout, partition: str, row: LogRow, reason: str, now_m
     return Rejected(event, LogRowError(f"{where}: {reason}"), "source")
 
 
+@dataclass
+class _Change:
+    """One event of a record: a row's upserts (operations 1 and 2, coalesced), a row or
+    partition deletion, or a range deletion's two bounds."""
+
+    rows: list[LogRow]
+    key: dict[str, Any]
+    row_key: Hashable | None  # the row's identity, for images; None for ranges and for partition
+    # deletions of tables with clustering columns
+
+
 def batch_events(
     layout: LogLayout, batch: Sequence[LogRow], partition: str, now_ms: int
 ) -> Iterator[ChangeEvent | Rejected]:
-    """The events of one base write's log rows, in ``cdc$batch_seq_no`` order of their deltas."""
-    pre: dict[str, LogRow] = {}
-    post: dict[str, LogRow] = {}
-    deltas: list[_Delta] = []
+    """The events of one record (one stream and ``cdc$time``), in ``cdc$batch_seq_no`` order of
+    each change's first row: a row's inserts and updates make one event."""
+    if len(batch) == 1 and batch[0].operation in (UPDATE, INSERT):
+        row = batch[0]  # the common case: nothing to pair or coalesce
+        yield _change_event(
+            layout, partition, _Change([row], _key(layout, row, layout.key_columns), None), {}, {}, now_ms
+        )
+        return
+    pre: dict[Hashable, LogRow] = {}
+    post: dict[Hashable, LogRow] = {}
+    changes: list[_Change] = []
+    upserts: dict[Hashable, _Change] = {}
     pending_left: LogRow | None = None
-    # Images are matched to deltas by the row's key as text; a batch without images needs no text.
-    has_images = any(r.operation in (PRE_IMAGE, POST_IMAGE) for r in batch)
-    for row in sorted(batch, key=lambda r: r.seq) if len(batch) > 1 else batch:
+    for row in sorted(batch, key=lambda r: r.seq):
         operation = row.operation
         if operation in (PRE_IMAGE, POST_IMAGE):
             images = pre if operation == PRE_IMAGE else post
-            images.setdefault(_key_text(_key(layout, row, layout.key_columns)), row)
-        elif operation in _ROW_LEVEL:
-            key = _key(layout, row, layout.key_columns)
-            deltas.append(_Delta([row], key, _key_text(key) if has_images else ""))
-        elif operation == PARTITION_DELETE:
-            deltas.append(_Delta([row], _key(layout, row, layout.partition_key), None))
+            images.setdefault(_identity(layout, row), row)
+        elif operation in (UPDATE, INSERT):
+            identity = _identity(layout, row)
+            upsert = upserts.get(identity)
+            if upsert is None:
+                upsert = upserts[identity] = _Change([], _key(layout, row, layout.key_columns), identity)
+                changes.append(upsert)
+            upsert.rows.append(row)
+        elif operation in _ROW_DELETES:
+            changes.append(_Change([row], _key(layout, row, layout.key_columns), _identity(layout, row)))
+        elif operation in _PARTITION_DELETES:
+            key = _key(layout, row, layout.partition_key)
+            # Without clustering columns the partition is the row: its pre-image (2026.1+) pairs.
+            changes.append(_Change([row], key, None if layout.clustering else _identity(layout, row)))
         elif operation in _LEFT_BOUNDS:
             if pending_left is not None:
-                deltas.append(_Delta([pending_left], _key(layout, pending_left, layout.partition_key), None))
+                changes.append(_Change([pending_left], _key(layout, pending_left, layout.partition_key), None))
             pending_left = row
         elif operation in _RIGHT_BOUNDS:
             bounds = [pending_left, row] if pending_left is not None else [row]
-            deltas.append(_Delta(bounds, _key(layout, row, layout.partition_key), None))
+            changes.append(_Change(bounds, _key(layout, row, layout.partition_key), None))
             pending_left = None
         else:
             yield _rejected(layout, partition, row, f"unknown cdc$operation {operation}", now_ms)
     if pending_left is not None:
-        deltas.append(_Delta([pending_left], _key(layout, pending_left, layout.partition_key), None))
+        changes.append(_Change([pending_left], _key(layout, pending_left, layout.partition_key), None))
 
-    first_of: dict[str, int] = {}
-    last_of: dict[str, int] = {}
-    for index, delta in enumerate(deltas):
-        if delta.row_key is not None:
-            first_of.setdefault(delta.row_key, index)
-            last_of[delta.row_key] = index
-    for row_key, images in (("pre", pre), ("post", post)):
-        for text, row in images.items():
-            if text not in first_of:
-                yield _rejected(layout, partition, row, f"a {row_key}-image with no delta of its row", now_ms)
+    first_of: dict[Hashable, int] = {}
+    last_of: dict[Hashable, int] = {}
+    for index, change in enumerate(changes):
+        if change.row_key is not None:
+            first_of.setdefault(change.row_key, index)
+            last_of[change.row_key] = index
+    for which, images in (("pre", pre), ("post", post)):
+        for identity, row in images.items():
+            if identity not in first_of:
+                yield _rejected(layout, partition, row, f"a {which}-image with no delta of its row", now_ms)
+    for index, change in enumerate(changes):
+        row_key = change.row_key
+        before = pre.get(row_key) if row_key is not None and first_of.get(row_key) == index else None
+        after = post.get(row_key) if row_key is not None and last_of.get(row_key) == index else None
+        paired = {k: v for k, v in (("before", before), ("after", after)) if v is not None}
+        yield _change_event(layout, partition, change, paired, {}, now_ms)
 
-    for index, delta in enumerate(deltas):
-        yield _delta_event(layout, partition, delta, index, first_of, last_of, pre, post, now_ms)
 
-
-def _delta_event(
+def _change_event(
     layout: LogLayout,
     partition: str,
-    delta: _Delta,
-    index: int,
-    first_of: Mapping[str, int],
-    last_of: Mapping[str, int],
-    pre: Mapping[str, LogRow],
-    post: Mapping[str, LogRow],
+    change: _Change,
+    images: Mapping[str, LogRow],
+    headers: dict[str, Any],
     now_ms: int,
 ) -> ChangeEvent:
-    row = delta.rows[0]
-    operation = delta.rows[-1].operation
-    headers: dict[str, Any] = {}
-    before = after = None
-    if delta.row_key is not None and first_of.get(delta.row_key) == index and delta.row_key in pre:
-        before = _image(layout, pre[delta.row_key], whole_row=False)
+    first = change.rows[0]
+    operation = change.rows[-1].operation
+    before_row = images.get("before")
+    before = _image(layout, before_row, whole_row=False) if before_row is not None else None
+    after = None
     if operation in (UPDATE, INSERT):
-        op = Op.CREATE if operation == INSERT else Op.UPDATE
-        assert delta.row_key is not None
-        image = post.get(delta.row_key) if last_of.get(delta.row_key) == index else None
-        after = _image(layout, image, whole_row=True) if image is not None else _applied_delta(layout, row, headers)
-        if image is not None and row.ttl is not None:
-            headers["cdc.ttl"] = {n: row.ttl for n in layout.value_columns if row.values.get(n) is not None}
+        op = Op.CREATE if any(r.operation == INSERT for r in change.rows) else Op.UPDATE
+        after = _coalesced_delta(layout, change.rows, headers)
+        image = images.get("after")
+        if image is not None:
+            after = _image(layout, image, whole_row=True)  # the post-image: the whole row after
     else:
         op = Op.DELETE
-        if operation == ROW_DELETE:
+        if operation in _ROW_DELETES:
             headers["cdc.deletion"] = "row"
-        elif operation == PARTITION_DELETE:
+        elif operation in _PARTITION_DELETES:
             headers["cdc.deletion"] = "partition"
         else:
             headers["cdc.deletion"] = "range"
-            headers["cdc.range"] = _range(layout, delta.rows)
+            headers["cdc.range"] = _range(layout, change.rows)
+        if operation is not None and operation < 0:
+            # -3 / -4: deleted by ScyllaDB itself (the expiration service of Alternator TTL and,
+            # since 2026.2, CQL per-row TTL; cdc/log.hh service_row_delete, service_partition_delete)
+            headers["cdc.origin"] = "service"
     return ChangeEvent(
         op,
-        delta.key,
+        change.key,
         before,
         after,
-        _source(layout, partition, row),
+        _source(layout, partition, first),
         now_ms,
         layout.row_schema,
         headers=_headers(headers),

@@ -1,5 +1,11 @@
 """Queries of one CDC log table: a stream group's rows in a time window, and the next row's time.
 
+A query names its streams in one ``"cdc$stream_id" IN (...)``; ScyllaDB refuses more than
+``max_partition_key_restrictions_per_query`` keys (default 100, ``db/config.cc``; checked in
+``cql3/restrictions/statement_restrictions.cc``), and a vnode group has one stream per shard of
+the range's owner, so a group is queried in chunks of at most ``max_streams_per_query`` streams,
+sent together, their rows merged.
+
 Queries are sent unprepared: every response then carries its own column list, so rows written
 after ``ALTER TABLE`` (which alters the log table too) are read with their new columns at once,
 without re-preparing and without a stale result-metadata cache (ScyllaDB speaks protocol v4, where
@@ -9,21 +15,31 @@ a prepared ``SELECT *`` keeps the columns it was prepared with).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.sources.cql.cqltypes import CqlType, build_type
-from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, UnknownCdcTableError
+from cdcflow.sources.scylla_cdc.exceptions import (
+    CdcMetadataUnavailableError,
+    StreamsPerQueryError,
+    UnknownCdcTableError,
+)
 from cdcflow.sources.scylla_cdc.log_events import LogLayout, LogRow
-from cdcflow.sources.scylla_cdc.metadata import datetime_to_micros
 from cdcflow.sources.scylla_cdc.timeuuids import max_timeuuid, micros_of
 
-__all__ = ["LOG_SUFFIX", "LogTableReader", "WindowTooLargeError"]
+__all__ = ["LOG_SUFFIX", "LogTableReader", "SentWindow", "WindowTooLargeError", "stream_chunks"]
 
 LOG_SUFFIX = "_scylla_cdc_log"
 _META = ("cdc$stream_id", "cdc$time", "cdc$batch_seq_no", "cdc$operation", "cdc$ttl", "cdc$end_of_batch")
-_CLOSED_TIME = "cdc$closed_time"
+
+# How a cluster refuses too many keys in an IN list. ScyllaDB (a ServerError,
+# statement_restrictions.cc): "size of partition-key IN list or partition-key cartesian product of
+# IN list 128 is greater than maximum 100. ..."; Cassandra's guardrail (an InvalidRequest):
+# "Guardrail partition_keys_in_select violated: ... number of partition keys 128 exceeds fail
+# threshold of 100."
+_TOO_MANY_KEYS = re.compile(r"is greater than maximum (\d+)|partition_keys_in_select violated.*?threshold of (\d+)")
 
 log = logging.getLogger("cdcflow.scylla_cdc")
 
@@ -42,8 +58,22 @@ class _Columns:
     @classmethod
     def of(cls, names: Sequence[str]) -> _Columns:
         index = {name: i for i, name in enumerate(names)}
-        skip = {*_META, _CLOSED_TIME}
-        return cls(index, tuple((i, name) for i, name in enumerate(names) if name not in skip))
+        return cls(index, tuple((i, name) for i, name in enumerate(names) if name not in _META))
+
+
+def stream_chunks(streams: Sequence[bytes], limit: int) -> list[list[bytes]]:
+    """``streams`` in as few queries of at most ``limit`` as possible, of near-equal size."""
+    count = max(1, -(-len(streams) // limit))
+    size = max(1, -(-len(streams) // count))
+    return [list(streams[i : i + size]) for i in range(0, len(streams), size)] or [[]]
+
+
+@dataclass(frozen=True)
+class SentWindow:
+    """A window's queries, one per chunk of streams, sent and not yet read."""
+
+    futures: tuple[Any, ...]
+    sizes: tuple[int, ...]  # streams per query
 
 
 class LogTableReader:
@@ -58,6 +88,7 @@ class LogTableReader:
         keyspace: str,
         table: str,
         page_size: int,
+        max_streams_per_query: int = 100,
     ) -> None:
         self._cluster = cluster
         self._session = session
@@ -67,6 +98,7 @@ class LogTableReader:
         self.table = table
         self.log_table = table + LOG_SUFFIX
         self._page_size = page_size
+        self._max_streams = max_streams_per_query
         self._columns: dict[tuple[str, ...], _Columns] = {}
         self.layout = self._load_layout()
         self._from = f'"{keyspace}"."{self.log_table}"'
@@ -83,7 +115,7 @@ class LogTableReader:
         types: dict[str, CqlType] = {
             name: build_type(column.cql_type, user_types)
             for name, column in log_table.columns.items()
-            if name not in _META and name != _CLOSED_TIME
+            if name not in _META
         }
         partition_key = tuple(c.name for c in base.partition_key)
         clustering = tuple(c.name for c in base.clustering_key)
@@ -107,7 +139,7 @@ class LogTableReader:
             self.table,
             ", ".join(self.layout.value_columns),
         )
-        unknown = [n for n in names if n not in self.layout.types and n not in _META and n != _CLOSED_TIME]
+        unknown = [n for n in names if n not in self.layout.types and n not in _META]
         if unknown:
             log.warning("%s: columns %s are not in the schema yet; their values pass as read", self.log_table, unknown)
 
@@ -115,23 +147,36 @@ class LogTableReader:
         key = tuple(names)
         columns = self._columns.get(key)
         if columns is None:
-            if any(n not in self.layout.types for n in names if n not in _META and n != _CLOSED_TIME):
+            if any(n not in self.layout.types for n in names if n not in _META):
                 self._refresh_layout(names)
             columns = self._columns[key] = _Columns.of(names)
         return columns
 
     # --- queries -----------------------------------------------------------------------------
 
-    def _execute(self, query: str, parameters: Sequence[Any], fetch_size: int | None) -> Any:
-        from cassandra.query import SimpleStatement
+    def _failure(self, exc: Exception, streams: int) -> Exception:
+        where = f"{self.keyspace}.{self.log_table}"
+        refused = _TOO_MANY_KEYS.search(str(exc))
+        if refused is not None:
+            limit = refused.group(1) or refused.group(2)
+            return StreamsPerQueryError(where, streams, int(limit) if limit else None, str(exc))
+        return CdcMetadataUnavailableError(f"reading {where}: {type(exc).__name__}: {exc}")
+
+    def _send(
+        self, query: str, streams: Sequence[bytes], after_us: int, up_to_us: int, fetch_size: int | None
+    ) -> SentWindow:
+        from cassandra.query import SimpleStatement, ValueSequence
 
         statement = SimpleStatement(query, fetch_size=fetch_size)
-        try:
-            return self._session.execute(statement, parameters, execution_profile=self._profile)
-        except Exception as exc:
-            raise CdcMetadataUnavailableError(
-                f"reading {self.keyspace}.{self.log_table}: {type(exc).__name__}: {exc}"
-            ) from exc
+        futures, sizes = [], []
+        for chunk in stream_chunks(streams, self._max_streams):
+            parameters = (ValueSequence(chunk), max_timeuuid(after_us), max_timeuuid(up_to_us))
+            try:
+                futures.append(self._session.execute_async(statement, parameters, execution_profile=self._profile))
+            except Exception as exc:
+                raise self._failure(exc, len(chunk)) from exc
+            sizes.append(len(chunk))
+        return SentWindow(tuple(futures), tuple(sizes))
 
     def window(self, streams: Sequence[bytes], after_us: int, up_to_us: int, limit: int | None) -> list[LogRow]:
         """Every row of ``streams`` with a ``cdc$time`` in ``(after_us, up_to_us]``, unordered.
@@ -140,34 +185,25 @@ class LogTableReader:
         """
         return self.finish_window(self.start_window(streams, after_us, up_to_us), limit)
 
-    def start_window(self, streams: Sequence[bytes], after_us: int, up_to_us: int) -> Any:
-        """Send a window's query without waiting: its first page arrives while other work goes on."""
-        from cassandra.query import SimpleStatement, ValueSequence
+    def start_window(self, streams: Sequence[bytes], after_us: int, up_to_us: int) -> SentWindow:
+        """Send a window's queries without waiting: their first pages arrive while other work goes on."""
+        query = f'SELECT * FROM {self._from} WHERE "cdc$stream_id" IN %s AND "cdc$time" > %s AND "cdc$time" <= %s'
+        return self._send(query, streams, after_us, up_to_us, self._page_size)
 
-        statement = SimpleStatement(
-            f'SELECT * FROM {self._from} WHERE "cdc$stream_id" IN %s AND "cdc$time" > %s AND "cdc$time" <= %s',
-            fetch_size=self._page_size,
-        )
-        parameters = (ValueSequence(list(streams)), max_timeuuid(after_us), max_timeuuid(up_to_us))
-        try:
-            return self._session.execute_async(statement, parameters, execution_profile=self._profile)
-        except Exception as exc:
-            where = f"{self.keyspace}.{self.log_table}"
-            raise CdcMetadataUnavailableError(f"reading {where}: {type(exc).__name__}: {exc}") from exc
-
-    def finish_window(self, future: Any, limit: int | None) -> list[LogRow]:
-        """The rows of a window sent with :meth:`start_window` (see :meth:`window`)."""
-        try:
-            result = future.result()
-        except Exception as exc:
-            where = f"{self.keyspace}.{self.log_table}"
-            raise CdcMetadataUnavailableError(f"reading {where}: {type(exc).__name__}: {exc}") from exc
+    def finish_window(self, sent: SentWindow, limit: int | None) -> list[LogRow]:
+        """The rows of a window sent with :meth:`start_window` (see :meth:`window`); ``limit``
+        counts the rows of all its queries together."""
         rows: list[LogRow] = []
-        for page_rows, names in self._pages(result):
-            columns = self._columns_of(names)
-            rows.extend(self._log_row(columns, row) for row in page_rows)
-            if limit is not None and len(rows) > limit:
-                raise WindowTooLargeError(len(rows))
+        for future, size in zip(sent.futures, sent.sizes, strict=True):
+            try:
+                result = future.result()
+            except Exception as exc:
+                raise self._failure(exc, size) from exc
+            for page_rows, names in self._pages(result):
+                columns = self._columns_of(names)
+                rows.extend(self._log_row(columns, row) for row in page_rows)
+                if limit is not None and len(rows) > limit:
+                    raise WindowTooLargeError(len(rows))
         return rows
 
     def _pages(self, result: Any) -> Iterator[tuple[list[Any], list[str]]]:
@@ -189,7 +225,6 @@ class LogTableReader:
             position = index.get(name)
             return row[position] if position is not None else None
 
-        closed = meta(_CLOSED_TIME)
         return LogRow(
             stream=row[index["cdc$stream_id"]],
             time=time,
@@ -198,20 +233,24 @@ class LogTableReader:
             operation=meta("cdc$operation"),
             ttl=meta("cdc$ttl"),
             end_of_batch=meta("cdc$end_of_batch"),
-            closed_time_us=datetime_to_micros(closed) if closed is not None else None,
             values={name: row[i] for i, name in columns.data},
         )
 
     def first_time_after(self, streams: Sequence[bytes], after_us: int, up_to_us: int) -> int | None:
         """The earliest ``cdc$time`` (µs) of ``streams`` in ``(after_us, up_to_us]``: one row per
-        stream at most, so an empty stretch of any length costs one query."""
-        from cassandra.query import ValueSequence
-
-        result = self._execute(
+        stream at most, so an empty stretch of any length costs one query (per chunk of streams)."""
+        sent = self._send(
             f'SELECT "cdc$time" FROM {self._from} WHERE "cdc$stream_id" IN %s AND "cdc$time" > %s '
             'AND "cdc$time" <= %s PER PARTITION LIMIT 1',
-            (ValueSequence(list(streams)), max_timeuuid(after_us), max_timeuuid(up_to_us)),
+            streams,
+            after_us,
+            up_to_us,
             None,
         )
-        times = [micros_of(row[0]) for row in result]
+        times: list[int] = []
+        for future, size in zip(sent.futures, sent.sizes, strict=True):
+            try:
+                times.extend(micros_of(row[0]) for row in future.result())
+            except Exception as exc:
+                raise self._failure(exc, size) from exc
         return min(times) if times else None

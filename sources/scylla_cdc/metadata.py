@@ -3,9 +3,15 @@
 Vnode keyspaces (seed 000, "Streams description tables"): generation timestamps come from
 ``cdc_generation_timestamps``, and a generation's streams from ``cdc_streams_descriptions_v2``
 *only once its timestamp is there*: a node writes the streams first and the timestamp last, so a
-partition whose timestamp is missing may be partial. Clusters from before 4.4 (no v2 tables, or
-v2 tables whose rewrite has not finished: no ``key = 'rewritten'`` row in ``cdc_local``) are read
-from the v1 table ``cdc_streams_descriptions``, whose rows hold a whole generation each.
+partition whose timestamp is missing may be partial. Clusters from before 4.4 have only the v1
+table ``cdc_streams_descriptions``, whose rows hold a whole generation each. A cluster upgraded
+since has both: its generations were rewritten into v2, and new ones go to v2 only. ScyllaDB's
+consumers read v2 only once the coordinator's ``cdc_local`` holds the ``rewritten`` row, which is
+node-local and which nothing writes any more (raft-mode bootstraps skip it; since 2026.2 nothing
+writes ``cdc_local``): a coordinator without it would keep them on v1, blind to new generations.
+Here, while the row is not seen, every generation v1 lists is read from v1 and every other one
+from v2, re-checked at each refresh: nothing depends on the row, and a generation always comes
+from the same table (its partitions keep their names across restarts).
 
 Tablet keyspaces (seed 004): ``cdc_timestamps`` lists when a table's stream set changed and
 ``cdc_streams`` the streams with their ``stream_state``; the whole history is rebuilt from it.
@@ -16,6 +22,7 @@ Stream sets are ``frozen<set<blob>>`` on ScyllaDB; the seed's older text shows
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +49,8 @@ V2_TABLES = ("cdc_generation_timestamps", "cdc_streams_descriptions_v2")
 V1_TABLE = "cdc_streams_descriptions"
 TABLET_TABLES = ("cdc_timestamps", "cdc_streams")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+log = logging.getLogger("cdcflow.scylla_cdc")
 
 
 def datetime_to_micros(value: datetime | int) -> int:
@@ -95,7 +104,8 @@ class GenerationReader:
         self._local_keyspace = local_keyspace
         self._profile = profile
         self._described: dict[int, VnodeGeneration] = {}  # published generations never change
-        self.layout: Literal["v2", "v1"] | None = None
+        self.layout: Literal["v2", "v1", "v1+v2"] | None = None
+        self._v2_only_seen: int | None = None
 
     def _execute(self, query: str, parameters: Sequence[Any] = (), what: str = "") -> Any:
         try:
@@ -109,34 +119,60 @@ class GenerationReader:
         )
         return {row[0] for row in rows}
 
-    def detect_layout(self) -> Literal["v2", "v1"] | None:
-        """v2 when its tables exist and the v1 rewrite is done; v1 when only the old table exists;
-        None when there is no description table at all (a cluster with only tablet keyspaces)."""
+    def detect_layout(self) -> Literal["v2", "v1", "v1+v2"] | None:
+        """v2 when only its tables exist, or the v1 rewrite is known done (the ``rewritten`` row
+        seen once: sticky); v1 when only the old table exists; v1+v2 when both exist without the
+        row; None when there is no description table (a cluster with only tablet keyspaces)."""
+        if self.layout == "v2":
+            return self.layout
         tables = self._tables(self._keyspace)
-        if all(name in tables for name in V2_TABLES):
-            rewritten = True
-            if V1_TABLE in tables and "cdc_local" in self._tables(self._local_keyspace):
-                rows = self._execute(
-                    f"SELECT key FROM {self._local_keyspace}.cdc_local WHERE key = 'rewritten'", (), "cdc_local"
-                )
-                rewritten = bool(list(rows))
-            self.layout = "v2" if rewritten else "v1"
-        elif V1_TABLE in tables:
-            self.layout = "v1"
+        has_v2 = all(name in tables for name in V2_TABLES)
+        has_v1 = V1_TABLE in tables
+        if has_v2 and has_v1:
+            self.layout = "v2" if self._rewritten() else "v1+v2"
+        elif has_v2:
+            self.layout = "v2"
         else:
-            self.layout = None
+            self.layout = "v1" if has_v1 else None
         return self.layout
+
+    def _rewritten(self) -> bool:
+        if "cdc_local" not in self._tables(self._local_keyspace):
+            return False
+        rows = self._execute(
+            f"SELECT key FROM {self._local_keyspace}.cdc_local WHERE key = 'rewritten'", (), "cdc_local"
+        )
+        return bool(list(rows))
 
     def require_tables(self) -> None:
         if self.detect_layout() is None:
             raise MetadataTablesMissingError(self._keyspace, [*V2_TABLES, V1_TABLE])
 
     def generations(self) -> list[VnodeGeneration]:
-        """Every published generation, oldest first."""
-        if self.layout is None and self.detect_layout() is None:
+        """Every published generation, oldest first (the layout is re-checked each time)."""
+        layout = self.detect_layout()
+        if layout is None:
             return []
-        if self.layout == "v1":
+        if layout == "v1":
             return self._v1_generations()
+        v2 = self._v2_generations()
+        if layout == "v2":
+            return v2
+        v1 = self._v1_generations()
+        listed = {g.timestamp_us for g in v1}
+        only_v2 = [g for g in v2 if g.timestamp_us not in listed]
+        if only_v2 and self._v2_only_seen != only_v2[-1].timestamp_us:
+            self._v2_only_seen = only_v2[-1].timestamp_us
+            log.info(
+                "%s: generations %s are in cdc_streams_descriptions_v2 only (no 'rewritten' row in %s.cdc_local): "
+                "read from v2, older ones from v1",
+                self._keyspace,
+                [g.timestamp_us // 1000 for g in only_v2],
+                self._local_keyspace,
+            )
+        return sorted(v1 + only_v2, key=lambda g: g.timestamp_us)
+
+    def _v2_generations(self) -> list[VnodeGeneration]:
         rows = self._execute(
             f"SELECT time, expired FROM {self._keyspace}.cdc_generation_timestamps WHERE key = 'timestamps'",
             (),

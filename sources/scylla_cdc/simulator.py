@@ -8,18 +8,19 @@ would: the description tables of vnode keyspaces (``cdc_generation_timestamps``,
 ``cdc_streams``, the internal ``cdc_streams_state`` and ``cdc_streams_history``), each with
 ScyllaDB's columns and types, in keyspaces of your choice (a Cassandra node refuses tables in its
 own ``system*`` keyspaces); CDC log tables ``<table>_scylla_cdc_log`` with quoted ``cdc$``
-columns; and for each base write, the base write itself plus the log rows ScyllaDB writes: the
-stream from :meth:`CdcMetadata.get_stream` (or the tablet's stream), one ``cdc$time`` per write,
-pre-images, deltas and post-images numbered by ``cdc$batch_seq_no``, ``cdc$end_of_batch``,
-``cdc$ttl``, the log TTL. Generations come from a simulated ring: :meth:`join_node` refines its
-vnodes and publishes a generation operating ``2 x ring_delay`` later; writes outside the
-generation leeway are refused with :class:`WriteRejectedError`, as ScyllaDB refuses them.
+columns; and for each base write, the base write itself plus the log rows ScyllaDB writes, split
+into records as ``cdc/split.cc`` splits them (:mod:`.simulated_log`): per record the stream from
+:meth:`CdcMetadata.get_stream` (or the tablet set's), its own ``cdc$time``, pre-images, deltas and
+post-images numbered by ``cdc$batch_seq_no``, ``cdc$end_of_batch``, ``cdc$ttl``, the log TTL.
+Generations come from a simulated ring: :meth:`join_node` refines its vnodes and publishes a
+generation operating ``2 x ring_delay + leeway`` later; writes outside the generation leeway are
+refused with :class:`WriteRejectedError`, as ScyllaDB refuses them.
 
 Point a consumer at it (``generations_keyspace``/``tablets_keyspace`` naming the keyspaces used
 here) to test it against every case of the design without a ScyllaDB cluster.
 
-Not simulated: static columns, removing list elements (Cassandra cannot address them by timeuuid),
-pre/post-images of non-frozen lists, counters, LWT.
+Not simulated: removing list elements (Cassandra cannot address them by timeuuid), pre/post-images
+of non-frozen lists, counters, LWT, Alternator.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from cdcflow.sources.scylla_cdc.exceptions import WriteRejectedError
@@ -41,6 +42,28 @@ from cdcflow.sources.scylla_cdc.generations import (
 )
 from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
 from cdcflow.sources.scylla_cdc.log_reader import LOG_SUFFIX
+from cdcflow.sources.scylla_cdc.simulated_log import (
+    Add,
+    ColumnKind,
+    DeleteColumns,
+    DeletePartition,
+    DeleteRange,
+    DeleteRow,
+    ImageState,
+    Insert,
+    Mutation,
+    Operation,
+    Overwrite,
+    PreimageSelect,
+    Remove,
+    SetFields,
+    TableShape,
+    Update,
+    build_mutation,
+    load_state,
+    log_records,
+    preimage_select,
+)
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
 from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
@@ -48,6 +71,7 @@ from cdcflow.sources.scylla_cdc.tokens import partition_token
 
 __all__ = [
     "Add",
+    "DeleteColumns",
     "DeletePartition",
     "DeleteRange",
     "DeleteRow",
@@ -61,75 +85,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-
-
-# --- what a base write does to one column -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Add:
-    """Add elements to a non-frozen set (a set), map (a dict) or list (appended values)."""
-
-    elements: Any
-
-
-@dataclass(frozen=True)
-class Remove:
-    """Remove elements of a non-frozen set, or keys of a non-frozen map."""
-
-    elements: Any
-
-
-@dataclass(frozen=True)
-class Overwrite:
-    """Replace a whole non-frozen collection or user type (``SET c = ...``); None deletes it."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class SetFields:
-    """Set fields of a non-frozen user type (``SET u.f = ...``); a None value deletes the field."""
-
-    fields: Mapping[str, Any]
-
-
-# --- base writes -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Insert:
-    row: Row  # the whole primary key and any columns
-
-
-@dataclass(frozen=True)
-class Update:
-    key: Row  # the whole primary key
-    values: Row  # column -> value, None (deletion), or an Add/Remove/Overwrite/SetFields
-
-
-@dataclass(frozen=True)
-class DeleteRow:
-    key: Row
-
-
-@dataclass(frozen=True)
-class DeletePartition:
-    partition_key: Row
-
-
-@dataclass(frozen=True)
-class DeleteRange:
-    """Delete rows of one partition by a clustering range: ``prefix`` fixes leading clustering
-    columns, ``start``/``end`` bound the next one as ``(value, inclusive)`` or None (unbounded)."""
-
-    partition_key: Row
-    prefix: Row = field(default_factory=dict)
-    start: tuple[Any, bool] | None = None
-    end: tuple[Any, bool] | None = None
-
-
-Operation = Insert | Update | DeleteRow | DeletePartition | DeleteRange
 
 
 @dataclass(frozen=True)
@@ -160,6 +115,7 @@ class _Table:
     postimage: bool
     ttl_s: int
     tablets: TabletStreamHistory | None
+    static: frozenset[str] = frozenset()
     table_id: uuid.UUID | None = None
 
     @property
@@ -171,12 +127,15 @@ class _Table:
         return [n for n, _ in self.partition_key + self.clustering]
 
 
-def _kind(type_text: str, user_types: set[str]) -> str:
+def _kind(type_text: str, user_types: set[str]) -> ColumnKind:
     """atomic, set, map, list or udt (the non-frozen kinds get three log columns)."""
     text = type_text.strip().lower()
-    for kind in ("set", "map", "list"):
-        if text.startswith(kind + "<"):
-            return kind
+    if text.startswith("set<"):
+        return "set"
+    if text.startswith("map<"):
+        return "map"
+    if text.startswith("list<"):
+        return "list"
     return "udt" if text in user_types else "atomic"
 
 
@@ -248,6 +207,7 @@ class ScyllaCdcWriter:
         self._tables: dict[str, _Table] = {}
         self._prepared: dict[str, Any] = {}
         self._user_types: dict[str, set[str]] = {}
+        self._udt_fields: dict[tuple[str, str], tuple[str, ...]] = {}
         self._generation_uuid = uuid.uuid4()
 
     # --- clocks ------------------------------------------------------------------------------------
@@ -281,23 +241,50 @@ class ScyllaCdcWriter:
             f"CREATE TABLE IF NOT EXISTS {local}.cdc_streams_history (table_id uuid, timestamp timestamp, "
             "stream_state tinyint, last_token bigint, stream_id blob, "
             "PRIMARY KEY (table_id, timestamp, stream_state, last_token))",
-            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions (time timestamp PRIMARY KEY, "
-            "streams frozen<set<blob>>, expired timestamp)",
-            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_descriptions (time timestamp PRIMARY KEY, "
-            "description frozen<list<frozen<tuple<bigint, frozen<list<blob>>, tinyint>>>>, expired timestamp)",
         ]
-        if self.layout == "v2":
+        if self.layout == "v1":
+            # Clusters from before 4.4 only; new clusters do not create the v1 tables
+            # (scylladb db/system_distributed_keyspace.cc ensured_tables()).
             statements += [
-                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_timestamps (key text, time timestamp, "
-                "expired timestamp, PRIMARY KEY (key, time)) WITH CLUSTERING ORDER BY (time DESC)",
-                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions_v2 (time timestamp, "
-                "range_end bigint, streams frozen<set<blob>>, PRIMARY KEY (time, range_end))",
+                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions (time timestamp PRIMARY KEY, "
+                "streams frozen<set<blob>>, expired timestamp)",
+                f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_descriptions (time timestamp "
+                "PRIMARY KEY, description frozen<list<frozen<tuple<bigint, frozen<list<blob>>, tinyint>>>>, "
+                "expired timestamp)",
             ]
         for statement in statements:
             self.session.execute(statement)
         if self.layout == "v2":
-            # Bootstrapping nodes insert it too, so a new cluster never rewrites v1 descriptions.
-            self.session.execute(f"INSERT INTO {local}.cdc_local (key) VALUES ('rewritten')")
+            self._create_v2_tables()
+
+    def _create_v2_tables(self) -> None:
+        distributed = self.keyspaces.distributed
+        self.session.execute(
+            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_generation_timestamps (key text, time timestamp, "
+            "expired timestamp, PRIMARY KEY (key, time)) WITH CLUSTERING ORDER BY (time DESC)"
+        )
+        self.session.execute(
+            f"CREATE TABLE IF NOT EXISTS {distributed}.cdc_streams_descriptions_v2 (time timestamp, "
+            "range_end bigint, streams frozen<set<blob>>, PRIMARY KEY (time, range_end))"
+        )
+
+    def upgrade_to_v2(self, rewritten_row: bool = False) -> None:
+        """An old (v1) cluster upgraded: the v2 tables, every known generation rewritten into
+        them, and from now on new generations in v2 only; the v1 table stays, with its old
+        generations. The ``rewritten`` row of ``cdc_local`` only with ``rewritten_row``: it is
+        node-local, written by the node that rewrote (and by gossip-mode bootstraps before 6.0), and
+        by nothing since 2026.2 (scylladb 6a7e850161 "cdc: remove legacy code"), so a node added
+        later answers without it."""
+        if self.layout != "v1":
+            raise ValueError("only a v1 cluster is upgraded")
+        self.layout = "v2"
+        self._create_v2_tables()
+        for generation in self.metadata.generations():
+            if generation.description is not None:
+                self._describe(generation.timestamp_us, generation.description)
+                self.publish(generation.timestamp_us)
+        if rewritten_row:
+            self.session.execute(f"INSERT INTO {self.keyspaces.local}.cdc_local (key) VALUES ('rewritten')")
 
     def drop_keyspaces(self) -> None:
         for keyspace in self.keyspaces.all():
@@ -314,11 +301,21 @@ class ScyllaCdcWriter:
 
     def join_node(self, vnodes: int = 16, publish: bool = True) -> int:
         """A node joins: its tokens refine the vnodes, and the new generation starts operating
-        ``2 x ring_delay`` from now. ``publish=False`` stops after the streams are written and
-        before the timestamp is, as a node failing in between would (see :meth:`publish`)."""
+        ``2 x ring_delay + generation_leeway`` from now (no delay at all when ring_delay is 0).
+        ``publish=False`` stops after the streams are written and before the timestamp is, as a
+        node failing in between would (see :meth:`publish`)."""
         self.ring = sorted(set(self.ring) | set(split_ring(vnodes, self.rng)))
-        start = self.coordinator_now_us() + int(2 * self.ring_delay_s * 1_000_000)
-        return self._new_generation(start, publish)
+        return self._new_generation(self._delayed_timestamp_us(), publish)
+
+    def _delayed_timestamp_us(self) -> int:
+        """``cdc::new_generation_timestamp(add_delay=true, ring_delay)`` (scylladb
+        ``cdc/generation.cc``): ``db_clock::now() + 2 * ring_delay + generation_leeway``, and just
+        now when ring_delay is 0. The topology coordinator asks for the delay for every
+        generation but the first (``service/topology_coordinator.cc``), as do tablet resizes."""
+        now = self.coordinator_now_us()
+        if self.ring_delay_s == 0:
+            return now
+        return now + int(2 * self.ring_delay_s * 1_000_000) + self.metadata.generation_leeway_us
 
     def _new_generation(self, start_us: int, publish: bool = True) -> int:
         start_us -= start_us % 1000  # generation timestamps are `timestamp` columns: milliseconds
@@ -378,13 +375,16 @@ class ScyllaCdcWriter:
             self.session.execute(insert, (ms, entry.token_range_end, {s.raw for s in entry.streams}))
 
     def publish(self, start_us: int) -> None:
-        """The last step of a generation's publication: its timestamp in ``cdc_generation_timestamps``."""
+        """The last step of a generation's publication: its timestamp in ``cdc_generation_timestamps``
+        (v2); a v1 cluster's node notes its generation in ``cdc_local`` (since 2026.2 nothing
+        writes ``cdc_local``: scylladb 4402b030ae)."""
         if self.layout == "v2":
             self.session.execute(
                 f"INSERT INTO {self.keyspaces.distributed}.cdc_generation_timestamps (key, time) "
                 "VALUES ('timestamps', %s)",
                 (start_us // 1000,),
             )
+            return
         self.session.execute(
             f"INSERT INTO {self.keyspaces.local}.cdc_local (key, streams_timestamp, uuid) VALUES ('cdc_local', %s, %s)",
             (start_us // 1000, self._generation_uuid),
@@ -404,9 +404,10 @@ class ScyllaCdcWriter:
         postimage: bool = False,
         ttl_s: int = 86_400,
         tablets: int | None = None,
+        static: Sequence[str] = (),
     ) -> None:
-        """A base table with CDC on: the table, its log table and, with ``tablets`` (a power of
-        two), a tablet stream set operating from now."""
+        """A base table with CDC on: the table (``static`` names static columns), its log table
+        and, with ``tablets`` (a power of two), a tablet stream set."""
         self._user_types.setdefault(keyspace, self._known_user_types(keyspace))
         spec = _Table(
             keyspace,
@@ -418,8 +419,11 @@ class ScyllaCdcWriter:
             postimage,
             ttl_s,
             None,
+            frozenset(static),
         )
-        definitions = [f"{n} {t}" for n, t in (*partition_key, *clustering, *columns)]
+        definitions = [
+            f"{n} {t}" + (" static" if n in spec.static else "") for n, t in (*partition_key, *clustering, *columns)
+        ]
         key = ", ".join(n for n, _ in partition_key)
         primary = ", ".join([f"({key})", *(n for n, _ in clustering)])
         self.session.execute(f"CREATE TABLE {keyspace}.{table} ({', '.join(definitions)}, PRIMARY KEY ({primary}))")
@@ -432,22 +436,25 @@ class ScyllaCdcWriter:
             '"cdc$end_of_batch" boolean',
             *(f"{n} {t}" for n, t in (*partition_key, *clustering)),
         ]
+        # The log's columns as ``cdc/log.cc`` add_columns_to_cdc_log() makes them: static base
+        # columns become regular log columns, and there is no cdc$closed_time.
         for name, type_text in columns:
             log_definitions += self._log_definitions(keyspace, name, type_text)
-        if tablets is not None:
-            log_definitions.append('"cdc$closed_time" timestamp static')
         self.session.execute(
             f"CREATE TABLE {keyspace}.{table}{LOG_SUFFIX} ({', '.join(log_definitions)}, "
             'PRIMARY KEY ("cdc$stream_id", "cdc$time", "cdc$batch_seq_no"))'
         )
         self._tables[spec.qualified] = spec
         if tablets is not None:
-            spec.table_id = self._table_id(keyspace, table)
-            now = self.coordinator_now_us()
-            now -= now % 1000
+            # Stream sets are keyed by the *log* table's id (``cdc/log.cc``
+            # on_before_allocate_tablet_map() acts only for is_log_schema(s) and passes s.id()), and
+            # the first set starts a generation leeway in the past: db_clock::now() - leeway.
+            spec.table_id = self._table_id(keyspace, table + LOG_SUFFIX)
+            first = self.coordinator_now_us() - self.metadata.generation_leeway_us
+            first -= first % 1000
             streams = tablet_stream_ids(tablets, self.rng)
-            spec.tablets = TabletStreamHistory.starting(now, streams)
-            self._store_tablet_state(spec, now, streams)
+            spec.tablets = TabletStreamHistory.starting(first, streams)
+            self._store_tablet_state(spec, first, streams)
 
     def _log_definitions(self, keyspace: str, name: str, type_text: str) -> list[str]:
         value_type, elements_type = log_columns(type_text, _kind(type_text, self._user_types[keyspace]))
@@ -508,14 +515,18 @@ class ScyllaCdcWriter:
             (spec.keyspace, spec.name, ms),
         )
 
-    def change_tablets(self, table: str, tablet_count: int, delay_s: float = 0.0) -> int:
+    def change_tablets(self, table: str, tablet_count: int, delay_s: float | None = None) -> int:
         """Split or merge the log table's tablets: every stream closes and ``tablet_count`` new
-        ones open ``delay_s`` from now; closed streams get ``cdc$closed_time``. Returns the
+        ones open at ``new_generation_timestamp(true, ring_delay)`` (now + 2 x ring_delay +
+        leeway), and at least 1 ms after the current set (scylladb ``cdc/generation.cc``
+        generate_tablet_resize_update()); ``delay_s`` overrides the delay for tests. Returns the
         timestamp of the new stream set (µs, whole milliseconds)."""
         spec = self._tables[table]
         assert spec.tablets is not None, f"{table} is not in a tablet keyspace"
-        at = self.coordinator_now_us() + int(delay_s * 1_000_000)
+        delayed = self.coordinator_now_us() + int(delay_s * 1_000_000) if delay_s is not None else None
+        at = delayed if delayed is not None else self._delayed_timestamp_us()
         at -= at % 1000
+        at = max(at, spec.tablets.timestamps()[-1] + 1000)
         closed = list(spec.tablets.streams_at(at))
         opened = tablet_stream_ids(tablet_count, self.rng)
         local = self.keyspaces.local
@@ -528,12 +539,6 @@ class ScyllaCdcWriter:
                 )
         spec.tablets.change(at, closed, opened)
         self._publish_stream_set(spec, at, closed, opened)
-        for stream in closed:
-            self.session.execute(
-                f'UPDATE {table}{LOG_SUFFIX} USING TTL {spec.ttl_s} SET "cdc$closed_time" = %s '
-                'WHERE "cdc$stream_id" = %s',
-                (at // 1000, stream.raw),
-            )
         return at
 
     # --- base writes -------------------------------------------------------------------------------------
@@ -561,49 +566,54 @@ class ScyllaCdcWriter:
         select = self._prepare(f"SELECT {names[0]} FROM {table} WHERE " + " AND ".join(f"{n} = ?" for n in names))
         return partition_token(select.bind([partition_key[n] for n in names]).routing_key)
 
-    def streams_for(self, table: str, timestamp_us: int, token: int) -> list[StreamId]:
-        """The streams a write logs into: the generation's (or tablet set's) stream; with tablets,
-        a write within the generation leeway of a stream-set change is logged in both sets."""
+    def stream_for(self, table: str, timestamp_us: int, token: int) -> StreamId:
+        """The one stream a log record at ``timestamp_us`` goes to (``transformer::begin_timestamp``
+        in scylladb ``cdc/log.cc``): the vnode generation's stream of the token, or, with tablets,
+        the stream of the newest stream set whose timestamp is at or before the record's
+        (``cdc/metadata.cc`` get_tablet_stream_set()): never two streams."""
         spec = self._tables[table]
         if spec.tablets is None:
-            return [self.metadata.get_stream(timestamp_us, token)]
-        streams = [spec.tablets.get_stream(timestamp_us, token)]
-        leeway = self.metadata.generation_leeway_us
-        for change in spec.tablets.timestamps()[1:]:
-            if abs(timestamp_us - change) < leeway:
-                other = change - 1 if timestamp_us >= change else change
-                neighbour = spec.tablets.get_stream(other, token)
-                if neighbour not in streams:
-                    streams.append(neighbour)
-        return streams
+            return self.metadata.get_stream(timestamp_us, token)
+        return spec.tablets.get_stream(timestamp_us, token)
 
     def _check_write(self, spec: _Table, timestamp_us: int) -> None:
         now = self.coordinator_now_us()
         if spec.tablets is None:
             self.metadata.check_write(timestamp_us, now)
-        elif timestamp_us >= now + self.metadata.generation_leeway_us:
+        elif timestamp_us > now + self.metadata.generation_leeway_us:
+            # ``cdc/metadata.cc`` get_tablet_stream_set(): only ``ts > now + leeway`` is refused,
+            # and tablets have no refusal of past writes.
             raise WriteRejectedError(f"write timestamp {timestamp_us} is beyond the leeway past {now}")
 
     def write(
-        self, table: str, operations: Sequence[Operation], *, timestamp_us: int | None = None, ttl_s: int | None = None
+        self,
+        table: str,
+        operations: Sequence[Operation],
+        *,
+        timestamp_us: int | None = None,
+        ttl_s: int | None = None,
+        system_originated: bool = False,
     ) -> int:
-        """One base write (a batch of ``operations`` on one partition, one timestamp), applied to
-        the base table and logged as ScyllaDB logs it. Returns the write's timestamp (µs)."""
+        """One base write (a batch of ``operations`` on one partition; each may carry its own
+        timestamp and TTL, else ``timestamp_us``/``ttl_s``), applied to the base table and logged
+        as ScyllaDB logs it: one record (own ``cdc$time``, stream, sequence numbers and end of
+        batch) per timestamp of a split mutation (:mod:`.simulated_log`). Returns the write's
+        timestamp (µs). ``system_originated``: a delete ScyllaDB's expiration service made."""
         spec = self._tables[table]
         stamp = timestamp_us if timestamp_us is not None else self.client_timestamp_us()
-        self._check_write(spec, stamp)
-        partition_keys = {tuple(_partition_key_of(spec, op).items()) for op in operations}
-        if len(partition_keys) != 1:
-            raise ValueError("one write touches one partition; use several writes for several partitions")
-        partition_key = dict(next(iter(partition_keys)))
-        token = self.token_of(table, partition_key)
-        before = {self._row_key(spec, op): self._read_row(spec, op) for op in operations if _row_level(op)}
-        for op in operations:
-            self._apply(spec, op, stamp, ttl_s)
-        after = {self._row_key(spec, op): self._read_row(spec, op) for op in operations if _row_level(op)}
-        rows = self._log_rows(spec, operations, before, after, ttl_s, stamp)
-        for stream in self.streams_for(table, stamp, token):
-            self._insert_log_rows(spec, stream, stamp, rows)
+        shape = self._shape(spec)
+        mutation = build_mutation(shape, operations, stamp, ttl_s)
+        select = preimage_select(shape, mutation)
+        state = self._read_state(spec, mutation, select) if select is not None else ImageState()
+        records = log_records(shape, mutation, state, system_originated=system_originated)
+        for record in records:
+            # transformer::begin_timestamp() asks for each record's stream: a refusal fails the write.
+            self._check_write(spec, record.ts)
+        self._apply(spec, operations, stamp, ttl_s)
+        token = self.token_of(table, mutation.partition_key)
+        for record in records:
+            batch, _ = self._log_batch(spec, self.stream_for(table, record.ts, token), record.ts, record.rows)
+            self.session.execute(batch)
         return stamp
 
     def insert(self, table: str, row: Row, **options: Any) -> int:
@@ -618,17 +628,98 @@ class ScyllaCdcWriter:
     def delete_partition(self, table: str, partition_key: Row, **options: Any) -> int:
         return self.write(table, [DeletePartition(partition_key)], **options)
 
+    def expire_row(self, table: str, key: Row, **options: Any) -> int:
+        """A row whose per-row TTL ran out, deleted by ScyllaDB's expiration service (Alternator
+        TTL; CQL per-row TTL since 2026.2): a row tombstone, or a partition tombstone on a table
+        without clustering columns, logged as operation -3 / -4 (``cdc/log.hh`` service_row_delete,
+        service_partition_delete; ``alternator/ttl.cc``)."""
+        return self.write(table, [DeleteRow(key)], system_originated=True, **options)
+
+    # --- what ScyllaDB reads and logs ----------------------------------------------------------------------
+
+    def _shape(self, spec: _Table) -> TableShape:
+        user_types = self._user_types[spec.keyspace]
+        kinds = {name: _kind(type_text, user_types) for name, type_text in spec.columns.items()}
+        return TableShape(
+            tuple(n for n, _ in spec.partition_key),
+            tuple(n for n, _ in spec.clustering),
+            kinds,
+            frozenset(spec.static),
+            {name: self._field_names(spec, name) for name, kind in kinds.items() if kind == "udt"},
+            spec.preimage,
+            spec.postimage,
+        )
+
+    def _field_names(self, spec: _Table, column: str) -> tuple[str, ...]:
+        type_name = spec.columns[column]
+        found = self._udt_fields.get((spec.keyspace, type_name))
+        if found is None:
+            rows = self.session.execute(
+                "SELECT field_names FROM system_schema.types WHERE keyspace_name = %s AND type_name = %s",
+                (spec.keyspace, type_name),
+            )
+            found = self._udt_fields[(spec.keyspace, type_name)] = tuple(next(iter(rows))[0])
+        return found
+
+    def _read_state(self, spec: _Table, mutation: Mutation, select: PreimageSelect) -> ImageState:
+        """The pre-image read (``transformer::pre_image_select``): the static row and the rows the
+        mutation touches (the whole partition without clustering columns), as they are now."""
+        partition_key = [n for n, _ in spec.partition_key]
+        where = " AND ".join(f"{n} = ?" for n in partition_key)
+        values = [mutation.partition_key[n] for n in partition_key]
+        static_row = None
+        if select.static_columns:
+            columns = ", ".join([*partition_key, *select.static_columns])
+            result = self.session.execute(
+                self._prepare(f"SELECT DISTINCT {columns} FROM {spec.qualified} WHERE {where}"), values
+            )
+            static_row = next((dict(zip(result.column_names, r, strict=True)) for r in result), None)
+        rows: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        if not select.static_only:
+            clustering = [n for n, _ in spec.clustering]
+            keys: Sequence[tuple[Any, ...]] = select.rows if select.rows is not None else [()]
+            row_where = " AND ".join([where, *(f"{n} = ?" for n in clustering)]) if select.rows else where
+            statement = self._prepare(f"SELECT * FROM {spec.qualified} WHERE {row_where}")
+            for key in keys:
+                result = self.session.execute(statement, [*values, *key] if select.rows else values)
+                for found in result:
+                    row = dict(zip(result.column_names, found, strict=True))
+                    rows.append((tuple(row[n] for n in clustering), row))
+        return load_state(select, static_row, rows, lambda name, value: _state_value(spec, self, name, value))
+
+    def _state_kind(self, spec: _Table, name: str) -> str:
+        return _kind(spec.columns[name], self._user_types[spec.keyspace])
+
     # --- applying to the base table ------------------------------------------------------------------------
 
-    def _apply(self, spec: _Table, op: Operation, stamp: int, ttl_s: int | None) -> None:
+    def _apply(self, spec: _Table, operations: Sequence[Operation], stamp: int, ttl_s: int | None) -> None:
+        """The base write: one statement, or an unlogged batch (one mutation of the partition,
+        as the coordinator builds it)."""
+        from cassandra.query import BatchStatement, BatchType
+
+        statements = [self._base_statement(spec, op, stamp, ttl_s) for op in operations]
+        if len(statements) == 1:
+            self.session.execute(*statements[0])
+            return
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for statement, values in statements:
+            batch.add(statement, values)
+        self.session.execute(batch)
+
+    def _base_statement(
+        self, spec: _Table, op: Operation, write_stamp: int, write_ttl: int | None
+    ) -> tuple[Any, list[Any]]:
+        """The CQL statement of one operation and its values."""
+        stamp = op.timestamp_us if op.timestamp_us is not None else write_stamp
+        ttl_s = op.ttl_s if op.ttl_s is not None else write_ttl
         using = f"USING TIMESTAMP {stamp}" + (f" AND TTL {ttl_s}" if ttl_s else "")
         if isinstance(op, Insert):
             names = list(op.row)
-            self.session.execute(
+            return (
                 self._prepare(f"INSERT INTO {spec.qualified} ({', '.join(names)}) VALUES ({_marks(names)}) {using}"),
-                [_base_value(op.row[n]) for n in names],
+                [self._base_value(spec, n, op.row[n]) for n in names],
             )
-        elif isinstance(op, Update):
+        if isinstance(op, Update):
             assignments, values = [], []
             for name, change in op.values.items():
                 kind = _kind(spec.columns[name], self._user_types[spec.keyspace])
@@ -644,193 +735,87 @@ class ScyllaCdcWriter:
                         values.append(field_value)
                 else:
                     assignments.append(f"{name} = ?")
-                    values.append(_base_value(change.value if isinstance(change, Overwrite) else change))
-            where = " AND ".join(f"{n} = ?" for n in spec.key_names)
-            self.session.execute(
+                    values.append(self._base_value(spec, name, change))
+            names = [n for n in spec.key_names if n in op.key]
+            where = " AND ".join(f"{n} = ?" for n in names)
+            return (
                 self._prepare(f"UPDATE {spec.qualified} {using} SET {', '.join(assignments)} WHERE {where}"),
-                [*values, *(op.key[n] for n in spec.key_names)],
+                [*values, *(op.key[n] for n in names)],
             )
-        elif isinstance(op, DeleteRow | DeletePartition):
+        if isinstance(op, DeleteColumns):
+            names = [n for n in spec.key_names if n in op.key]
+            where = " AND ".join(f"{n} = ?" for n in names)
+            return (
+                self._prepare(
+                    f"DELETE {', '.join(op.columns)} FROM {spec.qualified} USING TIMESTAMP {stamp} WHERE {where}"
+                ),
+                [op.key[n] for n in names],
+            )
+        if isinstance(op, DeleteRow | DeletePartition):
             key = op.key if isinstance(op, DeleteRow) else op.partition_key
             names = list(key)
             where = " AND ".join(f"{n} = ?" for n in names)
-            self.session.execute(
+            return (
                 self._prepare(f"DELETE FROM {spec.qualified} USING TIMESTAMP {stamp} WHERE {where}"),
                 [key[n] for n in names],
             )
-        else:
-            self._apply_range(spec, op, stamp)
+        return self._range_statement(spec, op, stamp)
 
-    def _apply_range(self, spec: _Table, op: DeleteRange, stamp: int) -> None:
+    def _base_value(self, spec: _Table, name: str, value: Any) -> Any:
+        """A value as the driver binds it: user types given as a dict of fields become a tuple."""
+        value = value.value if isinstance(value, Overwrite) else value
+        if isinstance(value, Mapping) and name in spec.columns and self._state_kind(spec, name) == "udt":
+            return tuple(value.get(f) for f in self._field_names(spec, name))
+        return value
+
+    def _range_statement(self, spec: _Table, op: DeleteRange, stamp: int) -> tuple[Any, list[Any]]:
         conditions = [f"{n} = ?" for n in op.partition_key] + [f"{n} = ?" for n in op.prefix]
         values = [*op.partition_key.values(), *op.prefix.values()]
-        bounded = spec.clustering[len(op.prefix)][0]
+        bounded = spec.clustering[len(op.prefix)][0] if len(op.prefix) < len(spec.clustering) else None
         for bound, sign in ((op.start, ">"), (op.end, "<")):
             if bound is not None:
                 conditions.append(f"{bounded} {sign}{'=' if bound[1] else ''} ?")
                 values.append(bound[0])
-        self.session.execute(
+        return (
             self._prepare(f"DELETE FROM {spec.qualified} USING TIMESTAMP {stamp} WHERE {' AND '.join(conditions)}"),
             values,
         )
 
-    def _row_key(self, spec: _Table, op: Operation) -> tuple[Any, ...]:
-        source = op.row if isinstance(op, Insert) else op.key if isinstance(op, Update | DeleteRow) else {}
-        return tuple(source.get(n) for n in spec.key_names)
-
-    def _read_row(self, spec: _Table, op: Operation) -> Row | None:
-        if not (spec.preimage or spec.postimage):
-            return None
-        key = dict(zip(spec.key_names, self._row_key(spec, op), strict=True))
-        where = " AND ".join(f"{n} = ?" for n in spec.key_names)
-        result = self.session.execute(
-            self._prepare(f"SELECT * FROM {spec.qualified} WHERE {where}"), [key[n] for n in spec.key_names]
-        )
-        rows = list(result)
-        if not rows:
-            return None
-        return dict(zip(result.column_names, rows[0], strict=True))
-
-    # --- log rows --------------------------------------------------------------------------------------------
-
-    def _log_rows(
-        self,
-        spec: _Table,
-        operations: Sequence[Operation],
-        before: Mapping[tuple[Any, ...], Row | None],
-        after: Mapping[tuple[Any, ...], Row | None],
-        ttl_s: int | None,
-        stamp: int,
-    ) -> list[Row]:
-        """Pre-images, then deltas, then post-images, as ScyllaDB orders one write's rows."""
-        pre, deltas, post = [], [], []
-        for op in operations:
-            if _row_level(op) and spec.preimage:
-                image = before.get(self._row_key(spec, op))
-                if image is not None:
-                    pre.append(self._image(spec, op, image, 0, full=spec.preimage == "full"))
-            deltas.extend(self._deltas(spec, op, ttl_s, stamp))
-            if isinstance(op, Insert | Update) and spec.postimage:
-                image = after.get(self._row_key(spec, op))
-                if image is not None:
-                    post.append(self._image(spec, op, image, 9, full=True))
-        return pre + deltas + post
-
-    def _image(self, spec: _Table, op: Operation, state: Row, operation: int, full: bool) -> Row:
-        touched = set(op.values if isinstance(op, Update) else op.row if isinstance(op, Insert) else spec.columns)
-        row: Row = {"cdc$operation": operation, **{n: state.get(n) for n in spec.key_names}}
-        for name, type_text in spec.columns.items():
-            if not full and name not in touched:
-                continue
-            kind = _kind(type_text, self._user_types[spec.keyspace])
-            if kind == "list" and state.get(name) is not None:
-                raise ValueError(f"{spec.qualified}.{name}: images of non-frozen lists are not simulated")
-            value = state.get(name)
-            if value is None:
-                row[DELETED_PREFIX + name] = True
-            else:
-                row[name] = _frozen(value)
-        return row
-
-    def _deltas(self, spec: _Table, op: Operation, ttl_s: int | None, stamp: int) -> list[Row]:
-        if isinstance(op, DeleteRow):
-            return [{"cdc$operation": 3, **op.key}]
-        if isinstance(op, DeletePartition):
-            return [{"cdc$operation": 4, **op.partition_key}]
-        if isinstance(op, DeleteRange):
-            return self._range_rows(spec, op)
-        operation = 2 if isinstance(op, Insert) else 1
-        key = {n: (op.row if isinstance(op, Insert) else op.key)[n] for n in spec.key_names}
-        values = {n: v for n, v in op.row.items() if n not in key} if isinstance(op, Insert) else dict(op.values)
-        dead: Row = {}
-        live: Row = {}
-        for name, change in values.items():
-            self._delta_columns(spec, name, change, dead, live, stamp)
-        if not ttl_s or not dead or not live:
-            merged = {"cdc$operation": operation, **key, **dead, **live}
-            if ttl_s and live:
-                merged["cdc$ttl"] = ttl_s
-            return [merged]
-        # TTLs are only for live cells: dead ones are logged in a row of their own without it.
-        return [
-            {"cdc$operation": operation, **key, **dead},
-            {"cdc$operation": operation, **key, **live, "cdc$ttl": ttl_s},
-        ]
-
-    def _delta_columns(self, spec: _Table, name: str, change: Any, dead: Row, live: Row, stamp: int) -> None:
-        kind = _kind(spec.columns[name], self._user_types[spec.keyspace])
-        deleted, elements = DELETED_PREFIX + name, DELETED_ELEMENTS_PREFIX + name
-        if isinstance(change, Add):
-            live[name] = _list_cells(change.elements, stamp) if kind == "list" else _frozen(change.elements)
-        elif isinstance(change, Remove):
-            dead[elements] = set(change.elements)
-        elif isinstance(change, SetFields):
-            fields = self._field_names(spec, name)
-            removed = {fields.index(f) for f, v in change.fields.items() if v is None}
-            kept = {f: v for f, v in change.fields.items() if v is not None}
-            if removed:
-                dead[elements] = removed
-            if kept:
-                live[name] = tuple(kept.get(f) for f in fields)
-        else:
-            value = change.value if isinstance(change, Overwrite) else change
-            if kind != "atomic":
-                # Overwriting a collection is a collection-wide tombstone plus the new elements.
-                live[deleted] = True
-                if value is not None and len(value) > 0:
-                    live[name] = _list_cells(value, stamp) if kind == "list" else _frozen(value)
-            elif value is None:
-                dead[deleted] = True
-            else:
-                live[name] = value
-
-    def _field_names(self, spec: _Table, column: str) -> list[str]:
-        rows = self.session.execute(
-            "SELECT field_names FROM system_schema.types WHERE keyspace_name = %s AND type_name = %s",
-            (spec.keyspace, spec.columns[column]),
-        )
-        return list(next(iter(rows))[0])
-
-    def _range_rows(self, spec: _Table, op: DeleteRange) -> list[Row]:
-        bounded = spec.clustering[len(op.prefix)][0]
-        base = {**op.partition_key, **op.prefix}
-        left = {"cdc$operation": 5, **base}
-        if op.start is not None:
-            left["cdc$operation"] = 5 if op.start[1] else 6
-            left[bounded] = op.start[0]
-        right = {"cdc$operation": 7, **base}
-        if op.end is not None:
-            right["cdc$operation"] = 7 if op.end[1] else 8
-            right[bounded] = op.end[0]
-        return [left, right]
-
-    def _insert_log_rows(self, spec: _Table, stream: StreamId, stamp: int, rows: Sequence[Row]) -> None:
-        batch, _ = self._log_batch(spec, stream, stamp, rows)
-        self.session.execute(batch)
-
     # --- bulk loading -------------------------------------------------------------------------------------
 
-    def insert_many(self, table: str, rows: Iterable[Row], concurrency: int = 64) -> list[int]:
-        """Inserts without images, many in flight at once (for benchmarks). Returns their timestamps."""
+    def insert_many(
+        self,
+        table: str,
+        rows: Iterable[Row],
+        concurrency: int = 64,
+        timestamp_us: int | None = None,
+        ttl_s: int | None = None,
+    ) -> list[int]:
+        """Inserts without images, many in flight at once (for benchmarks), stamped now or, with
+        ``timestamp_us``, one microsecond apart from it; ``ttl_s``: USING TTL. Returns their
+        timestamps."""
         from cassandra.concurrent import execute_concurrent
 
         spec = self._tables[table]
         if spec.preimage or spec.postimage:
             raise ValueError("insert_many does not read images; use insert")
+        shape = self._shape(spec)
         statements: list[tuple[Any, Any]] = []
         stamps = []
-        for row in rows:
-            stamp = self.client_timestamp_us()
+        for index, row in enumerate(rows):
+            stamp = self.client_timestamp_us() if timestamp_us is None else timestamp_us + index
             self._check_write(spec, stamp)
             stamps.append(stamp)
             names = list(row)
             base = self._prepare(
-                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) USING TIMESTAMP ?"
+                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) "
+                "USING TIMESTAMP ? AND TTL ?"
             )
-            statements.append((base, [*(_base_value(row[n]) for n in names), stamp]))
+            statements.append((base, [*(self._base_value(spec, n, row[n]) for n in names), stamp, ttl_s or 0]))
             token = self.token_of(table, row)
-            for stream in self.streams_for(table, stamp, token):
-                statements.append(self._log_batch(spec, stream, stamp, self._deltas(spec, Insert(row), None, stamp)))
+            for record in log_records(shape, build_mutation(shape, [Insert(row)], stamp, ttl_s), ImageState()):
+                stream = self.stream_for(table, record.ts, token)
+                statements.append(self._log_batch(spec, stream, record.ts, record.rows))
         execute_concurrent(self.session, statements, concurrency=concurrency)
         return stamps
 
@@ -854,32 +839,20 @@ class ScyllaCdcWriter:
         return batch, None
 
 
-def _partition_key_of(spec: _Table, op: Operation) -> Row:
-    source = op.row if isinstance(op, Insert) else op.key if isinstance(op, Update | DeleteRow) else op.partition_key
-    return {n: source[n] for n, _ in spec.partition_key}
-
-
 def _marks(names: Sequence[str]) -> str:
     return ", ".join("?" for _ in names)
 
 
-def _row_level(op: Operation) -> bool:
-    return isinstance(op, Insert | Update | DeleteRow)
-
-
-def _base_value(value: Any) -> Any:
-    return value.value if isinstance(value, Overwrite) else value
-
-
-def _frozen(value: Any) -> Any:
-    """A collection value as its frozen log column takes it."""
-    if isinstance(value, set | frozenset):
+def _state_value(spec: _Table, writer: ScyllaCdcWriter, name: str, value: Any) -> Any:
+    """A column value as the driver read it, in the form the image state keeps (sets, dicts,
+    user-type values as tuples of their fields)."""
+    kind = writer._state_kind(spec, name)
+    if kind == "udt":
+        return tuple(value)
+    if kind == "set":
         return set(value)
-    if isinstance(value, dict):
+    if kind == "map":
         return dict(value)
+    if kind == "list":
+        return list(value)
     return value
-
-
-def _list_cells(values: Iterable[Any], stamp: int) -> dict[uuid.UUID, Any]:
-    """List elements keyed by fresh time UUIDs (ScyllaDB generates them at the write's time)."""
-    return {timeuuid_at(stamp, index): value for index, value in enumerate(values)}

@@ -4,8 +4,8 @@ Partitions are stream groups of one table: in a vnode keyspace, the streams of o
 of one generation (its row of ``cdc_streams_descriptions_v2``); in a tablet keyspace, up to
 ``tablet_streams_per_partition`` streams opened at the same timestamp. Each stream is read only
 within its operating interval: ``[generation, next generation)`` for vnodes, ``[opened, closed)``
-for tablets (a write near a stream-set change may be logged in both an old and a new stream;
-the bounds keep exactly one), where ``closed`` also comes from ``cdc$closed_time`` in the rows.
+for tablets (ScyllaDB logs a write in the newest stream set whose timestamp is at or before
+the write's, so a stream holds only rows of its lifetime; the bounds are kept all the same).
 
 A partition is read continuously up to its watermark, ``now - confidence_window`` (clamped to its
 end, and to the last metadata refresh so a generation published since cannot be missed), in
@@ -17,6 +17,14 @@ Offsets: ``{"ts": T}`` means every row with a ``cdc$time`` at or before ``T`` (Â
 ``{"ts": T, "after": [time, stream, seq]}`` means every row before ``T`` is done, and those at ``T``
 up to that base write, in the order (time UUID, stream): a read cycle holding more rows than the
 engine allows is cut between two base writes, never inside one.
+
+``snapshot: initial | initial_only`` adds the tables' existing rows first, read from the base
+tables by token-range slice partitions (:mod:`.snapshot_rows`, :mod:`cdcflow.sources.cql.snapshot`).
+Under ``initial`` every stream group's start (``start``, by default ``latest``: the pipeline's
+first start minus the confidence window) is committed before any slice is read, and a table's
+groups read nothing until every slice of the table is committed. If the log's TTL has meanwhile
+expired rows from within a confidence window of the snapshot's start on, the hand-off fails
+(``SnapshotOutlivedLogError``) instead of skipping them.
 """
 
 from __future__ import annotations
@@ -34,11 +42,14 @@ from pydantic import Field, field_validator, model_validator
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
+from cdcflow.sources.cql.snapshot import SnapshotConfig, TokenRangeSnapshot
 from cdcflow.sources.scylla_cdc.connection import connect
 from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
-from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, WindowTooLargeError
+from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, WindowTooLargeError
 from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
+from cdcflow.sources.scylla_cdc.snapshot_rows import ScyllaRowEvents, base_table
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
@@ -48,19 +59,18 @@ _MAX_TAIL = b"\xff" * 17  # sorts after every (time UUID, stream) pair of a micr
 Bound = tuple[int, bytes, bytes, int]
 
 
-class ScyllaCdcSourceConfig(PluginConfig):
+class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
     hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1"], min_length=1, description="contact points")
     port: int = Field(default=9042, ge=1, le=65535)
-    username: str | None = Field(default=None, description="for PasswordAuthenticator; null: no authentication")
-    password: str | None = Field(default=None, description="use ${ENV_VAR} to keep it out of the file")
     local_dc: str | None = Field(default=None, description="read from this datacenter's replicas first")
     protocol_version: int = Field(default=4, ge=3, le=5, description="CQL protocol (ScyllaDB speaks 4)")
     cluster: str = Field(default="scylla", description="the server name: topics are <cluster>.<keyspace>.<table>")
     tables: list[str] = Field(min_length=1, description="base tables to follow, as keyspace.table (CDC enabled)")
-    start: str = Field(
-        default="earliest",
+    start: str | None = Field(
+        default=None,
         description="where partitions without a checkpoint start: earliest (all the log holds), latest "
-        "(now minus the confidence window, when the pipeline first starts), or an ISO-8601 time / epoch ms",
+        "(now minus the confidence window, when the pipeline first starts), or an ISO-8601 time / epoch ms; "
+        "null: latest with snapshot: initial (the snapshot holds the state before it), else earliest",
     )
     confidence_window_ms: int = Field(
         default=30_000,
@@ -103,7 +113,15 @@ class ScyllaCdcSourceConfig(PluginConfig):
         default=4,
         ge=0,
         description="window queries of the next partitions sent ahead while one is processed (their "
-        "first pages wait in memory: at most page_size x this rows); 0: one query at a time",
+        "first pages wait in memory: at most page_size x this rows, times the queries a group needs "
+        "when it has more than max_streams_per_query streams); 0: one query at a time",
+    )
+    max_streams_per_query: int = Field(
+        default=100,
+        ge=1,
+        description="streams named in one query's IN list: a group with more (a node with more shards, "
+        "tablet_streams_per_partition above it) is read in several queries sent together. ScyllaDB refuses "
+        "more than max_partition_key_restrictions_per_query (default 100) keys in one query",
     )
     max_buffered_rows: int = Field(
         default=50_000,
@@ -115,7 +133,7 @@ class ScyllaCdcSourceConfig(PluginConfig):
         default=5_000,
         ge=1,
         description="how often generations and tablet stream sets are re-read. A generation starts 2 x "
-        "ring_delay (60 s) after it is published, so it is known long before it operates; "
+        "ring_delay + 5 s (65 s) after it is published, so it is known long before it operates; "
         "scylla-cdc-go polls every 15 s",
     )
     consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = Field(
@@ -146,9 +164,17 @@ class ScyllaCdcSourceConfig(PluginConfig):
 
     @field_validator("start")
     @classmethod
-    def _start_format(cls, value: str) -> str:
-        _parse_start(value, 0)
+    def _start_format(cls, value: str | None) -> str | None:
+        if value is not None:
+            _parse_start(value, 0)
         return value
+
+    @property
+    def stream_start(self) -> str:
+        """``start`` with its default resolved."""
+        if self.start is not None:
+            return self.start
+        return "latest" if self.snapshot == "initial" else "earliest"
 
     @model_validator(mode="after")
     def _consistent(self) -> ScyllaCdcSourceConfig:
@@ -240,8 +266,8 @@ class _Position:
 
 
 def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bool:
-    """The row is inside its stream's ``[opened, closed)``: a copy logged in a stream outside its
-    lifetime (a write next to a stream-set change) is read from the other stream."""
+    """The row is inside its stream's ``[opened, closed)`` (a query of several streams reads each
+    over the whole window; rows outside a stream's lifetime belong to no partition of it)."""
     bounds = lifetimes.get(row.stream)
     if bounds is None:
         return False
@@ -256,7 +282,7 @@ class _Prefetch:
     start: str
     after_us: int
     up_to_us: int
-    future: Any
+    window: SentWindow
 
 
 @dataclass
@@ -286,7 +312,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._tablet_tables: set[str] = set()
         self._groups: dict[str, _Group] = {}
         self._listed: list[str] = []
-        self._closed_seen: dict[bytes, int] = {}  # cdc$closed_time read from a stream's rows
         self._ttl_us: dict[str, int | None] = {}
         self._metadata_at_us = 0  # metadata is complete up to here: read before this time
         self._metadata_due = 0.0
@@ -296,6 +321,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._visits: dict[str, int] = {}  # partition -> its place in the engine's read order
         self._expected: dict[str, Offset] = {}  # where the engine will next read each partition from
         self._prefetched: dict[str, _Prefetch] = {}
+        self._snapshot: TokenRangeSnapshot | None = None
+        self.bounded = config.snapshot == "initial_only"  # the slices are all there is
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -306,18 +333,39 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 config.hosts,
                 config.port,
                 consistency=config.consistency,
-                username=config.username,
-                password=config.password,
+                security=config,
                 local_dc=config.local_dc,
                 protocol_version=config.protocol_version,
             )
         except Exception as exc:
+            refused = refusal(config.hosts, exc)
+            if refused is not None:
+                raise refused from exc
             raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
         try:
             self._discover()
+            if config.snapshot != "never":
+                self._snapshot = self._build_snapshot()
         except BaseException:
             self.close()
             raise
+
+    def _build_snapshot(self) -> TokenRangeSnapshot:
+        rows = ScyllaRowEvents()
+        tables = []
+        for reader in self._readers.values():
+            table, types = base_table(self._cluster, reader.layout)
+            rows.add(reader.layout, types)
+            tables.append(table)
+        return TokenRangeSnapshot(
+            self.config,
+            tables,
+            self.context,
+            self._session,
+            rows,
+            stream_partitions=lambda: [p.id for p in self._stream_partitions()],
+            execution_profile=self._profile,
+        )
 
     def _discover(self) -> None:
         """Each table's log, layout (vnodes or tablets) and TTL, and the metadata to read them by."""
@@ -329,14 +377,21 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         for name in config.tables:
             keyspace, table = name.split(".")
             self._readers[name] = LogTableReader(
-                self._cluster, self._session, self._profile, config.cluster, keyspace, table, config.page_size
+                self._cluster,
+                self._session,
+                self._profile,
+                config.cluster,
+                keyspace,
+                table,
+                config.page_size,
+                config.max_streams_per_query,
             )
             self._ttl_us[name] = self._log_ttl_us(keyspace, table)
             if self._tablets.newest_timestamp(keyspace, table) is not None:
                 self._tablet_tables.add(name)
         if len(self._tablet_tables) < len(config.tables) and self._generations.detect_layout() is None:
             raise MetadataTablesMissingError(config.generations_keyspace, ["cdc_generation_timestamps"])
-        self._start_us = _parse_start(config.start, self._now_us() - config.confidence_window_ms * 1000)
+        self._start_us = _parse_start(config.stream_start, self._now_us() - config.confidence_window_ms * 1000)
         self._refresh_metadata()
 
     def close(self) -> None:
@@ -403,7 +458,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def _tablet_groups(self, table: str, lifetimes: Sequence[tuple[StreamId, int, int | None]]) -> dict[str, _Group]:
         by_opening: dict[int, list[_Stream]] = {}
         for stream, opened, closed in lifetimes:
-            by_opening.setdefault(opened, []).append(_Stream(stream, opened, self._closed_bound(stream, closed)))
+            by_opening.setdefault(opened, []).append(_Stream(stream, opened, closed))
         groups = {}
         size = self.config.tablet_streams_per_partition
         for opened, streams in sorted(by_opening.items()):
@@ -416,34 +471,15 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 groups[group_id] = _Group(group_id, table, chunk, opened, end)
         return groups
 
-    def _closed_bound(self, stream: StreamId, closed: int | None) -> int | None:
-        seen = self._closed_seen.get(stream.raw)
-        if seen is None:
-            return closed
-        return seen if closed is None else min(seen, closed)
-
-    def _note_closed_times(self, group: _Group, rows: Sequence[LogRow]) -> _Group:
-        """``cdc$closed_time`` in a stream's rows closes it even before the metadata shows it."""
-        changed = False
-        for row in rows:
-            if row.closed_time_us is not None and self._closed_seen.get(row.stream) != row.closed_time_us:
-                self._closed_seen[row.stream] = row.closed_time_us
-                changed = True
-        if not changed:
-            return group
-        streams = tuple(
-            _Stream(s.stream, s.opened_us, self._closed_bound(s.stream, s.closed_us)) for s in group.streams
-        )
-        ends = [s.closed_us for s in streams]
-        end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
-        updated = _Group(group.id, group.table, streams, group.start_us, end)
-        self._groups[group.id] = updated
-        self._metadata_due = 0.0  # a stream closed: learn its successors now
-        return updated
-
     # --- partitions and offsets --------------------------------------------------------------
 
     def partitions(self) -> Sequence[Partition]:
+        slices = self._snapshot.partitions() if self._snapshot is not None else []
+        return [*slices, *self._stream_partitions()]
+
+    def _stream_partitions(self) -> list[Partition]:
+        if self.config.snapshot == "initial_only":
+            return []
         self._refresh_metadata_if_due()
         now = self._now_us()
         listed = []
@@ -454,6 +490,12 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             listed.append(group.partition())
             self._visits.setdefault(group_id, len(self._visits))  # the engine reads in this order
         return listed
+
+    def _slice(self, partition: Partition) -> TokenRangeSnapshot | None:
+        """The snapshot, when ``partition`` is one of its slices."""
+        if self._snapshot is not None and self._snapshot.holds(partition.id):
+            return self._snapshot
+        return None
 
     def _group(self, partition: Partition) -> _Group:
         group = self._groups.get(partition.id)
@@ -469,6 +511,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         return now_us - ttl if ttl is not None else -(1 << 62)
 
     def initial_offset(self, partition: Partition) -> Offset:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.initial_offset()
         group = self._group(partition)
         begin = group.start_us
         if self._start_us is not None:
@@ -480,11 +525,25 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         return offset
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
+        if self._slice(partition) is not None:
+            return None  # a slice is a state, not a stretch of time
         position = _Position.of(offset)
         return position.ts if position.after is not None else position.ts + 1
 
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.is_finished(offset)
         return self._finished(self._group(partition), offset)
+
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): read up to now minus the confidence window (within a poll
+        # interval) is all the log may give now; _plan then has nothing to read yet. A slice not
+        # read yet, and a group waiting for it, are work waiting.
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.is_finished(offset)
+        return self._plan(self._group(partition), offset) is None
 
     def _finished(self, group: _Group, offset: Offset) -> bool:
         if group.end_us is None:
@@ -502,8 +561,14 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         return live, False
 
     def latest_offset(self, partition: Partition, start: Offset, max_records: int | None) -> Offset:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            return snapshot.latest_offset(start)
         self._refresh_metadata_if_due()
         group = self._group(partition)
+        if not self._may_stream(group):
+            return start
+        self._check_log_kept(group, start)
         self._visits.setdefault(partition.id, len(self._visits))
         prefetched = self._prefetched.pop(partition.id, None)
         planned = self._plan(group, start)
@@ -531,6 +596,23 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._expected[partition.id] = end.offset()
         self._send_ahead(partition.id)
         return end.offset()
+
+    def _may_stream(self, group: _Group) -> bool:
+        """Gate 2 of the snapshot: the group's table has every slice committed (or no snapshot)."""
+        return self._snapshot is None or self._snapshot.stream_may_start(group.table)
+
+    def _check_log_kept(self, group: _Group, start: Offset) -> None:
+        """At the hand-off: the log still holds every row from a confidence window before the
+        snapshot's start (rows the snapshot may have missed) up to where the group is."""
+        if self._snapshot is None:
+            return
+        self._snapshot.check_log_kept(
+            _Position.of(start).ts,
+            self._snapshot.started_us(group.table),
+            self._expired_before(group.table, self._now_us()),
+            self.config.confidence_window_ms * 1000,
+            f"{group.table} stream group {group.id}",
+        )
 
     def _plan(self, group: _Group, start: Offset) -> tuple[_Position, int] | None:
         """Where reading ``group`` from ``start`` begins (past the TTL horizon) and how far it may
@@ -568,6 +650,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             group = self._groups.get(partition_id)
             if start is None or group is None or partition_id in self._prefetched or partition_id == current:
                 continue
+            if not self._may_stream(group):
+                continue  # waits for the snapshot: nothing to send ahead
             planned = self._plan(group, start)
             if planned is None:
                 continue
@@ -577,11 +661,15 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             up_to = min(after_us + self._spans.get(group.id, self.config.window_ms * 1000), upper)
             if not lifetimes or up_to <= after_us:
                 continue
-            future = self._readers[group.table].start_window(list(lifetimes), after_us, up_to)
+            window = self._readers[group.table].start_window(list(lifetimes), after_us, up_to)
             self._counted("window_query")
-            self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, future)
+            self._prefetched[partition_id] = _Prefetch(offset_key(start), after_us, up_to, window)
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        snapshot = self._slice(partition)
+        if snapshot is not None:
+            yield from snapshot.read(partition, start, end)
+            return
         now_ms = time.time_ns() // 1_000_000
         cache = self._cache
         if cache is not None and (cache.partition, cache.start, cache.end) == (
@@ -618,9 +706,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             else:
                 rows, up_to = self._window(group, reader, streams, after_us, end.ts)
             prefetched = None
-            if rows:
-                group = self._note_closed_times(group, rows)
-                lifetimes = self._lifetimes(group, after_us, end.ts)
             kept = sorted(
                 (r for r in rows if position.bound < r.sort_key <= end.bound and _alive(lifetimes, r)),
                 key=lambda r: r.sort_key,
@@ -674,7 +759,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self, group: _Group, reader: LogTableReader, streams: list[bytes], sent: _Prefetch, limit_us: int
     ) -> tuple[list[LogRow], int]:
         try:
-            return reader.finish_window(sent.future, self.config.max_buffered_rows), sent.up_to_us
+            return reader.finish_window(sent.window, self.config.max_buffered_rows), sent.up_to_us
         except WindowTooLargeError:
             self._counted("window_split")
             self._spans[group.id] = max(1, (sent.up_to_us - sent.after_us) // 2)
@@ -684,4 +769,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         source_counter(self.context.pipeline, what).inc()
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
-        """Nothing to move: the log keeps rows for their TTL whatever consumers did."""
+        """Nothing to move: the log keeps rows for their TTL whatever consumers did. A snapshot
+        counts its committed slices (and the groups' recorded starts) at once."""
+        if self._snapshot is not None:
+            self._snapshot.note_committed(offsets)

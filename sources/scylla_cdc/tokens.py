@@ -81,6 +81,11 @@ def first_token_of_shard(after: int, up_to: int, shard: int, shard_count: int, s
     base = low - low % period
     offset = low % period
     candidate = base + max(offset, begin) if offset < end else base + period + begin
+    if candidate & _MASK64 == 0:
+        # INT64_MIN is no key's token ("before all keys", scylladb ``dht/token.hh``
+        # minimum_token()): past the ring's end the search starts at INT64_MIN + 1
+        # (``dht/token.cc`` find_first_token_for_shard()), which shard 0 owns as well.
+        candidate += 1
     if candidate > high:
         return None
     return (candidate & _MASK64) + MIN_TOKEN

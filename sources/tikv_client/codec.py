@@ -43,6 +43,7 @@ __all__ = [
 LOGICAL_BITS = 18
 MAX_KEYSPACE_ID = (1 << 24) - 1
 RAW_PREFIX = b"r"
+RAW_END = b"s"  # the first key after every RawKV key
 META_EXPIRE_TS = 0x01
 META_DELETE = 0x02
 _KNOWN_META = META_EXPIRE_TS | META_DELETE
@@ -200,12 +201,19 @@ class KeyCodec:
         return int.from_bytes(request_key[1:4], "big")
 
     def request_range(self, start: bytes, end: bytes) -> tuple[bytes, bytes]:
-        """User range [start, end) as request keys; an empty ``end`` is the end of the keyspace."""
+        """User range [start, end) as request keys; an empty ``end`` is the end of the keyspace.
+
+        The last keyspace ends where RawKV's key mode does, at ``s``: TiKV refuses a range
+        ending at ``s\x00\x00\x00`` (tikv/tikv components/api_version/src/api_v2.rs
+        ``parse_range_mode`` needs the end's first byte to be the start's, or the end to be
+        exactly the byte after it)."""
         prefix = self.prefix
         if end:
             return prefix + start, prefix + end
         if self.api_version == 1:
             return start, b""
+        if self.keyspace_id == MAX_KEYSPACE_ID:
+            return prefix + start, RAW_END
         return prefix + start, RAW_PREFIX + (self.keyspace_id + 1).to_bytes(3, "big")
 
     def region_key(self, request_key: bytes) -> bytes:

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 from cdcflow.sources.tikv_client.codec import compose_ts
 from cdcflow.sources.tikv_client.exceptions import PDError, TiKVUnavailableError
 from cdcflow.sources.tikv_client.proto import metapb_pb2, pdpb_pb2
+from cdcflow.sources.tikv_client.tls import TLSConfig
 
 __all__ = ["PDClient", "RegionInfo", "grpc_channel", "serialize_message", "strip_scheme"]
 
@@ -30,9 +31,13 @@ _CHANNEL_OPTIONS = [
 _RETRIED_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
-def grpc_channel(address: str) -> grpc.Channel:
-    """An insecure channel with cdcflow's message-size and keepalive settings."""
-    return grpc.insecure_channel(strip_scheme(address), options=_CHANNEL_OPTIONS)
+def grpc_channel(address: str, tls: TLSConfig | None = None) -> grpc.Channel:
+    """A channel with cdcflow's message-size and keepalive settings: mutual TLS with ``tls``,
+    plain otherwise. The server certificate must name the address dialled (an IP SAN for an IP)."""
+    target = strip_scheme(address)
+    if tls is None:
+        return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+    return grpc.secure_channel(target, tls.channel_credentials(), options=_CHANNEL_OPTIONS)
 
 
 def strip_scheme(url: str) -> str:
@@ -80,11 +85,12 @@ class PDClient:
     ``timeout_s``, and :class:`PDError` when PD answers with an error header.
     """
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 10.0) -> None:
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 10.0, tls: TLSConfig | None = None) -> None:
         if not endpoints:
             raise ValueError("at least one PD endpoint is needed")
         self.endpoints = [strip_scheme(e) for e in endpoints]
         self.timeout_s = timeout_s
+        self.tls = tls  # for PD and, through RegionCache, every store
         self.cluster_id = 0
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -92,29 +98,54 @@ class PDClient:
     # --- connection ------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Finds the cluster id and the leader; idempotent."""
+        """Finds the cluster id and the leader; idempotent.
+
+        PD answers every call but ``GetMembers`` with FAILED_PRECONDITION unless its header
+        carries PD's cluster id (tikv/pd ``server/grpc_service.go`` ``validateRoleInRequest``), so
+        the id is learned here first. Once learned it is kept: a member of another cluster (the
+        endpoints name two clusters) is refused with :class:`PDError` instead of followed.
+        """
         with self._lock:
             if self._channel is not None:
                 return
             failures: list[str] = []
             for endpoint in self.endpoints:
-                channel = grpc_channel(endpoint)
+                channel = grpc_channel(endpoint, self.tls)
                 try:
                     members = self._unary(
                         channel, "GetMembers", pdpb_pb2.GetMembersRequest(), pdpb_pb2.GetMembersResponse
                     )
                 except grpc.RpcError as exc:
                     channel.close()
-                    failures.append(f"{endpoint}: {exc.code().name}")
+                    failures.append(f"{endpoint}: {exc.code().name}: {exc.details()}")
                     continue
-                self.cluster_id = int(members.header.cluster_id)
+                cluster_id = int(members.header.cluster_id)
+                error = members.header.error
+                if error.type != pdpb_pb2.OK or cluster_id == 0:
+                    # grpcutil.WrapHeader: NOT_BOOTSTRAPPED "cluster id is not ready" while PD starts.
+                    channel.close()
+                    failures.append(f"{endpoint}: {_error_type_name(error.type)} {error.message or 'no cluster id'}")
+                    continue
+                if self.cluster_id and cluster_id != self.cluster_id:
+                    channel.close()
+                    raise PDError(
+                        f"PD at {endpoint} belongs to cluster {cluster_id}, not cluster {self.cluster_id} that this "
+                        f"client first reached: pd_endpoints {self.endpoints} name members of two clusters"
+                    )
+                self.cluster_id = cluster_id
                 leader_urls = list(members.leader.client_urls)
                 if leader_urls and strip_scheme(leader_urls[0]) != endpoint:
                     channel.close()
-                    channel = grpc_channel(leader_urls[0])
+                    channel = grpc_channel(leader_urls[0], self.tls)
                 self._channel = channel
                 return
-            raise TiKVUnavailableError(f"no PD endpoint answered: {'; '.join(failures)}")
+            hint = (
+                "if the cluster serves TLS, set tls: {ca, cert, key}"
+                if self.tls is None
+                else "with tls: check that tls.ca signed PD's certificate, that PD's CA signed tls.cert, and that "
+                "PD's certificate names the address dialled"
+            )
+            raise TiKVUnavailableError(f"no PD endpoint answered ({hint}): {'; '.join(failures)}")
 
     def close(self) -> None:
         with self._lock:
@@ -132,16 +163,20 @@ class PDClient:
         return response
 
     def _call(self, method: str, request: Message, response_type: type[ResponseT]) -> ResponseT:
-        header = getattr(request, "header", None)
-        if header is not None:
-            header.cluster_id = self.cluster_id
         for attempt in range(2):
             self.connect()
             channel = self._channel
             assert channel is not None
+            header = getattr(request, "header", None)
+            if header is not None:
+                header.cluster_id = self.cluster_id  # known only once connected
             try:
                 response = self._unary(channel, method, request, response_type)
             except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "cluster id" in (exc.details() or ""):
+                    raise PDError(
+                        f"PD {method}: {exc.details()}: the PD this client reached is not cluster {self.cluster_id}"
+                    ) from exc
                 if exc.code() not in _RETRIED_CODES:
                     raise PDError(f"PD {method} failed: {exc.code().name}: {exc.details()}") from exc
                 self.close()  # the leader may have moved: ask the members again
@@ -269,7 +304,7 @@ class PDClient:
         return int(response.min_safe_point)
 
     def _header(self) -> pdpb_pb2.RequestHeader:
-        return pdpb_pb2.RequestHeader(cluster_id=self.cluster_id)
+        return pdpb_pb2.RequestHeader()  # _call fills in the cluster id once connected
 
 
 def serialize_message(message: Message) -> bytes:
@@ -280,4 +315,12 @@ def serialize_message(message: Message) -> bytes:
 def _check_header(method: str, response: Any) -> None:
     error = response.header.error
     if error.type != pdpb_pb2.OK:
-        raise PDError(f"PD {method} answered {pdpb_pb2.ErrorType.Name(error.type)}: {error.message}")
+        raise PDError(f"PD {method} answered {_error_type_name(error.type)}: {error.message}")
+
+
+def _error_type_name(error_type: int) -> str:
+    """kvproto's pdpb.ErrorType keeps growing: a type this client does not know is shown by number."""
+    try:
+        return pdpb_pb2.ErrorType.Name(error_type)
+    except ValueError:
+        return f"error type {error_type}"

@@ -83,7 +83,7 @@ class RegionCache:
             self._addresses[store_id] = address
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc_channel(address)
+                channel = self._channels[address] = grpc_channel(address, self.pd.tls)
             return address, channel
 
     def forget_store(self, store_id: int) -> None:

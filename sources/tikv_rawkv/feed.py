@@ -1,13 +1,26 @@
 """The ChangeData EventFeed client: one subscription per region and partition span.
 
-Each store gets one bidirectional ``EventFeed`` stream; every region of a partition's span is
-registered on its leader's stream with ``kv_api = RawKV`` and ``checkpoint_ts`` = where the span
-resumes. TiKV first sends what is stored above that timestamp (the incremental scan), then an
-``INITIALIZED`` row, then live rows and resolved-ts (per region in ``Event.resolved_ts``, or
-batched in ``ChangeDataEvent.resolved_ts``). A region error (not leader, epoch mismatch after a
-split or merge, region not found, busy) or a broken stream ends the affected subscriptions; their
-spans are subscribed again from their own last resolved-ts, after looking the regions up in PD
-again, so nothing between that resolved-ts and the new subscription is missed.
+Every region of a partition's span is registered on a bidirectional ``EventFeed`` stream to its
+leader's store with ``kv_api = RawKV`` and ``checkpoint_ts`` = where the span resumes. TiKV first
+sends what is stored above that timestamp (the incremental scan), then an ``INITIALIZED`` row,
+then live rows and resolved-ts. A region error (not leader, epoch mismatch after a split or
+merge, region not found, busy) or a broken stream ends the affected subscriptions; their spans
+are subscribed again from their own last resolved-ts, after looking the regions up in PD again,
+so nothing between that resolved-ts and the new subscription is missed.
+
+Streams and versions, as TiKV reads them (tikv/tikv ``components/cdc/src/service.rs``,
+``endpoint.rs``): TiKV takes the client's ``Header.ticdc_version`` from a stream's first request
+as a semantic version (anything else counts as 0.0.0) and gates features on it: from 4.0.8
+resolved-ts comes batched per stream (``ResolvedTs{regions, ts, request_id: 0}``), from 5.3.0
+TiKV refuses a request whose ``cluster_id`` is not its own. Below 4.0.8 it comes per (stream,
+region) to the subscription registered last, so two subscriptions of one region on one stream
+would starve the older one; TiKV before 7.3 refuses the second outright (``duplicate_request``).
+Two partitions share a region whenever PD merges across a partition cut. So a stream never
+carries a region twice: a subscription goes to the first stream to its store that does not
+already carry its region, and another stream is opened when none is free. TiKV-CDC gets the same
+guarantee from one stream per span (tikv/migration ``cdc/cdc/kv/client.go``), and sends its own
+release ("1.1.1"), which TiKV reads as older than 4.0.8; cdcflow sends
+:data:`TIKV_CDC_PROTOCOL_VERSION` instead, for batched resolved-ts and the cluster-id check.
 """
 
 from __future__ import annotations
@@ -26,12 +39,18 @@ from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_message
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2
+from cdcflow.sources.tikv_client.rawkv import certificate_refused
 from cdcflow.sources.tikv_client.regions import RegionCache
+from cdcflow.sources.tikv_rawkv.exceptions import FeedRefusedError
 from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, REJECTED, Item
 
-__all__ = ["EventFeed"]
+__all__ = ["TIKV_CDC_PROTOCOL_VERSION", "EventFeed"]
 
 log = logging.getLogger("cdcflow.tikv.feed")
+
+# Sent as Header.ticdc_version on every request. TiKV gates on it (service.rs FeatureGate):
+# >= 4.0.8 batched resolved-ts, >= 5.3.0 the cluster-id check; 6.2 is the first TiKV with RawKV CDC.
+TIKV_CDC_PROTOCOL_VERSION = "6.2.0"
 
 _ROW = cdcpb_pb2.Event.Row
 RowsCallback = Callable[[str, list[Item]], None]
@@ -45,7 +64,7 @@ class _Subscription:
     start: bytes  # region-key space
     end: bytes
     resolved_ts: int
-    store_id: int
+    stream: _StoreStream
     request_start: bytes = b""  # the same span as request keys, to filter rows cheaply
     request_end: bytes = b""
     initialized: bool = False
@@ -69,6 +88,8 @@ class _StoreStream:
         self.address = address
         self.requests: queue.Queue[cdcpb_pb2.ChangeDataRequest | None] = queue.Queue()
         self.alive = True
+        self.refused = False  # TiKV refused the client certificate: the stream is not opened again
+        self.regions: dict[int, _Subscription] = {}  # region id -> its one subscription on this stream
         method = channel.stream_stream(
             "/cdcpb.ChangeData/EventFeed",
             request_serializer=serialize_message,
@@ -94,15 +115,23 @@ class _StoreStream:
 class EventFeed:
     """Subscriptions of every partition span; rows go to ``on_rows(partition_id, items)``."""
 
-    def __init__(self, pd: PDClient, codec: KeyCodec, on_rows: RowsCallback, retry_delay_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        pd: PDClient,
+        codec: KeyCodec,
+        on_rows: RowsCallback,
+        retry_delay_s: float = 0.2,
+        on_rows_outside_span: Callable[[int], object] = lambda count: None,
+    ) -> None:
         self.pd = pd
         self.codec = codec
         self.on_rows = on_rows
+        self.on_rows_outside_span = on_rows_outside_span  # how many scan rows of others' keys were dropped
         self.regions = RegionCache(pd)
         self.retry_delay_s = retry_delay_s
         self._lock = threading.RLock()
         self._subscriptions: dict[int, _Subscription] = {}
-        self._streams: dict[int, _StoreStream] = {}
+        self._streams: dict[int, list[_StoreStream]] = {}  # store id -> its streams
         self._pending: list[_Resubscribe] = []
         self._generation: dict[str, int] = {}
         self._request_ids = itertools.count(1)
@@ -112,6 +141,7 @@ class EventFeed:
         self._resubscriber = threading.Thread(target=self._resubscribe_loop, name="tikv-feed-resubscribe", daemon=True)
         self._resubscriber.start()
         self.resubscriptions = 0
+        self.failure: FeedRefusedError | None = None  # the first refusal no retry cures
 
     # --- public ------------------------------------------------------------------------------
 
@@ -129,12 +159,12 @@ class EventFeed:
             self._pending = [p for p in self._pending if p.partition_id != partition_id]
             for request_id, subscription in list(self._subscriptions.items()):
                 if subscription.partition_id == partition_id:
-                    del self._subscriptions[request_id]
-                    stream = self._streams.get(subscription.store_id)
-                    if stream is not None and stream.alive:
+                    self._forget(subscription)
+                    stream = subscription.stream
+                    if stream.alive:
                         stream.requests.put(
                             cdcpb_pb2.ChangeDataRequest(
-                                header=cdcpb_pb2.Header(cluster_id=self.pd.cluster_id),
+                                header=self._header(),
                                 region_id=subscription.region.id,
                                 request_id=request_id,
                                 deregister=cdcpb_pb2.ChangeDataRequest.Deregister(),
@@ -157,7 +187,7 @@ class EventFeed:
         self._closed.set()
         self._wake.set()
         with self._lock:
-            streams = list(self._streams.values())
+            streams = [stream for streams in self._streams.values() for stream in streams]
             self._streams.clear()
         for stream in streams:
             stream.close()
@@ -199,7 +229,7 @@ class EventFeed:
                 if end and start >= end:
                     continue
                 store_id, _ = self.regions.leader_store(region)
-                stream = self._stream(store_id)
+                stream = self._stream(store_id, region.id)
                 request_id = next(self._request_ids)
                 subscription = _Subscription(
                     request_id,
@@ -208,14 +238,15 @@ class EventFeed:
                     start,
                     end,
                     task.from_ts,
-                    store_id,
+                    stream,
                     self._request_key(start),
                     self._request_key(end),
                 )
                 self._subscriptions[request_id] = subscription
+                stream.regions[region.id] = subscription
                 stream.requests.put(
                     cdcpb_pb2.ChangeDataRequest(
-                        header=cdcpb_pb2.Header(cluster_id=self.pd.cluster_id, ticdc_version="cdcflow"),
+                        header=self._header(),
                         region_id=region.id,
                         region_epoch=region.meta.region_epoch,
                         checkpoint_ts=task.from_ts,
@@ -232,12 +263,32 @@ class EventFeed:
             return region_key
         return decode_memcomparable(region_key)[0]
 
-    def _stream(self, store_id: int) -> _StoreStream:
-        stream = self._streams.get(store_id)
-        if stream is None or not stream.alive:
-            address, channel = self.regions.channel_for_store(store_id)
-            stream = self._streams[store_id] = _StoreStream(self, store_id, address, channel)
+    def _header(self) -> cdcpb_pb2.Header:
+        """The same header on every request: TiKV reads the version from a stream's first one."""
+        return cdcpb_pb2.Header(cluster_id=self.pd.cluster_id, ticdc_version=TIKV_CDC_PROTOCOL_VERSION)
+
+    def _stream(self, store_id: int, region_id: int) -> _StoreStream:
+        """A live stream to ``store_id`` that does not carry ``region_id`` yet (see the module
+        docstring: a region twice on one stream starves or is refused)."""
+        streams = self._streams.setdefault(store_id, [])
+        streams[:] = [s for s in streams if s.alive]
+        for stream in streams:
+            if region_id not in stream.regions:
+                return stream
+        address, channel = self.regions.channel_for_store(store_id)
+        stream = _StoreStream(self, store_id, address, channel)
+        streams.append(stream)
         return stream
+
+    def _forget(self, subscription: _Subscription) -> bool:
+        """Drops an ended subscription (its region is free on its stream again); False when it
+        was already gone. Call with the lock held."""
+        if self._subscriptions.pop(subscription.request_id, None) is None:
+            return False
+        stream = subscription.stream
+        if stream.regions.get(subscription.region.id) is subscription:
+            del stream.regions[subscription.region.id]
+        return True
 
     def _retry_span(self, subscription: _Subscription, delay_s: float, why: str) -> None:
         """Subscribes the span of an ended subscription again, from its own resolved-ts."""
@@ -269,7 +320,14 @@ class EventFeed:
             for response in stream.call:
                 self._handle(stream, response)
         except grpc.RpcError as exc:
-            if not self._closed.is_set() and stream.alive:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                refusal = f"TiKV store {stream.store_id} at {stream.address}: {certificate_refused(exc.details())}"
+                log.error("%s", refusal)
+                with self._lock:
+                    stream.refused = True
+                    if self.failure is None:
+                        self.failure = FeedRefusedError(refusal)
+            elif not self._closed.is_set() and stream.alive:
                 log.warning("EventFeed stream to store %d at %s broke: %s", stream.store_id, stream.address, exc.code())
         except Exception:
             log.exception("EventFeed stream to store %d failed", stream.store_id)
@@ -279,14 +337,15 @@ class EventFeed:
     def _stream_ended(self, stream: _StoreStream) -> None:
         with self._lock:
             stream.alive = False
-            if self._streams.get(stream.store_id) is stream:
-                del self._streams[stream.store_id]
+            streams = self._streams.get(stream.store_id, [])
+            if stream in streams:
+                streams.remove(stream)
             if self._closed.is_set():
                 return
-            self.regions.forget_store(stream.store_id)
-            for request_id, subscription in list(self._subscriptions.items()):
-                if subscription.store_id == stream.store_id:
-                    del self._subscriptions[request_id]
+            if not streams:  # its last stream: look the store up again (closing the channel)
+                self.regions.forget_store(stream.store_id)
+            for subscription in list(stream.regions.values()):
+                if self._forget(subscription) and not stream.refused:
                     self._retry_span(subscription, self.retry_delay_s, f"stream to store {stream.store_id} ended")
 
     def _handle(self, stream: _StoreStream, response: cdcpb_pb2.ChangeDataEvent) -> None:
@@ -303,16 +362,11 @@ class EventFeed:
             elif kind == "error":
                 self._handle_error(subscription, event.error)
         if response.HasField("resolved_ts"):
+            # Batched: request_id 0 (per stream), or a subscription's own (stream multiplexing).
             resolved = response.resolved_ts
-            regions = set(resolved.regions)
             with self._lock:
-                targets = [
-                    s
-                    for s in self._subscriptions.values()
-                    if s.store_id == stream.store_id
-                    and s.region.id in regions
-                    and resolved.request_id in (0, s.request_id)
-                ]
+                found = (stream.regions.get(region_id) for region_id in resolved.regions)
+                targets = [s for s in found if s is not None and resolved.request_id in (0, s.request_id)]
             for subscription in targets:
                 self._advance(subscription, resolved.ts)
 
@@ -323,9 +377,17 @@ class EventFeed:
 
     def _handle_error(self, subscription: _Subscription, error: cdcpb_pb2.Error) -> None:
         with self._lock:
-            if self._subscriptions.pop(subscription.request_id, None) is None:
+            if not self._forget(subscription):
                 return
             kind = _error_kind(error)
+            refusal = self._refusal(subscription, error, kind)
+            if refusal is not None:
+                # TiKV-CDC ends the changefeed on these too (tikv/migration cdc/cdc/kv/client.go
+                # handleError: ErrVersionIncompatible, ErrClusterIDMismatch, a panic on duplicates).
+                log.error("%s", refusal)
+                if self.failure is None:
+                    self.failure = FeedRefusedError(refusal)
+                return
             delay = self.retry_delay_s
             if kind == "not_leader" and error.not_leader.leader.store_id:
                 self.regions.update_leader(subscription.region.id, error.not_leader.leader)
@@ -335,35 +397,71 @@ class EventFeed:
                 delay = max(delay, 1.0)
             self._retry_span(subscription, delay, f"region {subscription.region.id}: {kind}")
 
+    def _refusal(self, subscription: _Subscription, error: cdcpb_pb2.Error, kind: str) -> str | None:
+        """What to tell the user about an error TiKV will answer again however often it is asked
+        (tikv/tikv components/cdc/src/endpoint.rs on_register), or None for a retryable one."""
+        store = f"TiKV store {subscription.stream.store_id} at {subscription.stream.address}"
+        if kind == "compatibility":
+            return (
+                f"{store} refused the RawKV change feed (required_version "
+                f"{error.compatibility.required_version}): RawKV CDC needs TiKV >= 6.2 running with "
+                f"storage.api-version = 2"
+            )
+        if kind == "cluster_id_mismatch":
+            return (
+                f"{store} belongs to cluster {error.cluster_id_mismatch.current} but PD at {self.pd.endpoints} is "
+                f"cluster {error.cluster_id_mismatch.request}: pd_endpoints point at a different cluster than "
+                f"the stores PD names"
+            )
+        if kind == "duplicate_request":
+            return (
+                f"{store} refused region {subscription.region.id} registered twice on one stream "
+                f"(duplicate_request): a cdcflow bug, please report it"
+            )
+        return None
+
     def _handle_rows(self, subscription: _Subscription, rows: Iterable[cdcpb_pb2.Event.Row]) -> None:
+        """Rows of the subscription's span become items; every other row is dropped first.
+
+        TiKV's RawKV incremental scan reads the subscription's whole region within ``[r, s)``
+        (tikv/tikv components/cdc/src/initializer.rs), so its rows include other partitions' keys
+        and other keyspaces' keys sharing the region: they are not errors, and are counted, not
+        rejected. Only a row inside the span can be rejected (it is then always of this keyspace,
+        as the span lies within it; the prefix check stays as a guard).
+        """
         items: list[Item] = []
         prefix = self._prefix
         start, end = subscription.request_start, subscription.request_end
         cut = len(prefix)
+        outside = 0
         for row in rows:
             row_type = row.type
-            if row_type == _COMMITTED:
-                key = row.key
-                if not key.startswith(prefix):
-                    items.append(_rejected(row, f"key is not a RawKV key of keyspace {self.codec.keyspace_id}"))
-                    continue
-                if key < start or (end and key >= end):
-                    continue  # another partition's span of the same region: it reaches that partition
-                ts = row.commit_ts or row.start_ts
-                op = row.op_type
-                if op == _PUT:
-                    if not row.value:
-                        items.append(_rejected(row, "PUT with an empty value (RawKV refuses empty values)"))
-                        continue
-                    items.append(Item(ts, key[cut:], ts, PUT, row.value, row.expire_ts_unix_secs, ""))
-                elif op == _DELETE:
-                    items.append(Item(ts, key[cut:], ts, DELETE, b"", 0, ""))
-                else:
-                    items.append(_rejected(row, f"unknown op type {op} (a value meta flag TiKV could not map)"))
-            elif row_type == _INITIALIZED:
+            if row_type == _INITIALIZED:
                 subscription.initialized = True
-            else:
+                continue
+            key = row.key
+            if key < start or (end and key >= end):
+                outside += 1
+                continue
+            if row_type != _COMMITTED:
                 items.append(_rejected(row, f"log type {cdcpb_pb2.Event.LogType.Name(row_type)} in a RawKV feed"))
+                continue
+            if not key.startswith(prefix):
+                items.append(_rejected(row, f"key is not a RawKV key of keyspace {self.codec.keyspace_id}"))
+                continue
+            ts = row.commit_ts or row.start_ts
+            op = row.op_type
+            if op == _PUT:
+                if not row.value:
+                    items.append(_rejected(row, "PUT with an empty value (RawKV refuses empty values)"))
+                    continue
+                items.append(Item(ts, key[cut:], ts, PUT, row.value, row.expire_ts_unix_secs, ""))
+            elif op == _DELETE:
+                items.append(Item(ts, key[cut:], ts, DELETE, b"", 0, ""))
+            else:
+                items.append(_rejected(row, f"unknown op type {op} (a value meta flag TiKV could not map)"))
+        if outside:
+            self.on_rows_outside_span(outside)
         if items:
             self.on_rows(subscription.partition_id, items)
 

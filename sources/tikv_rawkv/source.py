@@ -35,10 +35,10 @@ service GC safepoint: only a process that runs ``latest_offset`` and ``commit`` 
 loop, the Spark driver) keeps it, because only it knows which checkpoint is durable; a reader
 that moved it could move it past an uncommitted range or back below another reader's.
 
-On a real cluster such a read is exact only for keys written once between ``start`` and its
-subscription: TiKV's RawKV incremental scan sends the newest version of each key above the
-checkpoint, not every version (``RawMvccIterator`` in TiKV's CDC initializer; the stand-in sends
-every version). An overwritten key then shows its newest value, in the range of that value's
+Such a read is exact only for keys written once between ``start`` and its subscription: TiKV's
+RawKV incremental scan sends the newest version of each key above the checkpoint, not every
+version (``RawMvccIterator`` in tikv/tikv ``components/cdc/src/initializer.rs``; the stand-in
+does the same). An overwritten key then shows its newest value, in the range of that value's
 timestamp (eventual consistency, as after any resubscription or restart). This is why the source
 sets ``read_where_planned``: the spark engine reads each range in its driver, where
 ``latest_offset`` has followed the partition all along, and ships the records with the task.
@@ -50,10 +50,19 @@ A PUT is ``op = c`` (RawKV cannot tell an insert from an overwrite; every PUT is
 ``{"key": <user key bytes>}`` without the ``r`` + keyspace prefix; ``expire_ts`` is the absolute
 expiry in seconds since the epoch (None without TTL). ``source.position`` is ``{"ts", "key"}``,
 ``source.ts_us`` the write's timestamp (physical part) and ``source.extra["tikv_ts"]`` the full
-TSO timestamp. Topics are ``<cluster>.ks<keyspace_id>.rawkv``. A row that is not a RawKV change
-(a PUT with an empty value, an op type TiKV could not map from the value's meta flags, a key of
-another keyspace, a transactional log type) is yielded as :class:`Rejected` with its raw key and
-value, for the dead-letter destination.
+TSO timestamp. Topics are ``<cluster>.ks<keyspace_id>.rawkv``. A row of the partition's span
+that is not a RawKV change (a PUT with an empty value, an op type TiKV could not map from the
+value's meta flags, a transactional log type) is yielded as :class:`Rejected` with its raw key
+and value, for the dead-letter destination. Rows outside the span (the catch-up scan reads the
+whole region: other partitions' and other keyspaces' keys) are dropped and counted
+(``tikv_scan_row_outside_span``).
+
+An upstream ``RawDeleteRange`` is not in the change stream: under API V2 TiKV removes every
+version of the range physically, writes no delete markers, and its CDC passes on puts only
+(tikv/tikv ``src/storage/mod.rs`` ``raw_delete_range``, ``components/cdc/src/delegate.rs``). The
+keys stay in the downstream (TiKV, Kafka, Parquet), and writes to them above the checkpoint made
+before the delete can vanish from a later catch-up scan as well. Deletes that must replicate use
+``RawBatchDelete`` (delete markers, fed as ``op d``), or repeat the range delete downstream.
 """
 
 from __future__ import annotations
@@ -77,7 +86,8 @@ from cdcflow.metrics import source_counter
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.pd import PDClient
-from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, RowRejectedError
+from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
+from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, FeedRefusedError, RowRejectedError
 from cdcflow.sources.tikv_rawkv.feed import EventFeed
 from cdcflow.sources.tikv_rawkv.layout import PartitionLayout
 from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
@@ -107,6 +117,7 @@ class TiKVRawKVSourceConfig(PluginConfig):
     gc_ttl_s: int = Field(default=86_400, ge=60, description="TTL of the PD service GC safepoint")
     gc_refresh_s: float = Field(default=60.0, gt=0, description="the service GC safepoint moves at most this often")
     request_timeout_s: float = Field(default=10.0, gt=0)
+    tls: TLSConfig | None = Field(default=None, description="mutual TLS to PD and TiKV: {ca, cert, key} PEM files")
     read_wait_s: float = Field(
         default=60.0, gt=0, description="how long a read in a process that did not follow the partition waits for it"
     )
@@ -139,7 +150,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self.codec = KeyCodec(2, config.keyspace_id)
         self.start_key = decode_key_setting(config.start_key, config.key_encoding)
         self.end_key = decode_key_setting(config.end_key, config.key_encoding)
-        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s)
+        self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
         self.service_id = f"cdcflow-{context.pipeline}-w{context.worker_id}"
         self.schema = RowSchema(
             f"{config.cluster}.ks{config.keyspace_id}.rawkv",
@@ -157,6 +168,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self._owns_spill_dir = False
         self._late = source_counter(context.pipeline, "tikv_late_row")
         self._rejected = source_counter(context.pipeline, "tikv_rejected_row")
+        self._outside_span = source_counter(context.pipeline, "tikv_scan_row_outside_span")
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -175,6 +187,8 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
                 self.config.partitions,
                 lambda: self.config.start_ts if self.config.start_ts is not None else self.pd.get_ts(),
             )
+        except TLSFileError:
+            raise  # a setting to fix, not a cluster to wait for
         except TiKVClientError as exc:
             raise SourceUnavailableError(f"TiKV source {self.context.pipeline}: {exc}") from exc
         if self.config.spill_dir is not None:
@@ -183,7 +197,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         else:
             self._spill_dir = Path(tempfile.mkdtemp(prefix="cdcflow-tikv-sorter-"))
         self._owns_spill_dir = True
-        self._feed = EventFeed(self.pd, self.codec, self._on_rows)
+        self._feed = EventFeed(self.pd, self.codec, self._on_rows, on_rows_outside_span=self._outside_span.inc)
 
     def close(self) -> None:
         if self._feed is not None:
@@ -210,6 +224,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         start_ts = int(start["ts"])
         partition_feed = self._following(partition, start_ts, reads_only=False)
         assert self._feed is not None
+        self._raise_if_refused()
         resolved = self._feed.resolved_ts(partition.id)
         if resolved is None:
             return {"ts": start_ts}
@@ -243,6 +258,12 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         return ts_to_us(int(offset["ts"]))
+
+    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
+        # For lag (cdcflow.metrics): read up to resolved-ts minus the safety interval (TiKV keeps
+        # resolved-ts near now) is all the partition may give now.
+        resolved = self._feed.resolved_ts(partition.id) if self._feed is not None else None
+        return resolved is not None and int(offset["ts"]) >= resolved - self._safety
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         for partition_id, offset in offsets.items():
@@ -289,6 +310,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         assert self._feed is not None
         deadline = time.monotonic() + self.config.read_wait_s
         while True:
+            self._raise_if_refused()
             resolved = self._feed.resolved_ts(partition.id)
             if resolved is not None and resolved - self._safety >= end_ts:
                 return
@@ -299,6 +321,12 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
                     f"({self.config.read_wait_s}s); the range is read again on retry"
                 )
             time.sleep(_READ_POLL_S)
+
+    def _raise_if_refused(self) -> None:
+        """TiKV refused a subscription for good (not API V2, another cluster): no retry cures it."""
+        assert self._feed is not None
+        if self._feed.failure is not None:
+            raise FeedRefusedError(str(self._feed.failure)) from self._feed.failure
 
     def _let_go_of_idle_read_follows(self) -> None:
         now = time.monotonic()

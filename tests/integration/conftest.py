@@ -50,6 +50,18 @@ def registry_url(kafka_bootstrap: str) -> str:
     return REGISTRY_URL
 
 
+@pytest.fixture(scope="session")
+def secure_kafka() -> Any:
+    """A second broker with a SASL_SSL listener (scripts/kafka_secure.sh), certificates made by
+    the tests: a ``tests.integration.secure_kafka.SecureKafka``."""
+    from tests.integration.secure_kafka import ensure_secure_kafka
+
+    try:
+        return ensure_secure_kafka()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
 @pytest.fixture
 def topic_prefix() -> Iterator[str]:
     yield f"t{uuid.uuid4().hex[:10]}"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,14 +29,18 @@ class Received:
     headers: dict[str, bytes]
 
 
-def read_topics(bootstrap: str, topics: list[str], timeout_s: float = 60.0) -> list[Received]:
-    """Every record currently in ``topics``, in offset order per partition."""
+def read_topics(
+    bootstrap: str, topics: list[str], timeout_s: float = 60.0, client: Mapping[str, str] | None = None
+) -> list[Received]:
+    """Every record currently in ``topics``, in offset order per partition (``client``: extra
+    librdkafka settings, e.g. SASL_SSL)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "cdcflow-tests-reader",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            **(client or {}),
         }
     )
     try:
@@ -78,8 +83,8 @@ def read_topics(bootstrap: str, topics: list[str], timeout_s: float = 60.0) -> l
         consumer.close()
 
 
-def topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdcflow-tests-lister"})
+def topics_with_prefix(bootstrap: str, prefix: str, client: Mapping[str, str] | None = None) -> list[str]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdcflow-tests-lister", **(client or {})})
     try:
         return sorted(t for t in consumer.list_topics(timeout=30).topics if t.startswith(prefix))
     finally:

@@ -164,15 +164,14 @@ class Expectations:
         else:
             stamp = self.writer.delete_row(table, key, timestamp_us=timestamp_us)
         partition_key = {n: key[n] for n in self.writer.partition_key_names(table)}
-        token = self.writer.token_of(table, partition_key)
-        streams = [s.hex() for s in self.writer.streams_for(table, stamp, token)]
+        stream = self.writer.stream_for(table, stamp, self.writer.token_of(table, partition_key)).hex()
         after = None if op == "d" else {**key, **(values or {})}
         if after is not None and self.writer.logs_post_images(table):
             # the post-image is the whole row (the tests insert fresh rows: absent columns are null)
             after = {**dict.fromkeys(self.writer.value_columns(table)), **after}
         with self.lock:
             self.written.append(
-                {"table": table, "op": op, "key": key, "after": after, "ts_us": stamp, "streams": streams}
+                {"table": table, "op": op, "key": key, "after": after, "ts_us": stamp, "stream": stream}
             )
         return stamp
 
@@ -204,7 +203,7 @@ class Expectations:
             )
             first = by_identity[identity][0]
             assert first.after == write["after"], (write, first)
-            assert first.stream == write["streams"][0] or first.stream in write["streams"], (write, first)
+            assert first.stream == write["stream"], (write, first)
             if exactly_once:
                 assert len(by_identity[identity]) == 1, f"{identity} arrived {len(by_identity[identity])} times"
         assert_first_arrivals_in_write_order(events)

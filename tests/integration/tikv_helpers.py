@@ -7,6 +7,8 @@ are skipped, and the checks that remain compare what the clusters hold.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import random
 import signal
@@ -21,8 +23,13 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client.tls import TLSConfig
 from tests.standins.tikv.control import REPO, StandinCluster
 
 REAL_UPSTREAM = os.environ.get("CDCFLOW_TIKV_PD")
@@ -35,9 +42,10 @@ class TiKVCluster:
 
     pd: str
     standin: StandinCluster | None
+    tls: TLSConfig | None = None
 
     def __post_init__(self) -> None:
-        self.pd_client = PDClient([self.pd])
+        self.pd_client = PDClient([self.pd], tls=self.tls)
         self.kv = RawKVClient(self.pd_client, KeyCodec(2, 0))
 
     def control(self, command: str, **args: Any) -> Any:
@@ -69,9 +77,12 @@ class TiKVCluster:
         self.pd_client.close()
 
 
-def start_cluster(real_pd: str | None) -> Iterator[TiKVCluster]:
-    standin = None if real_pd else StandinCluster.start()
-    cluster = TiKVCluster(real_pd or standin.pd, standin)  # type: ignore[union-attr]
+def start_cluster(real_pd: str | None, tls: TLSConfig | None = None, **options: object) -> Iterator[TiKVCluster]:
+    """A cluster for a module: the real one at ``real_pd``, or a stand-in started with ``options``
+    (its command-line flags by name, see :meth:`StandinCluster.start`); ``tls``: how the test's
+    own clients reach it."""
+    standin = None if real_pd else StandinCluster.start(**options)
+    cluster = TiKVCluster(real_pd or standin.pd, standin, tls)  # type: ignore[union-attr]
     try:
         yield cluster
     finally:
@@ -196,3 +207,76 @@ def stop_worker(process: subprocess.Popen[bytes], file: Path, kill: bool = False
         process.kill()
         process.wait()
     return (file.parent / f"{file.name}.log").read_text(errors="replace")
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """PEM files made for one test run: a CA, a server certificate for 127.0.0.1 (``ca.pem``,
+    ``server.pem``, ``server-key.pem``: a stand-in's ``--tls-dir``), a client certificate with
+    common name ``cdcflow`` signed by the CA, and one signed by another CA (``rogue``)."""
+
+    folder: Path
+
+    def client(self) -> TLSConfig:
+        return TLSConfig(ca=self.folder / "ca.pem", cert=self.folder / "client.pem", key=self.folder / "client-key.pem")
+
+    def rogue(self) -> TLSConfig:
+        return TLSConfig(ca=self.folder / "ca.pem", cert=self.folder / "rogue.pem", key=self.folder / "rogue-key.pem")
+
+    def settings(self) -> dict[str, str]:
+        """The client's ``tls`` setting of a pipeline file."""
+        return {name: str(path) for name, path in self.client().model_dump().items()}
+
+
+def make_certificates(folder: Path) -> Certificates:
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca = _certificate("cdcflow test CA", None, None, is_ca=True)
+    rogue_ca_key, rogue_ca = _certificate("another CA", None, None, is_ca=True)
+    server_key, server = _certificate("tikv-standin", ca_key, ca, is_ca=False, server=True)
+    client_key, client = _certificate("cdcflow", ca_key, ca, is_ca=False)
+    rogue_key, rogue = _certificate("cdcflow", rogue_ca_key, rogue_ca, is_ca=False)
+    _write(folder / "ca.pem", ca)
+    for name, key, certificate in (
+        ("server", server_key, server),
+        ("client", client_key, client),
+        ("rogue", rogue_key, rogue),
+    ):
+        _write(folder / f"{name}.pem", certificate)
+        (folder / f"{name}-key.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+    return Certificates(folder)
+
+
+def _certificate(
+    common_name: str,
+    issuer_key: ec.EllipticCurvePrivateKey | None,
+    issuer: x509.Certificate | None,
+    is_ca: bool,
+    server: bool = False,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer.subject if issuer is not None else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+    )
+    if server:  # the name the client dials must be in the certificate
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+    return key, builder.sign(issuer_key if issuer_key is not None else key, hashes.SHA256())
+
+
+def _write(path: Path, certificate: x509.Certificate) -> None:
+    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))

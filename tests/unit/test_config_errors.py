@@ -115,6 +115,56 @@ def test_environment_defaults_and_numbers(tmp_path: Path, registry: PluginRegist
     assert spec.sink.config.bootstrap_servers == "localhost:1"  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "${KAFKA BOOTSTRAP:-x}",  # a space in the name
+        "${KAFKA_BOOTSTRAP:127.0.0.1:9092}",  # ':' instead of ':-'
+        "$KAFKA_BOOTSTRAP",  # shell style, no braces
+        "${KAFKA_BOOTSTRAP",  # not closed
+        "${}",
+        "${1ST}",
+        "127.0.0.1:${PORT:=9092}",
+    ],
+)
+def test_malformed_environment_references_are_errors_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    file = write(
+        tmp_path,
+        "name: p\n" + GOOD_SOURCE + "sink:\n  type: kafka\n  bootstrap_servers: '" + value + "'\n",
+    )
+    assert main(["validate", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert f"{file}: line 5: field sink.bootstrap_servers: " in err
+    assert "is not an environment reference cdcflow reads" in err
+    assert "${NAME} or ${NAME:-default}" in err
+
+
+def test_dollar_escapes_and_environment_values_keep_their_text(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(
+        tmp_path,
+        "name: p\n"
+        "source: {type: datagen, count: '${COUNT}'}\n"
+        "transforms: [{type: route, regex: '(.*)$', replacement: 'x.$1'}]\n"
+        "sink: {type: kafka, bootstrap_servers: 'b:1', kafka: {security_protocol: SASL_PLAINTEXT, "
+        "sasl_mechanism: PLAIN, sasl_username: '${USER_NAME}', sasl_password: 'pa$$${SECRET}'}}\n"
+        "checkpoint: {type: file, path: '$$HOME/state'}\n"
+        "engine: {workers: '${WORKERS}', conf: {spark.executor.cores: '${CORES}'}}\n",
+    )
+    environ = {"COUNT": "42", "USER_NAME": "007", "SECRET": "1.10", "WORKERS": "3", "CORES": "2"}
+    spec = load_pipeline(file, registry, environ=environ)
+    assert spec.source.config.count == 42  # type: ignore[attr-defined]
+    assert spec.transforms[0].config.regex == "(.*)$"  # type: ignore[attr-defined]
+    assert spec.transforms[0].config.replacement == "x.$1"  # type: ignore[attr-defined]
+    kafka = spec.sink.config.kafka  # type: ignore[attr-defined]
+    assert kafka.sasl_username == "007"  # not the integer 7
+    assert kafka.sasl_password.get_secret_value() == "pa$1.10"  # not the float 1.1
+    assert spec.checkpoint.config.path == tmp_path / "$HOME" / "state"  # type: ignore[attr-defined]
+    assert spec.engine.workers == 3
+    assert spec.engine.conf == {"spark.executor.cores": "2"}
+
+
 def test_relative_paths_resolve_against_the_pipeline_folder(tmp_path: Path, registry: PluginRegistry) -> None:
     folder = tmp_path / "pipelines"
     folder.mkdir()
@@ -153,12 +203,48 @@ def test_validate_checks_nested_converter_config(tmp_path: Path, capsys: pytest.
         + "sink: {type: kafka, bootstrap_servers: 'x:1', converter: {type: json, schema: 1}}\n",
     )
     assert main(["validate", str(file)]) == 2
-    assert "field sink.converter.schema: expected one of the known fields" in capsys.readouterr().err
+    assert "line 3: field sink.converter.schema: expected one of the known fields" in capsys.readouterr().err
+
+
+def test_a_nested_converter_error_names_its_own_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = write(
+        tmp_path,
+        "name: p\n"
+        + GOOD_SOURCE
+        + "sink:\n  type: kafka\n  bootstrap_servers: 'x:1'\n"
+        + "errors:\n  tolerance: all\n  dead_letter:\n    type: kafka\n    bootstrap_servers: 'x:1'\n"
+        + "    converter:\n      type: avro\n      schema_registry_url: 7\n",
+    )
+    assert main(["validate", str(file)]) == 2
+    assert "line 13: field errors.dead_letter.converter.schema_registry_url: expected a valid string" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("file", sorted((REPO / "config").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_pipelines_validate(file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(file)]) == 0, capsys.readouterr().err
+
+
+def test_a_shipped_pipeline_for_every_source_with_state_in_one_place(registry: PluginRegistry) -> None:
+    files = sorted((REPO / "config").glob("*.yaml"))
+    specs = [load_pipeline(file, registry, environ={}) for file in files]
+    builtin_sources = {"datagen", "kafka", "cassandra_commitlog", "scylla_cdc", "tikv_rawkv"}
+    assert builtin_sources <= {spec.source.config.type for spec in specs}
+    for spec in specs:
+        state = REPO / "config" / "state"
+        if spec.checkpoint.config.type == "file":
+            assert spec.checkpoint.config.path == state / spec.name, spec.file  # type: ignore[attr-defined]
+        state_files = []  # dead letters and the commit-log error store, where they are files
+        if spec.dead_letter is not None and spec.dead_letter.config.type == "file":
+            state_files.append(spec.dead_letter.config.path)  # type: ignore[attr-defined]
+        error_store = getattr(spec.source.config, "error_store", None)
+        if error_store is not None and error_store.type == "file":
+            state_files.append(error_store.path)
+        for path in state_files:
+            assert path.parent == state and path.name.startswith(f"{spec.name}."), (spec.file, path)
+        if spec.sink.config.type == "parquet":
+            assert spec.sink.config.path == str(REPO / "config" / "out" / spec.name)  # type: ignore[attr-defined]
 
 
 def test_shipped_json_schema_is_current(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from cdcflow.config import parse_pipeline
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.errors import SinkDeliveryError, SourceDataError
 from cdcflow.events import Record
-from cdcflow.pipeline import HashAssignment, PipelineRunner, RecordFailedError, build_runner
+from cdcflow.pipeline import HashAssignment, PipelineRunner, RecordFailedError, StoppedWhileRetryingError, build_runner
 from cdcflow.plugins import PluginRegistry
 from cdcflow.sources.datagen.source import DatagenSource
 
@@ -175,14 +176,22 @@ def test_hash_assignment_gives_every_partition_exactly_one_owner(workers: int) -
     assert len({found[0] for found in owners.values()}) == workers  # nobody idles on 80 partitions
 
 
-def test_stop_during_backoff_returns_without_committing(tmp_path: Path, registry: PluginRegistry) -> None:
+def test_stop_during_backoff_ends_without_committing_and_says_so(tmp_path: Path, registry: PluginRegistry) -> None:
     runner = pipeline(
         tmp_path,
         registry,
         sink={"type": "recording", "fail_flushes": 1000},
         errors={"retry": {"initial_backoff_ms": 50, "max_backoff_ms": 50}},
     )
-    thread = threading.Thread(target=runner.run)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
     thread.start()
     while "flush" not in RecordingSink.calls:
         thread.join(0.01)
@@ -190,6 +199,9 @@ def test_stop_during_backoff_returns_without_committing(tmp_path: Path, registry
     thread.join(10)
     assert not thread.is_alive()
     assert committed_offsets(tmp_path) == {}
+    # Not a clean stop: the process exits non-zero, naming the failure it was retrying.
+    assert [type(f) for f in failures] == [StoppedWhileRetryingError]
+    assert "stopped while retrying after SinkDeliveryError" in str(failures[0])
 
 
 def test_metrics_count_events_and_expose_the_committed_watermark(tmp_path: Path, registry: PluginRegistry) -> None:
@@ -275,3 +287,46 @@ def test_a_source_rejection_with_tolerance_none_stops_the_pipeline(tmp_path: Pat
     with pytest.raises(RecordFailedError, match="at source"):
         runner.run()
     assert 0 not in seqs(RecordingSink.durable)
+
+
+def test_a_drained_bounded_source_has_no_lag_however_long_after(tmp_path: Path, registry: PluginRegistry) -> None:
+    runner = pipeline(tmp_path, registry)
+    now = [time.time()]
+    runner.clock = lambda: now[0]
+    runner.run()
+    assert runner.checkpoint_lag_seconds() == 0.0
+    now[0] += 3600  # an hour later nothing new can appear in a drained datagen: still no lag
+    assert runner.checkpoint_lag_seconds() == 0.0
+    checkpoints = runner.store.load()
+    assert len(checkpoints) == 3 and all(c.caught_up and c.lag_at_commit_s() == 0 for c in checkpoints.values())
+
+
+def test_records_that_wait_for_a_failing_sink_make_lag_grow(tmp_path: Path, registry: PluginRegistry) -> None:
+    runner = pipeline(
+        tmp_path,
+        registry,
+        sink={"type": "recording", "fail_flushes": 1000},
+        errors={"retry": {"initial_backoff_ms": 50, "max_backoff_ms": 50}},
+    )
+    now = [time.time()]
+    runner.clock = lambda: now[0]
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run()
+        except StoppedWhileRetryingError as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        while RecordingSink.calls.count("flush") < 2:
+            thread.join(0.01)
+        first = runner.checkpoint_lag_seconds()
+        now[0] += 30
+        assert runner.checkpoint_lag_seconds() == pytest.approx(first + 30, abs=1)
+    finally:
+        runner.stop.set()
+        thread.join(10)
+    assert len(failures) == 1

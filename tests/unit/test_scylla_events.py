@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import namedtuple
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from cdcflow.events import ChangeEvent, Op
 from cdcflow.sources.cql.cqltypes import build_type
 from cdcflow.sources.scylla_cdc.exceptions import LogRowError
 from cdcflow.sources.scylla_cdc.log_events import LogLayout, LogRow, batch_events, batches
+from cdcflow.sources.scylla_cdc.log_reader import stream_chunks
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSourceConfig
 from cdcflow.sources.scylla_cdc.timeuuids import micros_of
 
@@ -40,7 +42,7 @@ def layout(**columns: str) -> LogLayout:
 
 
 def row(seq: int, operation: int, ttl: int | None = None, time: uuid.UUID = TIME, **values: Any) -> LogRow:
-    return LogRow(STREAM, time, micros_of(time), seq, operation, ttl, None, None, values)
+    return LogRow(STREAM, time, micros_of(time), seq, operation, ttl, None, values)
 
 
 def events(table: LogLayout, rows: list[LogRow]) -> list[ChangeEvent]:
@@ -99,13 +101,84 @@ def test_a_column_set_to_null_is_none_and_untouched_columns_are_absent() -> None
     assert event.after == {"pk": 0, "ck": 0, "a": 3, "b": None}
 
 
-def test_ttl_splits_dead_and_live_cells_into_two_deltas_as_documented() -> None:
-    # cdc-log-table: UPDATE ... USING TTL 5 SET a = 0, b = null gives two rows in one batch.
+def test_a_row_split_by_ttl_is_one_event() -> None:
+    # cdc-log-table: UPDATE ... USING TTL 5 SET a = 0, b = null gives two rows in one record
+    # (cdc/split.cc: the dead cell has no TTL); the commit log holds it as one row change.
     table = layout(a="int", b="int")
-    dead, live = events(table, [row(0, 1, pk=0, ck=0, **{"cdc$deleted_b": True}), row(1, 1, 5, pk=0, ck=0, a=0)])
-    assert dead.after == {"pk": 0, "ck": 0, "b": None} and dead.headers is None
-    assert live.after == {"pk": 0, "ck": 0, "a": 0}
-    assert live.headers == {"cdc.ttl": json.dumps({"a": 5})}
+    [event] = events(table, [row(0, 1, pk=0, ck=0, **{"cdc$deleted_b": True}), row(1, 1, 5, pk=0, ck=0, a=0)])
+    assert event.op is Op.UPDATE
+    assert event.after == {"pk": 0, "ck": 0, "a": 0, "b": None}
+    assert event.headers == {"cdc.ttl": json.dumps({"a": 5})}
+    assert json.loads(event.source.to_payload()["position"])["seq"] == 0
+
+
+def test_an_insert_of_a_collection_with_ttl_is_one_insert_event() -> None:
+    # log.cc #6070: INSERT (pk, ck, v, m) VALUES (0, 0, 1, {1: 1}) USING TTL 5 is logged as an
+    # insert (row marker, v), the collection's tombstone, then its cells.
+    table = layout(v="int", m="frozen<map<int, int>>", **{"cdc$deleted_elements_m": "frozen<set<int>>"})
+    rows = [
+        row(0, 2, 5, pk=0, ck=0, v=1),
+        row(1, 1, None, pk=0, ck=0, **{"cdc$deleted_m": True}),
+        row(2, 1, 5, pk=0, ck=0, m={1: 1}),
+        row(3, 2, None, pk=0, ck=1, v=2),  # another row of the batch: an event of its own
+    ]
+    first, second = events(table, rows)
+    assert (first.op, first.after) == (Op.CREATE, {"pk": 0, "ck": 0, "v": 1, "m": {1: 1}})
+    assert first.headers == {"cdc.replaced": '["m"]', "cdc.ttl": json.dumps({"m": 5, "v": 5}, sort_keys=True)}
+    assert (second.op, second.key, second.after) == (Op.CREATE, {"pk": 0, "ck": 1}, {"pk": 0, "ck": 1, "v": 2})
+
+
+def test_a_user_type_of_null_fields_only_marks_the_column_touched() -> None:
+    # log.cc udt_visitor: SET u = null logs cdc$deleted_u and u = (null, null, null); SET u.b = null
+    # logs u = (null, null, null) and the field's index.
+    ut = namedtuple("ut", ["a", "b", "c"])
+    table = layout(u="frozen<ut>", **{"cdc$deleted_elements_u": "frozen<set<smallint>>"})
+    [nulled] = events(table, [row(0, 1, pk=0, ck=0, u=ut(None, None, None), **{"cdc$deleted_u": True})])
+    assert nulled.after == {"pk": 0, "ck": 0, "u": None}
+    assert nulled.headers == {"cdc.replaced": '["u"]'}
+    [field_removed] = events(table, [row(0, 1, pk=0, ck=0, u=ut(None, None, None), **{"cdc$deleted_elements_u": {1}})])
+    # Issue 13: a field update carries the fields it wrote, a field set to null as None.
+    assert field_removed.after == {"pk": 0, "ck": 0, "u": {"b": None}}
+    assert field_removed.headers == {"cdc.removed": json.dumps({"u": ["b"]})}
+    [field_set] = events(table, [row(0, 1, pk=0, ck=0, u=ut(None, 7, None))])
+    assert field_set.after == {"pk": 0, "ck": 0, "u": {"b": 7}}
+    [overwritten] = events(table, [row(0, 1, pk=0, ck=0, u=ut(1, None, None), **{"cdc$deleted_u": True})])
+    assert overwritten.after == {"pk": 0, "ck": 0, "u": {"a": 1, "b": None, "c": None}}
+
+
+def test_parts_of_one_collection_in_two_rows_are_merged() -> None:
+    # UPDATE ... SET m = m + {1: 1} USING TTL 3 and m = m + {2: 2} USING TTL 9 in one batch.
+    table = layout(m="frozen<map<int, int>>", **{"cdc$deleted_elements_m": "frozen<set<int>>"})
+    [event] = events(table, [row(0, 1, 3, pk=0, ck=0, m={1: 1}), row(1, 1, 9, pk=0, ck=0, m={2: 2})])
+    assert event.after == {"pk": 0, "ck": 0, "m": {1: 1, 2: 2}}
+    assert event.headers == {"cdc.ttl": json.dumps({"m": 9})}
+
+
+def test_a_partition_delete_of_a_table_without_clustering_columns_gets_its_pre_image() -> None:
+    # split.cc (scylladb#26382, 2026.1): a pre-image of every column, then the partition delete.
+    table = LogLayout("scy", "ks", "t2", ("pk",), (), ("v", "w"), {n: build_type("int", {}) for n in ("pk", "v", "w")})
+    found = list(batch_events(table, [row(0, 0, pk=3, v=1, **{"cdc$deleted_w": True}), row(1, 4, pk=3)], "p", 0))
+    [event] = found
+    assert isinstance(event, ChangeEvent)
+    assert (event.op, event.key, event.before, event.after) == (
+        Op.DELETE,
+        {"pk": 3},
+        {"pk": 3, "v": 1, "w": None},
+        None,
+    )
+    assert event.headers == {"cdc.deletion": "partition"}
+
+
+def test_deletions_scylladb_made_itself_are_deletes_with_their_origin() -> None:
+    # cdc/log.hh service_row_delete = -3, service_partition_delete = -4 (TTL expirations).
+    table = layout(v="int")
+    row_delete, partition_delete = events(table, [row(0, -3, pk=0, ck=1)]) + events(table, [row(0, -4, pk=0)])
+    assert (row_delete.op, row_delete.key) == (Op.DELETE, {"pk": 0, "ck": 1})
+    assert row_delete.headers == {"cdc.deletion": "row", "cdc.origin": "service"}
+    assert (partition_delete.key, partition_delete.headers) == (
+        {"pk": 0},
+        {"cdc.deletion": "partition", "cdc.origin": "service"},
+    )
 
 
 @pytest.mark.parametrize(
@@ -152,7 +225,7 @@ def test_collections_overwritten_and_elements_removed() -> None:
     assert removed.headers == {"cdc.removed": json.dumps({"v": [1, 2, 3]})}
 
 
-def test_list_elements_are_keyed_by_timeuuid_and_udt_fields_by_index() -> None:
+def test_list_elements_are_keyed_by_timeuuid_and_udt_fields_named() -> None:
     key = uuid.UUID("cc5baec0-2fec-11eb-af55-000000000001")
     table = layout(
         l="frozen<map<timeuuid, int>>",
@@ -164,7 +237,7 @@ def test_list_elements_are_keyed_by_timeuuid_and_udt_fields_by_index() -> None:
     [removed] = events(
         table, [row(0, 1, pk=0, ck=0, **{"cdc$deleted_elements_l": {key}, "cdc$deleted_elements_u": {2, 0}})]
     )
-    assert removed.headers == {"cdc.removed": json.dumps({"l": [str(key)], "u": [0, 2]}, sort_keys=True)}
+    assert removed.headers == {"cdc.removed": json.dumps({"l": [str(key)], "u": ["a", "c"]}, sort_keys=True)}
 
 
 def test_unknown_operations_and_images_without_a_delta_are_rejected_not_dropped() -> None:
@@ -181,7 +254,7 @@ def test_unknown_operations_and_images_without_a_delta_are_rejected_not_dropped(
 def test_rows_are_cut_into_base_writes_by_stream_and_time() -> None:
     other_time = uuid.UUID("84d2059c-3eea-11eb-f572-692d1e15a146")
     rows = [row(0, 2), row(1, 2), row(0, 2, time=other_time)]
-    rows.append(LogRow(b"\x01" * 16, other_time, micros_of(other_time), 0, 2, None, None, None, {}))
+    rows.append(LogRow(b"\x01" * 16, other_time, micros_of(other_time), 0, 2, None, None, {}))
     assert [len(b) for b in batches(rows)] == [2, 1, 1]
 
 
@@ -204,3 +277,15 @@ def test_start_accepts_earliest_latest_a_time_or_epoch_ms(start: str) -> None:
 def test_bad_fields_are_named(field: str, value: Any) -> None:
     with pytest.raises(ValidationError, match=field):
         config(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("streams", "sizes"), [(1, [1]), (100, [100]), (101, [51, 50]), (128, [64, 64]), (201, [67, 67, 67])]
+)
+def test_a_group_is_queried_in_chunks_of_at_most_100_streams(streams: int, sizes: list[int]) -> None:
+    # ScyllaDB refuses more than max_partition_key_restrictions_per_query (100) keys in an IN list.
+    raws = [i.to_bytes(16, "big") for i in range(streams)]
+    chunks = stream_chunks(raws, 100)
+    assert [len(c) for c in chunks] == sizes
+    assert [s for c in chunks for s in c] == raws
+    assert config().max_streams_per_query == 100

@@ -143,7 +143,7 @@ def test_first_token_of_shard_is_the_first_of_that_shard_in_the_range(
         return
     assert in_range(found)
     assert fraction_shard(found, shards, ignore_msb) == shard
-    before = found - 1 if found > MIN_TOKEN else MAX_TOKEN
+    before = found - 1 if found > MIN_TOKEN + 1 else MAX_TOKEN  # INT64_MIN is no key's token
     assert not in_range(before) or before == after or fraction_shard(before, shards, ignore_msb) != shard
 
 
@@ -152,6 +152,18 @@ def test_a_range_inside_another_shards_block_has_no_token_of_this_shard() -> Non
     # holds no token of shard 1.
     assert first_token_of_shard(-1000, -10, 1, 2, 0) is None
     assert first_token_of_shard(-1000, -10, 0, 2, 0) == -999
+
+
+def test_a_wrapping_range_gives_shard_zero_int64_min_plus_one_never_int64_min() -> None:
+    # dht/token.cc find_first_token_for_shard(): past INT64_MAX the search restarts from
+    # minimum_token() + 1; INT64_MIN is "before all keys". With 2 shards and 12 ignored bits the
+    # tail (MAX - 5, MAX] belongs to shard 1, so shard 0's first token is just past the wrap.
+    assert fraction_shard(MAX_TOKEN, 2, 12) == 1
+    assert first_token_of_shard(MAX_TOKEN - 5, -(1 << 40), 0, 2, 12) == MIN_TOKEN + 1
+    assert first_token_of_shard(MAX_TOKEN, -(1 << 40), 0, 2, 12) == MIN_TOKEN + 1
+    description = make_new_generation_description([-(1 << 40), MAX_TOKEN], 2, 12, random.Random(1))
+    # entry 0 is the wrapping range (MAX_TOKEN, -(1 << 40)]
+    assert description.entries[0].streams[0].token == MIN_TOKEN + 1
 
 
 # --- generations ------------------------------------------------------------------------------------
@@ -219,9 +231,11 @@ def accepting_metadata() -> CdcMetadata:
 @pytest.mark.parametrize(
     ("write", "coordinator", "accepted"),
     [
-        # current generation (T = 200 s at C = 210 s): only W < C + leeway
+        # current generation (T = 200 s at C = 210 s): only W <= C + leeway (cdc/metadata.cc
+        # get_vnode_stream() refuses ts > now + leeway)
         (214_999_999, 210_000_000, True),
-        (215_000_000, 210_000_000, False),
+        (215_000_000, 210_000_000, True),
+        (215_000_001, 210_000_000, False),
         (150_000_000 + 200_000_000, 210_000_000, False),
         # a previous generation: only W > C - leeway
         (199_000_000, 201_000_000, True),
@@ -261,7 +275,7 @@ def test_a_joining_node_refines_every_vnode_and_gives_each_shard_its_own_stream(
         after = new.entries[index - 1].token_range_end
         # each new range lies inside one old vnode: the old vnode holding its end also holds
         # the token right after its start
-        first_token = after + 1 if after < MAX_TOKEN else MIN_TOKEN
+        first_token = after + 1 if after < MAX_TOKEN else MIN_TOKEN + 1
         assert old.entry_of(entry.token_range_end) == old.entry_of(first_token) or entry.token_range_end in old_ends
         for shard, stream in enumerate(entry.streams):
             assert stream.version == 1

@@ -20,7 +20,7 @@ from cdcflow.sources.tikv_client.codec import (
     ts_to_us,
 )
 from cdcflow.sources.tikv_client.exceptions import KeyDecodeError, ValueDecodeError
-from cdcflow.sources.tikv_client.proto import cdcpb_pb2, kvrpcpb_pb2, pdpb_pb2
+from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, pdpb_pb2
 
 
 def test_memcomparable_groups_and_padding_markers() -> None:
@@ -85,6 +85,9 @@ def test_key_codec_per_api_version() -> None:
     assert v1.region_range(b"a", b"") == (b"a", b"")
     with pytest.raises(ValueError, match="keyspace_id"):
         KeyCodec(2, keyspace_id=1 << 24)
+    # The last keyspace ends where RawKV's key mode ends: TiKV refuses b"s\x00\x00\x00" as a
+    # range end (components/api_version/src/api_v2.rs parse_range_mode), it takes b"s".
+    assert KeyCodec(2, keyspace_id=0xFFFFFF).request_range(b"", b"") == (b"r\xff\xff\xff", b"s")
 
 
 @given(st.binary(max_size=40), st.binary(max_size=40))
@@ -146,6 +149,22 @@ def test_raw_batch_put_carries_api_version_keyspace_and_ttls() -> None:
 def test_update_service_gc_safepoint_matches_pdpb_numbers() -> None:
     request = pdpb_pb2.UpdateServiceGCSafePointRequest(service_id=b"s", TTL=86_400, safe_point=9)
     assert request.SerializeToString() == bytes.fromhex("120173 1880a305 2009")
+
+
+def test_region_error_variants_and_pd_error_types_match_kvproto_numbers() -> None:
+    # kvproto errorpb.Error: raft_entry_too_large #9 {region_id #1, entry_size #2}; not a oneof, so
+    # a message and a variant travel together; undetermined_result #22 (two-byte tag b201).
+    error = errorpb_pb2.Error(
+        message="m",
+        raft_entry_too_large=errorpb_pb2.RaftEntryTooLarge(region_id=1, entry_size=2),
+        undetermined_result=errorpb_pb2.UndeterminedResult(message="u"),
+    )
+    assert error.SerializeToString() == bytes.fromhex("0a016d 4a04 0801 1002 b20103 0a0175")
+    # kvproto pdpb.ErrorType: INVALID_VALUE = 10, REGIONS_NOT_CONTAIN_ALL_KEY_RANGE = 12.
+    assert (pdpb_pb2.INVALID_VALUE, pdpb_pb2.REGIONS_NOT_CONTAIN_ALL_KEY_RANGE) == (10, 12)
+    # kvrpcpb.KvPair: error #1 = KeyError{abort #3}, the key left empty (a request-level error).
+    pair = kvrpcpb_pb2.KvPair(error=kvrpcpb_pb2.KeyError(abort="x"))
+    assert pair.SerializeToString() == bytes.fromhex("0a03 1a0178")
 
 
 def test_committed_protobuf_modules_match_the_protos() -> None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from cdcflow.sources.tikv_client.proto import metapb_pb2 as cdcflow_dot_sources_dot_tikv__client_dot_proto_dot_metapb__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/cdcflow/sources/tikv_client/proto/errorpb.proto\x12\x07\x65rrorpb\x1a.cdcflow/sources/tikv_client/proto/metapb.proto\"<\n\tNotLeader\x12\x11\n\tregion_id\x18\x01 \x01(\x04\x12\x1c\n\x06leader\x18\x02 \x01(\x0b\x32\x0c.metapb.Peer\"#\n\x0eRegionNotFound\x12\x11\n\tregion_id\x18\x01 \x01(\x04\"T\n\x0eKeyNotInRegion\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\tregion_id\x18\x02 \x01(\x04\x12\x11\n\tstart_key\x18\x03 \x01(\x0c\x12\x0f\n\x07\x65nd_key\x18\x04 \x01(\x0c\"8\n\rEpochNotMatch\x12\'\n\x0f\x63urrent_regions\x18\x01 \x03(\x0b\x32\x0e.metapb.Region\"2\n\x0cServerIsBusy\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x12\n\nbackoff_ms\x18\x02 \x01(\x04\"\x0e\n\x0cStaleCommand\"B\n\rStoreNotMatch\x12\x18\n\x10request_store_id\x18\x01 \x01(\x04\x12\x17\n\x0f\x61\x63tual_store_id\x18\x02 \x01(\x04\"\xe6\x02\n\x05\x45rror\x12\x0f\n\x07message\x18\x01 \x01(\t\x12&\n\nnot_leader\x18\x02 \x01(\x0b\x32\x12.errorpb.NotLeader\x12\x31\n\x10region_not_found\x18\x03 \x01(\x0b\x32\x17.errorpb.RegionNotFound\x12\x32\n\x11key_not_in_region\x18\x04 \x01(\x0b\x32\x17.errorpb.KeyNotInRegion\x12/\n\x0f\x65poch_not_match\x18\x05 \x01(\x0b\x32\x16.errorpb.EpochNotMatch\x12-\n\x0eserver_is_busy\x18\x06 \x01(\x0b\x32\x15.errorpb.ServerIsBusy\x12,\n\rstale_command\x18\x07 \x01(\x0b\x32\x15.errorpb.StaleCommand\x12/\n\x0fstore_not_match\x18\x08 \x01(\x0b\x32\x16.errorpb.StoreNotMatchb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/cdcflow/sources/tikv_client/proto/errorpb.proto\x12\x07\x65rrorpb\x1a.cdcflow/sources/tikv_client/proto/metapb.proto\"<\n\tNotLeader\x12\x11\n\tregion_id\x18\x01 \x01(\x04\x12\x1c\n\x06leader\x18\x02 \x01(\x0b\x32\x0c.metapb.Peer\"#\n\x0eRegionNotFound\x12\x11\n\tregion_id\x18\x01 \x01(\x04\"T\n\x0eKeyNotInRegion\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\tregion_id\x18\x02 \x01(\x04\x12\x11\n\tstart_key\x18\x03 \x01(\x0c\x12\x0f\n\x07\x65nd_key\x18\x04 \x01(\x0c\"8\n\rEpochNotMatch\x12\'\n\x0f\x63urrent_regions\x18\x01 \x03(\x0b\x32\x0e.metapb.Region\"d\n\x0cServerIsBusy\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x12\n\nbackoff_ms\x18\x02 \x01(\x04\x12\x19\n\x11\x65stimated_wait_ms\x18\x03 \x01(\r\x12\x15\n\rapplied_index\x18\x04 \x01(\x04\"\x0e\n\x0cStaleCommand\"B\n\rStoreNotMatch\x12\x18\n\x10request_store_id\x18\x01 \x01(\x04\x12\x17\n\x0f\x61\x63tual_store_id\x18\x02 \x01(\x04\":\n\x11RaftEntryTooLarge\x12\x11\n\tregion_id\x18\x01 \x01(\x04\x12\x12\n\nentry_size\x18\x02 \x01(\x04\"\x17\n\x15MaxTimestampNotSynced\"6\n\x11ReadIndexNotReady\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x11\n\tregion_id\x18\x02 \x01(\x04\"*\n\x15ProposalInMergingMode\x12\x11\n\tregion_id\x18\x01 \x01(\x04\"E\n\x0e\x44\x61taIsNotReady\x12\x11\n\tregion_id\x18\x01 \x01(\x04\x12\x0f\n\x07peer_id\x18\x02 \x01(\x04\x12\x0f\n\x07safe_ts\x18\x03 \x01(\x04\")\n\x14RegionNotInitialized\x12\x11\n\tregion_id\x18\x01 \x01(\x04\",\n\x08\x44iskFull\x12\x10\n\x08store_id\x18\x01 \x03(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\'\n\x12RecoveryInProgress\x12\x11\n\tregion_id\x18\x01 \x01(\x04\"D\n\x13\x46lashbackInProgress\x12\x11\n\tregion_id\x18\x01 \x01(\x04\x12\x1a\n\x12\x66lashback_start_ts\x18\x02 \x01(\x04\")\n\x14\x46lashbackNotPrepared\x12\x11\n\tregion_id\x18\x01 \x01(\x04\"\x1e\n\tIsWitness\x12\x11\n\tregion_id\x18\x01 \x01(\x04\"@\n\x0eMismatchPeerId\x12\x17\n\x0frequest_peer_id\x18\x01 \x01(\x04\x12\x15\n\rstore_peer_id\x18\x02 \x01(\x04\"6\n\x15\x42ucketVersionNotMatch\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04keys\x18\x02 \x03(\x0c\"%\n\x12UndeterminedResult\x12\x0f\n\x07message\x18\x01 \x01(\t\"\xff\x08\n\x05\x45rror\x12\x0f\n\x07message\x18\x01 \x01(\t\x12&\n\nnot_leader\x18\x02 \x01(\x0b\x32\x12.errorpb.NotLeader\x12\x31\n\x10region_not_found\x18\x03 \x01(\x0b\x32\x17.errorpb.RegionNotFound\x12\x32\n\x11key_not_in_region\x18\x04 \x01(\x0b\x32\x17.errorpb.KeyNotInRegion\x12/\n\x0f\x65poch_not_match\x18\x05 \x01(\x0b\x32\x16.errorpb.EpochNotMatch\x12-\n\x0eserver_is_busy\x18\x06 \x01(\x0b\x32\x15.errorpb.ServerIsBusy\x12,\n\rstale_command\x18\x07 \x01(\x0b\x32\x15.errorpb.StaleCommand\x12/\n\x0fstore_not_match\x18\x08 \x01(\x0b\x32\x16.errorpb.StoreNotMatch\x12\x38\n\x14raft_entry_too_large\x18\t \x01(\x0b\x32\x1a.errorpb.RaftEntryTooLarge\x12@\n\x18max_timestamp_not_synced\x18\n \x01(\x0b\x32\x1e.errorpb.MaxTimestampNotSynced\x12\x38\n\x14read_index_not_ready\x18\x0b \x01(\x0b\x32\x1a.errorpb.ReadIndexNotReady\x12@\n\x18proposal_in_merging_mode\x18\x0c \x01(\x0b\x32\x1e.errorpb.ProposalInMergingMode\x12\x32\n\x11\x64\x61ta_is_not_ready\x18\r \x01(\x0b\x32\x17.errorpb.DataIsNotReady\x12=\n\x16region_not_initialized\x18\x0e \x01(\x0b\x32\x1d.errorpb.RegionNotInitialized\x12$\n\tdisk_full\x18\x0f \x01(\x0b\x32\x11.errorpb.DiskFull\x12\x37\n\x12RecoveryInProgress\x18\x10 \x01(\x0b\x32\x1b.errorpb.RecoveryInProgress\x12\x39\n\x13\x46lashbackInProgress\x18\x11 \x01(\x0b\x32\x1c.errorpb.FlashbackInProgress\x12;\n\x14\x46lashbackNotPrepared\x18\x12 \x01(\x0b\x32\x1d.errorpb.FlashbackNotPrepared\x12&\n\nis_witness\x18\x13 \x01(\x0b\x32\x12.errorpb.IsWitness\x12\x31\n\x10mismatch_peer_id\x18\x14 \x01(\x0b\x32\x17.errorpb.MismatchPeerId\x12@\n\x18\x62ucket_version_not_match\x18\x15 \x01(\x0b\x32\x1e.errorpb.BucketVersionNotMatch\x12\x38\n\x13undetermined_result\x18\x16 \x01(\x0b\x32\x1b.errorpb.UndeterminedResultb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,11 +41,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EPOCHNOTMATCH']._serialized_start=293
   _globals['_EPOCHNOTMATCH']._serialized_end=349
   _globals['_SERVERISBUSY']._serialized_start=351
-  _globals['_SERVERISBUSY']._serialized_end=401
-  _globals['_STALECOMMAND']._serialized_start=403
-  _globals['_STALECOMMAND']._serialized_end=417
-  _globals['_STORENOTMATCH']._serialized_start=419
-  _globals['_STORENOTMATCH']._serialized_end=485
-  _globals['_ERROR']._serialized_start=488
-  _globals['_ERROR']._serialized_end=846
+  _globals['_SERVERISBUSY']._serialized_end=451
+  _globals['_STALECOMMAND']._serialized_start=453
+  _globals['_STALECOMMAND']._serialized_end=467
+  _globals['_STORENOTMATCH']._serialized_start=469
+  _globals['_STORENOTMATCH']._serialized_end=535
+  _globals['_RAFTENTRYTOOLARGE']._serialized_start=537
+  _globals['_RAFTENTRYTOOLARGE']._serialized_end=595
+  _globals['_MAXTIMESTAMPNOTSYNCED']._serialized_start=597
+  _globals['_MAXTIMESTAMPNOTSYNCED']._serialized_end=620
+  _globals['_READINDEXNOTREADY']._serialized_start=622
+  _globals['_READINDEXNOTREADY']._serialized_end=676
+  _globals['_PROPOSALINMERGINGMODE']._serialized_start=678
+  _globals['_PROPOSALINMERGINGMODE']._serialized_end=720
+  _globals['_DATAISNOTREADY']._serialized_start=722
+  _globals['_DATAISNOTREADY']._serialized_end=791
+  _globals['_REGIONNOTINITIALIZED']._serialized_start=793
+  _globals['_REGIONNOTINITIALIZED']._serialized_end=834
+  _globals['_DISKFULL']._serialized_start=836
+  _globals['_DISKFULL']._serialized_end=880
+  _globals['_RECOVERYINPROGRESS']._serialized_start=882
+  _globals['_RECOVERYINPROGRESS']._serialized_end=921
+  _globals['_FLASHBACKINPROGRESS']._serialized_start=923
+  _globals['_FLASHBACKINPROGRESS']._serialized_end=991
+  _globals['_FLASHBACKNOTPREPARED']._serialized_start=993
+  _globals['_FLASHBACKNOTPREPARED']._serialized_end=1034
+  _globals['_ISWITNESS']._serialized_start=1036
+  _globals['_ISWITNESS']._serialized_end=1066
+  _globals['_MISMATCHPEERID']._serialized_start=1068
+  _globals['_MISMATCHPEERID']._serialized_end=1132
+  _globals['_BUCKETVERSIONNOTMATCH']._serialized_start=1134
+  _globals['_BUCKETVERSIONNOTMATCH']._serialized_end=1188
+  _globals['_UNDETERMINEDRESULT']._serialized_start=1190
+  _globals['_UNDETERMINEDRESULT']._serialized_end=1227
+  _globals['_ERROR']._serialized_start=1230
+  _globals['_ERROR']._serialized_end=2381
 # @@protoc_insertion_point(module_scope)

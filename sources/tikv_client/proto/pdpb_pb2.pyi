@@ -17,6 +17,12 @@ class ErrorType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALREADY_BOOTSTRAPPED: _ClassVar[ErrorType]
     INCOMPATIBLE_VERSION: _ClassVar[ErrorType]
     REGION_NOT_FOUND: _ClassVar[ErrorType]
+    GLOBAL_CONFIG_NOT_FOUND: _ClassVar[ErrorType]
+    DUPLICATED_ENTRY: _ClassVar[ErrorType]
+    ENTRY_NOT_FOUND: _ClassVar[ErrorType]
+    INVALID_VALUE: _ClassVar[ErrorType]
+    DATA_COMPACTED: _ClassVar[ErrorType]
+    REGIONS_NOT_CONTAIN_ALL_KEY_RANGE: _ClassVar[ErrorType]
 OK: ErrorType
 UNKNOWN: ErrorType
 NOT_BOOTSTRAPPED: ErrorType
@@ -24,6 +30,12 @@ STORE_TOMBSTONE: ErrorType
 ALREADY_BOOTSTRAPPED: ErrorType
 INCOMPATIBLE_VERSION: ErrorType
 REGION_NOT_FOUND: ErrorType
+GLOBAL_CONFIG_NOT_FOUND: ErrorType
+DUPLICATED_ENTRY: ErrorType
+ENTRY_NOT_FOUND: ErrorType
+INVALID_VALUE: ErrorType
+DATA_COMPACTED: ErrorType
+REGIONS_NOT_CONTAIN_ALL_KEY_RANGE: ErrorType
 
 class RequestHeader(_message.Message):
     __slots__ = ("cluster_id", "sender_id")

@@ -1,6 +1,8 @@
-"""``python -m tests.standins.tikv [--stores N]``: serves until stdin closes or SIGTERM.
+"""``python -m tests.standins.tikv [--stores N] [--tikv-version X.Y.Z] ...``: serves until stdin closes or SIGTERM.
 
-Prints one JSON line: ``{"pd": "127.0.0.1:PORT", "stores": {"1": "127.0.0.1:PORT", ...}}``.
+Prints one JSON line: ``{"pd": "127.0.0.1:PORT", "stores": {"1": "127.0.0.1:PORT", ...},
+"control": "127.0.0.1:PORT"}``. The control service (tests only) has a port of its own, always
+without TLS; with ``--tls-dir`` PD and the stores serve mutual TLS only.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -20,25 +25,107 @@ from tests.standins.tikv.services import change_data_handler, control_handler, p
 _OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
 
 
+def server_credentials(folder: Path) -> grpc.ServerCredentials:
+    """Mutual TLS from ``ca.pem``, ``server.pem`` and ``server-key.pem``, as TiKV serves it
+    (tikv/tikv components/security/src/lib.rs ``SecurityManager::bind``:
+    RequestAndRequireClientCertificateAndVerify) and PD (tikv/pd server/config/config.go:
+    ClientCertAuth whenever a CA is configured): a client without a certificate the CA signed
+    fails the handshake."""
+    return grpc.ssl_server_credentials(
+        [((folder / "server-key.pem").read_bytes(), (folder / "server.pem").read_bytes())],
+        root_certificates=(folder / "ca.pem").read_bytes(),
+        require_client_auth=True,
+    )
+
+
+class CommonNameCheck(grpc.ServerInterceptor):
+    """TiKV's ``cert-allowed-cn`` (security/src/lib.rs ``CnChecker``): a call whose client
+    certificate's common name is not listed fails with UNAUTHENTICATED."""
+
+    def __init__(self, allowed: list[str]) -> None:
+        self.allowed = set(allowed)
+
+    def _check(self, context: Any) -> None:
+        names = {n.decode() for n in context.auth_context().get("x509_common_name", [])}
+        if not names & self.allowed:
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"Common name check fail, reason: {sorted(names)} not allowed, cert_allowed_cn: {sorted(self.allowed)}",
+            )
+
+    def intercept_service(
+        self, continuation: Callable[[Any], grpc.RpcMethodHandler | None], details: Any
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None:
+            return None
+        if handler.unary_unary is not None:
+            unary = handler.unary_unary
+
+            def checked_unary(request: Any, context: Any) -> Any:
+                self._check(context)
+                return unary(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                checked_unary, handler.request_deserializer, handler.response_serializer
+            )
+        stream = handler.stream_stream
+
+        def checked_stream(requests: Iterator[Any], context: Any) -> Iterator[Any]:
+            self._check(context)
+            yield from stream(requests, context)
+
+        return grpc.stream_stream_rpc_method_handler(
+            checked_stream, handler.request_deserializer, handler.response_serializer
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--stores", type=int, default=3)
     parser.add_argument("--cluster-id", type=int, default=7)
     parser.add_argument("--resolved-ts-interval", type=float, default=1.0, help="seconds")
+    parser.add_argument("--tikv-version", default="8.5.0", help="the TiKV release whose feed rules to follow")
+    parser.add_argument("--api-version", type=int, choices=(1, 2), default=2, help="TiKV's storage.api-version")
+    parser.add_argument("--store-cluster-id", type=int, default=None, help="the stores' cluster id (default PD's)")
+    parser.add_argument("--raft-entry-max-size", type=int, default=8 << 20, help="bytes, raftstore's limit")
+    parser.add_argument("--tls-dir", type=Path, default=None, help="ca.pem, server.pem, server-key.pem: mutual TLS")
+    parser.add_argument("--cert-allowed-cn", action="append", default=[], help="TiKV's cert-allowed-cn (stores)")
     args = parser.parse_args()
+    credentials = server_credentials(args.tls_dir) if args.tls_dir else None
 
-    cluster = Cluster(args.cluster_id, list(range(1, args.stores + 1)))
+    def listen(server: grpc.Server) -> int:
+        if credentials is None:
+            return int(server.add_insecure_port("127.0.0.1:0"))
+        return int(server.add_secure_port("127.0.0.1:0", credentials))
+
+    cluster = Cluster(
+        args.cluster_id,
+        list(range(1, args.stores + 1)),
+        args.tikv_version,
+        api_version=args.api_version,
+        store_cluster_id=args.store_cluster_id,
+        raft_entry_max_size=args.raft_entry_max_size,
+    )
     servers = []
+    interceptors = [CommonNameCheck(args.cert_allowed_cn)] if args.cert_allowed_cn else []
     for store_id in cluster.store_ids:
-        server = grpc.server(ThreadPoolExecutor(max_workers=32), options=_OPTIONS)
-        port = server.add_insecure_port("127.0.0.1:0")
+        server = grpc.server(ThreadPoolExecutor(max_workers=32), options=_OPTIONS, interceptors=interceptors)
+        port = listen(server)
+        # PD lists store addresses as host:port with or without TLS.
         cluster.store_addresses[store_id] = f"127.0.0.1:{port}"
         server.add_generic_rpc_handlers((tikv_handler(cluster, store_id), change_data_handler(cluster, store_id)))
         servers.append(server)
     pd_server = grpc.server(ThreadPoolExecutor(max_workers=16), options=_OPTIONS)
-    pd_port = pd_server.add_insecure_port("127.0.0.1:0")
-    pd_server.add_generic_rpc_handlers((pd_handler(cluster, f"127.0.0.1:{pd_port}"), control_handler(cluster)))
+    pd_port = listen(pd_server)
+    # With TLS, PD's members advertise https:// client URLs.
+    pd_url = f"{'https' if credentials else 'http'}://127.0.0.1:{pd_port}"
+    pd_server.add_generic_rpc_handlers((pd_handler(cluster, pd_url),))
     servers.append(pd_server)
+    control_server = grpc.server(ThreadPoolExecutor(max_workers=8), options=_OPTIONS)
+    control_port = control_server.add_insecure_port("127.0.0.1:0")
+    control_server.add_generic_rpc_handlers((control_handler(cluster),))
+    servers.append(control_server)
     for server in servers:
         server.start()
 
@@ -55,7 +142,12 @@ def main() -> None:
 
     threading.Thread(target=tick, daemon=True).start()
     threading.Thread(target=watch_stdin, daemon=True).start()
-    print(json.dumps({"pd": f"127.0.0.1:{pd_port}", "stores": cluster.store_addresses}), flush=True)
+    addresses = {
+        "pd": f"127.0.0.1:{pd_port}",
+        "stores": cluster.store_addresses,
+        "control": f"127.0.0.1:{control_port}",
+    }
+    print(json.dumps(addresses), flush=True)
     stop.wait()
     for server in servers:
         server.stop(grace=0.5)

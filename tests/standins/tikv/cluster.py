@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import queue
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -23,10 +24,12 @@ from cdcflow.sources.tikv_client.codec import (
     decode_raw_value,
     encode_memcomparable,
     encode_raw_value,
+    encode_storage_key,
 )
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2
 
-ROWS_PER_EVENT = 1024
+SCAN_BATCH_ROWS = 256  # rows per incremental-scan event (TiKV batches by max_scan_batch_bytes/size)
+RAW_RANGE = (b"r", b"s")  # api_version ApiV2::get_rawkv_range: every RawKV key of every keyspace
 
 
 class TSO:
@@ -80,9 +83,60 @@ class Subscription:
     start: bytes  # region-key space, the requested span
     end: bytes
     initialized: bool = False
+    raw: bool = True  # kv_api RawKV; a TiDB feed sees no RawKV writes (the stand-in holds no others)
 
     def observes(self, region_key: bytes) -> bool:
         return self.start <= region_key and (not self.end or region_key < self.end)
+
+    def send_rows(self, rows: list[cdcpb_pb2.Event.Row]) -> None:
+        entries = cdcpb_pb2.Event.Entries(entries=rows)
+        event = cdcpb_pb2.Event(region_id=self.region_id, request_id=self.request_id, entries=entries)
+        self.connection.outbox.put(cdcpb_pb2.ChangeDataEvent(events=[event]))
+
+
+# semver.org's regular expression: Rust's `semver::Version::parse`, which TiKV uses, is as strict
+# (MAJOR.MINOR.PATCH, no leading `v`, no leading zeros; "6.2" and "cdcflow" are refused).
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+BATCH_RESOLVED_TS = "batch_resolved_ts"
+VALIDATE_CLUSTER_ID = "validate_cluster_id"
+
+
+@dataclass(frozen=True, order=True)
+class SemVer:
+    """A version as TiKV compares them; a pre-release sorts before its release."""
+
+    major: int
+    minor: int
+    patch: int
+    release: int = 1  # 0: a pre-release (4.0.8-alpha < 4.0.8)
+    pre: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> SemVer:
+        """``text`` as TiKV reads a ``ticdc_version``: anything unparsable is 0.0.0
+        (tikv/tikv components/cdc/src/service.rs ``parse_version_from_request_header``)."""
+        match = _SEMVER.match(text)
+        if match is None:
+            return cls(0, 0, 0)
+        major, minor, patch, pre = match.group(1, 2, 3, 4)
+        return cls(int(major), int(minor), int(patch), 0 if pre else 1, pre or "")
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}" + (f"-{self.pre}" if self.pre else "")
+
+    def features(self) -> frozenset[str]:
+        # service.rs FeatureGate::default_features: >= 4.0.8 batched resolved-ts, >= 5.3.0 the
+        # cluster-id check. (STREAM_MULTIPLEXING needs EventFeedV2, which the stand-in lacks.)
+        features = set()
+        if self >= SemVer(4, 0, 8):
+            features.add(BATCH_RESOLVED_TS)
+        if self >= SemVer(5, 3, 0):
+            features.add(VALIDATE_CLUSTER_ID)
+        return frozenset(features)
 
 
 @dataclass(eq=False)
@@ -93,6 +147,10 @@ class FeedConnection:
     outbox: queue.Queue[cdcpb_pb2.ChangeDataEvent | BaseException] = field(default_factory=queue.Queue)
     subscriptions: list[Subscription] = field(default_factory=list)
     closed: bool = False
+    # The client's version: from the first request of the stream (service.rs handle_event_feed,
+    # "Get version from the first request in the stream"), never changed afterwards.
+    version: SemVer | None = None
+    features: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -101,10 +159,59 @@ class Version:
     value: bytes  # API V2 stored value: user value, optional expire ts, meta byte
 
 
+def _varint_len(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def _field_len(payload: int) -> int:
+    """A length-delimited protobuf field: one-byte tag, varint length, payload."""
+    return 1 + _varint_len(payload) + payload
+
+
+RAFT_HEADER_BYTES = 48  # RaftRequestHeader: region id, peer, epoch, term (approximate)
+
+
+def raft_entry_size(writes: list[tuple[bytes, bytes]]) -> int:
+    """The serialized size of the RaftCmdRequest that TiKV proposes for RawKV API V2 writes
+    (request key, stored value): tikv_kv ``Modify::Put`` becomes ``Request{cmd_type: Put,
+    put: PutRequest{key: memcomparable key + 8-byte ts, value}}`` (components/tikv_kv/src/lib.rs),
+    and raftstore compares ``req.write_to_bytes().len()`` with raft-entry-max-size
+    (components/raftstore/src/store/peer.rs, before proposing). The storage key is the
+    memcomparable request key and the write's timestamp; the header is approximated."""
+    total = _field_len(RAFT_HEADER_BYTES)
+    for key, value in writes:
+        put = _field_len(len(key)) + _field_len(len(value))
+        total += _field_len(2 + _field_len(put))  # cmd_type varint, then the put
+    return total
+
+
 class Cluster:
-    def __init__(self, cluster_id: int, store_ids: list[int]) -> None:
+    def __init__(
+        self,
+        cluster_id: int,
+        store_ids: list[int],
+        tikv_version: str = "8.5.0",
+        api_version: int = 2,
+        store_cluster_id: int | None = None,
+        raft_entry_max_size: int = 8 << 20,
+    ) -> None:
         self.lock = threading.RLock()
-        self.cluster_id = cluster_id
+        self.cluster_id = cluster_id  # PD's
+        # The id the TiKV stores were bootstrapped with; another one than PD's emulates
+        # pd_endpoints that point at a different cluster than the stores a client reaches.
+        self.store_cluster_id = cluster_id if store_cluster_id is None else store_cluster_id
+        # TiKV's storage.api-version. The stand-in stores API V2 data only: with 1, every RawKV
+        # request is refused as TiKV refuses V2 requests on V1 storage, and so is a RawKV feed.
+        self.api_version = api_version
+        # raftstore raft-entry-max-size (components/raftstore/src/store/config.rs: 8 MiB default)
+        self.raft_entry_max_size = raft_entry_max_size
+        self.region_errors_sent: dict[str, int] = {}  # by variant, what RawKV requests were answered
+        # The TiKV release emulated: before 7.3.0 a stream holds one subscription per region and
+        # checks the client version on every Register (tikv v6.5.0 components/cdc/src/service.rs
+        # Conn::subscribe / check_version_and_set_feature).
+        self.tikv_version = SemVer.parse(tikv_version)
+        if self.tikv_version == SemVer(0, 0, 0):
+            raise ValueError(f"--tikv-version must be MAJOR.MINOR.PATCH, not {tikv_version!r}")
         self.tso = TSO()
         self.store_ids = store_ids
         self.store_addresses: dict[int, str] = {}
@@ -118,7 +225,12 @@ class Cluster:
         self.service_safe_points: dict[str, tuple[int, float]] = {}
         self.connections: list[FeedConnection] = []
         self.injected: dict[tuple[int | None, str], int] = {}  # (store or None, kind) -> remaining count
-        self.resolved_ts_form = "batched"
+        self.injected_variant = ""  # the errorpb.Error field an injected region_error sets
+        self.injected_pd_error_type = 1
+        self.registers = 0  # Register requests received, refused ones included
+        self.scan_gate = threading.Event()  # cleared: incremental scans wait before each batch
+        self.scan_gate.set()
+        self.scans_waiting = 0
 
     # --- regions ---------------------------------------------------------------------------
 
@@ -132,30 +244,35 @@ class Cluster:
         return next((r for r in self.regions if r.id == region_id), None)
 
     def split(self, request_key: bytes) -> list[int]:
-        """Splits the region holding ``request_key`` there; returns the two region ids."""
+        """Splits the region holding ``request_key`` there; returns the two region ids, left
+        first. As raftstore's default right-derive-when-split = true (store/config.rs), the
+        original id keeps the right part; the subscriptions of the region end with
+        epoch_not_match listing both (delegate.rs sink_admin)."""
         with self.lock:
             at = encode_memcomparable(request_key)
             old = self.region_of(at)
             if old.start == at:
                 return [old.id]
-            new = Region(
+            left = Region(
                 next(self._ids),
+                old.start,
                 at,
-                old.end,
                 old.conf_ver,
                 old.version + 1,
                 {s: next(self._ids) for s in old.peers},
                 old.leader_store,
             )
-            old.end = at
+            old.start = at
             old.version += 1
-            self.regions.append(new)
+            self.regions.append(left)
             self.regions.sort(key=lambda r: r.start)
-            self._fail_subscriptions(old.id, _epoch_not_match([old, new]))
-            return [old.id, new.id]
+            self._fail_subscriptions(old.id, _epoch_not_match([left, old]))
+            return [left.id, old.id]
 
     def merge(self, left_id: int) -> int:
-        """Merges the region after ``left_id`` into it; returns the merged region's id."""
+        """Merges the region after ``left_id`` into it; returns the merged region's id. The
+        subscriptions of both end with epoch_not_match and no regions listed (delegate.rs
+        sink_admin on PrepareMerge / CommitMerge)."""
         with self.lock:
             left = self.region_by_id(left_id)
             assert left is not None and left.end, f"region {left_id} has no right neighbour"
@@ -163,11 +280,20 @@ class Cluster:
             left.end = right.end
             left.version = max(left.version, right.version) + 1
             self.regions.remove(right)
-            self._fail_subscriptions(
-                right.id, cdcpb_pb2.Error(region_not_found=errorpb_pb2.RegionNotFound(region_id=right.id))
-            )
-            self._fail_subscriptions(left.id, _epoch_not_match([left]))
+            self._fail_subscriptions(right.id, _epoch_not_match([]))
+            self._fail_subscriptions(left.id, _epoch_not_match([]))
             return left.id
+
+    def conf_change(self, region_id: int) -> None:
+        """A peer of the region replaced (raft ChangePeer): ``conf_ver`` moves, ``version`` does
+        not, and CDC subscriptions go on (delegate.rs ``sink_admin`` ends them on splits and
+        merges only)."""
+        with self.lock:
+            region = self.region_by_id(region_id)
+            assert region is not None
+            follower = next((s for s in sorted(region.peers) if s != region.leader_store), region.leader_store)
+            region.peers[follower] = next(self._ids)
+            region.conf_ver += 2  # one peer removed, one added
 
     def transfer_leader(self, region_id: int, store_id: int) -> None:
         with self.lock:
@@ -183,8 +309,18 @@ class Cluster:
         self, store_id: int, context: kvrpcpb_pb2.Context, keys: Iterable[bytes]
     ) -> errorpb_pb2.Error | None:
         """The region error TiKV would answer for this request at this store, if any."""
+        if self.take_injected(store_id, "region_error"):
+            # errorpb.Error is not a oneof: a store may send a bare message, or a variant a
+            # client does not know; nothing is set but the variant (with its region id).
+            injected = errorpb_pb2.Error()
+            if self.injected_variant:
+                variant = getattr(injected, self.injected_variant)
+                variant.SetInParent()
+                if "region_id" in variant.DESCRIPTOR.fields_by_name:
+                    variant.region_id = context.region_id
+            return injected
         for kind in ("not_leader", "epoch_not_match", "server_is_busy"):
-            if self._take_injected(store_id, kind):
+            if self.take_injected(store_id, kind):
                 region = self.region_by_id(context.region_id)
                 if kind == "server_is_busy":
                     return errorpb_pb2.Error(
@@ -210,8 +346,10 @@ class Cluster:
             return errorpb_pb2.Error(
                 message="not leader", not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader())
             )
+        # raftstore util.rs check_region_epoch with NORMAL_REQ_CHECK_VER = true and
+        # NORMAL_REQ_CHECK_CONF_VER = false: "for get/set/delete, we don't care conf_version".
         epoch = context.region_epoch
-        if epoch.version != region.version or epoch.conf_ver != region.conf_ver:
+        if epoch.version != region.version:
             return _region_error_epoch([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
         for key in keys:
             region_key = encode_memcomparable(key)
@@ -224,7 +362,24 @@ class Cluster:
                 )
         return None
 
-    def _take_injected(self, store_id: int, kind: str) -> bool:
+    def check_entry_size(self, region_id: int, entries: list[tuple[bytes, RawValue]]) -> errorpb_pb2.Error | None:
+        """RaftEntryTooLarge when the writes' raft command exceeds raft-entry-max-size, as
+        raftstore answers it (components/raftstore/src/errors.rs: message "raft entry is too
+        large, region {id}, entry size {n}" and errorpb field raft_entry_too_large)."""
+        size = raft_entry_size([(encode_storage_key(k, 0), encode_raw_value(v)) for k, v in entries])
+        if size <= self.raft_entry_max_size:
+            return None
+        return errorpb_pb2.Error(
+            message=f"raft entry is too large, region {region_id}, entry size {size}",
+            raft_entry_too_large=errorpb_pb2.RaftEntryTooLarge(region_id=region_id, entry_size=size),
+        )
+
+    def count_region_error(self, error: errorpb_pb2.Error) -> None:
+        for descriptor, _ in error.ListFields():
+            if descriptor.name != "message":
+                self.region_errors_sent[descriptor.name] = self.region_errors_sent.get(descriptor.name, 0) + 1
+
+    def take_injected(self, store_id: int | None, kind: str) -> bool:
         for target in ((store_id, kind), (None, kind)):
             remaining = self.injected.get(target, 0)
             if remaining > 0:
@@ -269,23 +424,25 @@ class Cluster:
             if connection.store_id != region.leader_store:
                 continue
             for subscription in connection.subscriptions:
-                if subscription.region_id == region.id and subscription.observes(region_key):
+                if subscription.raw and subscription.region_id == region.id and subscription.observes(region_key):
                     rows.setdefault(id(subscription), []).append((subscription, _row(key, ts, value)))
 
     def _flush_feed(self, rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]]) -> None:
         for pairs in rows.values():
-            subscription = pairs[0][0]
-            subscription.connection.outbox.put(
-                cdcpb_pb2.ChangeDataEvent(
-                    events=[
-                        cdcpb_pb2.Event(
-                            region_id=subscription.region_id,
-                            request_id=subscription.request_id,
-                            entries=cdcpb_pb2.Event.Entries(entries=[row for _, row in pairs]),
-                        )
-                    ]
-                )
-            )
+            pairs[0][0].send_rows([row for _, row in pairs])
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """RawDeleteRange under API V2 (tikv/tikv src/storage/mod.rs ``raw_delete_range``): one
+        raft ``DeleteRange`` over the encoded keys without a timestamp, which removes every
+        version of every key in [start, end) physically; no delete marker is written, and the
+        CDC observer passes on Put commands only (components/cdc/src/delegate.rs "cdc skip other
+        command"), so nothing reaches the feed."""
+        with self.lock:
+            doomed = self.keys_in(start, end)
+            for key in doomed:
+                del self.versions[key]
+            low = bisect.bisect_left(self.keys, start)
+            del self.keys[low : low + len(doomed)]
 
     def inject_row(self, row: cdcpb_pb2.Event.Row) -> None:
         """Sends ``row`` as it is to the subscribers observing its key, storing nothing."""
@@ -295,17 +452,7 @@ class Cluster:
             for connection in self.connections:
                 for subscription in connection.subscriptions:
                     if subscription.region_id == region.id and connection.store_id == region.leader_store:
-                        connection.outbox.put(
-                            cdcpb_pb2.ChangeDataEvent(
-                                events=[
-                                    cdcpb_pb2.Event(
-                                        region_id=region.id,
-                                        request_id=subscription.request_id,
-                                        entries=cdcpb_pb2.Event.Entries(entries=[row]),
-                                    )
-                                ]
-                            )
-                        )
+                        subscription.send_rows([row])
 
     def live_value(self, key: bytes, now_s: float) -> RawValue | None:
         versions = self.versions.get(key)
@@ -325,19 +472,56 @@ class Cluster:
     # --- the change feed -------------------------------------------------------------------
 
     def register(self, connection: FeedConnection, request: cdcpb_pb2.ChangeDataRequest) -> None:
+        """A Register, checked in the order of tikv/tikv components/cdc/src/endpoint.rs
+        ``on_register`` (v6.5.0's order before 7.3.0); an error ends the request, nothing follows."""
         with self.lock:
+            self.registers += 1
+            version = SemVer.parse(request.header.ticdc_version)
+            if connection.version is None:
+                connection.version, connection.features = version, version.features()
+            modern = self.tikv_version >= SemVer(7, 3, 0)
+            # >= 7.3 the first request's features decide; v6.5.0 checked each request's own version.
+            validates_cluster_id = (
+                VALIDATE_CLUSTER_ID in connection.features if modern else VALIDATE_CLUSTER_ID in version.features()
+            )
             region = self.region_by_id(request.region_id)
             error: cdcpb_pb2.Error | None = None
-            if self._take_injected(connection.store_id, "feed_busy"):
-                error = cdcpb_pb2.Error(server_is_busy=errorpb_pb2.ServerIsBusy(reason="injected busy"))
+            kv_api = request.kv_api
+            if validates_cluster_id and request.header.cluster_id != self.store_cluster_id:
+                error = cdcpb_pb2.Error(
+                    cluster_id_mismatch=cdcpb_pb2.ClusterIDMismatch(
+                        current=self.store_cluster_id, request=request.header.cluster_id
+                    )
+                )
+            elif not (
+                kv_api == cdcpb_pb2.ChangeDataRequest.TiDB
+                or (kv_api == cdcpb_pb2.ChangeDataRequest.RawKV and self.api_version == 2)
+            ):
+                # service.rs validate_kv_api: TiDB always, RawKV only on storage.api-version = 2,
+                # TxnKV never; endpoint.rs answers required_version "6.2.0".
+                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="6.2.0"))
+            elif self.take_injected(connection.store_id, "feed_busy"):
+                # on_register: "too many pending incremental scans" past incremental_scan_concurrency_limit
+                error = cdcpb_pb2.Error(
+                    server_is_busy=errorpb_pb2.ServerIsBusy(reason="too many pending incremental scans")
+                )
             elif region is None:
                 error = cdcpb_pb2.Error(region_not_found=errorpb_pb2.RegionNotFound(region_id=request.region_id))
+            elif not modern and version != connection.version:
+                # v6.5.0 Conn::check_version_and_set_feature: another version on the same stream.
+                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version=str(connection.version)))
+            elif any(
+                s.region_id == region.id and (not modern or s.request_id == request.request_id)
+                for s in connection.subscriptions
+            ):
+                # >= 7.3 downstreams are keyed by (request_id, region_id) (service.rs DownstreamKey);
+                # before, by region id alone: a second subscription of a region on one stream is refused.
+                error = cdcpb_pb2.Error(duplicate_request=cdcpb_pb2.DuplicateRequest(region_id=region.id))
             elif region.leader_store != connection.store_id:
                 error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
-            elif (request.region_epoch.version, request.region_epoch.conf_ver) != (region.version, region.conf_ver):
+            elif request.region_epoch.version != region.version:
+                # delegate.rs check_epoch_on_ready: compare_region_epoch(check_conf_ver = false)
                 error = _epoch_not_match([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
-            elif request.kv_api != cdcpb_pb2.ChangeDataRequest.RawKV:
-                error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="RawKV feeds only"))
             if error is not None:
                 connection.outbox.put(
                     cdcpb_pb2.ChangeDataEvent(
@@ -351,10 +535,18 @@ class Cluster:
             start = max(region.start, bytes(request.start_key))
             end_candidates = [e for e in (region.end, bytes(request.end_key)) if e]
             end = min(end_candidates) if end_candidates else b""
-            subscription = Subscription(connection, request.request_id, region.id, start, end)
+            subscription = Subscription(
+                connection, request.request_id, region.id, start, end, raw=kv_api == cdcpb_pb2.ChangeDataRequest.RawKV
+            )
+            # Live rows flow from now on (DownstreamState Initializing: ready_for_change_events),
+            # resolved-ts only once the scan has finished (Normal: ready_for_advancing_ts).
             connection.subscriptions.append(subscription)
-            self._incremental_scan(subscription, int(request.checkpoint_ts))
-            subscription.initialized = True
+            threading.Thread(
+                target=self._incremental_scan,
+                args=(subscription, int(request.checkpoint_ts)),
+                name=f"scan-{request.request_id}",
+                daemon=True,
+            ).start()
 
     def deregister(self, connection: FeedConnection, request: cdcpb_pb2.ChangeDataRequest) -> None:
         with self.lock:
@@ -365,51 +557,95 @@ class Cluster:
             ]
 
     def _incremental_scan(self, subscription: Subscription, checkpoint_ts: int) -> None:
-        rows: list[cdcpb_pb2.Event.Row] = []
-        for key in self._request_keys_observed(subscription):
-            for version in self.versions[key]:
-                if version.ts > checkpoint_ts:
-                    rows.append(_row(key, version.ts, decode_raw_value(version.value)))
-        rows.append(cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED))
-        for index in range(0, len(rows), ROWS_PER_EVENT):
-            subscription.connection.outbox.put(
-                cdcpb_pb2.ChangeDataEvent(
-                    events=[
-                        cdcpb_pb2.Event(
-                            region_id=subscription.region_id,
-                            request_id=subscription.request_id,
-                            entries=cdcpb_pb2.Event.Entries(entries=rows[index : index + ROWS_PER_EVENT]),
-                        )
-                    ]
-                )
-            )
+        """The catch-up scan of one subscription, beside its live rows, as tikv/tikv
+        components/cdc/src/initializer.rs ``async_incremental_scan`` does it for RawKV: a snapshot
+        of the *whole region* within ``[r, s)`` (every keyspace, not the requested span: the
+        observed range is used only for TiDB scans), read with ``RawMvccIterator``, which yields
+        each key's newest version only, sent when its timestamp is above the checkpoint (deletes
+        and expired values included), in batches, then INITIALIZED. Live rows of the span keep
+        coming meanwhile, so a scan row can follow a newer live row of its key, and a write made
+        between the subscription and the snapshot arrives twice."""
+        with self.lock:
+            if subscription not in subscription.connection.subscriptions:
+                return
+            region = self.region_by_id(subscription.region_id)
+            assert region is not None
+            rows: list[cdcpb_pb2.Event.Row] = []
+            if subscription.raw:
+                region_start = decode_memcomparable(region.start)[0] if region.start else b""
+                region_end = decode_memcomparable(region.end)[0] if region.end else b""
+                start = max(region_start, RAW_RANGE[0])
+                end = min(region_end, RAW_RANGE[1]) if region_end else RAW_RANGE[1]
+                for key in self.keys_in(start, end):
+                    newest = self.versions[key][-1]
+                    if newest.ts > checkpoint_ts:
+                        rows.append(_row(key, newest.ts, decode_raw_value(newest.value)))
+        batches = [rows[index : index + SCAN_BATCH_ROWS] for index in range(0, len(rows), SCAN_BATCH_ROWS)] or [[]]
+        for number, batch in enumerate(batches):
+            self._wait_for_scan_gate()
+            with self.lock:
+                if subscription.connection.closed or subscription not in subscription.connection.subscriptions:
+                    return  # ended meanwhile (an error, a deregister, a closed stream): the scan is cancelled
+                entries = list(batch)
+                if number == len(batches) - 1:
+                    entries.append(cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED))
+                    subscription.initialized = True
+                subscription.send_rows(entries)
 
-    def _request_keys_observed(self, subscription: Subscription) -> list[bytes]:
-        # Request keys sort like their memcomparable encodings, so the span is one slice of keys.
-        start = decode_memcomparable(subscription.start)[0] if subscription.start else b""
-        end = decode_memcomparable(subscription.end)[0] if subscription.end else b""
-        return self.keys_in(start, end)
+    def _wait_for_scan_gate(self) -> None:
+        if self.scan_gate.is_set():
+            return
+        with self.lock:
+            self.scans_waiting += 1
+        self.scan_gate.wait()
+        with self.lock:
+            self.scans_waiting -= 1
+
+    def pause_scans(self, paused: bool) -> None:
+        """Holds every incremental scan before its next batch (after its snapshot), or lets them go."""
+        if paused:
+            self.scan_gate.clear()
+        else:
+            self.scan_gate.set()
 
     def advance_resolved_ts(self) -> int:
-        """Sends every initialized subscription a resolved-ts: all its writes below it were sent."""
+        """Sends every initialized subscription a resolved-ts: all its writes below it were sent.
+
+        As tikv/tikv components/cdc/src/endpoint.rs ``Advance::emit_resolved_ts`` (filled by
+        delegate.rs ``Delegate::on_min_ts``): only subscriptions whose incremental scan finished
+        take part; a stream whose client has BATCH_RESOLVED_TS gets ``ResolvedTs{regions, ts,
+        request_id: 0}`` messages, its regions in batches of 8, 32, 128, ...; any other stream
+        gets one ``Event.resolved_ts`` per (stream, region), carrying the request id of the
+        subscription registered last (the ``compat`` map is overwritten per downstream), so an
+        older subscription of the same region on that stream gets none.
+        """
         with self.lock:
             resolved = self.tso.next()
             for connection in self.connections:
                 live = [s for s in connection.subscriptions if s.initialized]
                 if not live:
                     continue
-                if self.resolved_ts_form == "batched":
-                    connection.outbox.put(
-                        cdcpb_pb2.ChangeDataEvent(
-                            resolved_ts=cdcpb_pb2.ResolvedTs(regions=sorted({s.region_id for s in live}), ts=resolved)
+                if BATCH_RESOLVED_TS in connection.features:
+                    regions = [s.region_id for s in live]
+                    index, batch = 0, 8
+                    while index < len(regions):
+                        connection.outbox.put(
+                            cdcpb_pb2.ChangeDataEvent(
+                                resolved_ts=cdcpb_pb2.ResolvedTs(
+                                    regions=regions[index : index + batch], ts=resolved, request_id=0
+                                )
+                            )
                         )
-                    )
+                        index, batch = index + batch, batch * 4
                 else:
+                    compat: dict[int, int] = {}
+                    for subscription in live:
+                        compat[subscription.region_id] = subscription.request_id  # the last one wins
                     connection.outbox.put(
                         cdcpb_pb2.ChangeDataEvent(
                             events=[
-                                cdcpb_pb2.Event(region_id=s.region_id, request_id=s.request_id, resolved_ts=resolved)
-                                for s in live
+                                cdcpb_pb2.Event(region_id=region_id, request_id=request_id, resolved_ts=resolved)
+                                for region_id, request_id in compat.items()
                             ]
                         )
                     )

@@ -24,11 +24,20 @@ class StandinCluster:
 
     pd: str
     stores: dict[int, str]
+    control: str  # the test control service, never behind TLS
     process: subprocess.Popen[str] | None = None
     _channel: grpc.Channel | None = field(default=None, repr=False)
 
     @classmethod
-    def start(cls, stores: int = 3, resolved_ts_interval_s: float = 1.0) -> StandinCluster:
+    def start(cls, stores: int = 3, resolved_ts_interval_s: float = 1.0, **options: object) -> StandinCluster:
+        """Starts ``python -m tests.standins.tikv``; ``options`` are its other flags by name
+        (``cluster_id=8`` is ``--cluster-id 8``)."""
+        flags = [
+            item
+            for name, value in options.items()
+            for single in (value if isinstance(value, list | tuple) else [value])
+            for item in (f"--{name.replace('_', '-')}", str(single))
+        ]
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -38,6 +47,7 @@ class StandinCluster:
                 str(stores),
                 "--resolved-ts-interval",
                 str(resolved_ts_interval_s),
+                *flags,
             ],
             cwd=REPO,
             stdin=subprocess.PIPE,
@@ -50,7 +60,7 @@ class StandinCluster:
             process.kill()
             raise RuntimeError("the TiKV stand-in exited before printing its ports")
         ports = json.loads(line)
-        return cls(ports["pd"], {int(k): v for k, v in ports["stores"].items()}, process)
+        return cls(ports["pd"], {int(k): v for k, v in ports["stores"].items()}, ports["control"], process)
 
     def stop(self) -> None:
         if self._channel is not None:
@@ -66,7 +76,9 @@ class StandinCluster:
 
     def call(self, command: str, **args: Any) -> Any:
         if self._channel is None:
-            self._channel = grpc.insecure_channel(self.pd, options=[("grpc.max_receive_message_length", 512 << 20)])
+            self._channel = grpc.insecure_channel(
+                self.control, options=[("grpc.max_receive_message_length", 512 << 20)]
+            )
         stub = self._channel.unary_unary(
             "/cdcflow.standin.Control/Call",
             request_serializer=lambda d: json.dumps(d).encode(),

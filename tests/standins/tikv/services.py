@@ -14,10 +14,12 @@ import grpc
 from google.protobuf.message import Message
 
 from cdcflow.sources.tikv_client.codec import RawValue, decode_raw_value, encode_memcomparable
-from cdcflow.sources.tikv_client.proto import cdcpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
+from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
 from tests.standins.tikv.cluster import Cluster
 
 log = logging.getLogger("standin.tikv")
+
+MAX_KEY_SIZE = 8 << 10  # storage.max-key-size (src/storage/config.rs: 8 KiB default)
 
 
 def _unary(handler: Callable[[Any, Any], Message], request_type: type[Message]) -> grpc.RpcMethodHandler:
@@ -29,16 +31,41 @@ def _unary(handler: Callable[[Any, Any], Message], request_type: type[Message]) 
 # --- PD ----------------------------------------------------------------------------------------
 
 
-def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
+def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
     def header() -> pdpb_pb2.ResponseHeader:
+        with cluster.lock:
+            if cluster.take_injected(None, "pd_error"):
+                # an error header of a type a client may not know (kvproto pdpb.ErrorType grows)
+                error = pdpb_pb2.Error(type=cluster.injected_pd_error_type, message="injected")  # type: ignore[arg-type]
+                return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id, error=error)
         return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
 
+    def check_cluster_id(request: Any, context: Any) -> None:
+        # tikv/pd server/grpc_service.go validateRoleInRequest (through unaryMiddleware, and per
+        # request of the Tso stream): a header whose cluster id is not PD's, 0 included, fails
+        # the call with FAILED_PRECONDITION (pkg/errs/errno.go ErrMismatchClusterID), not with
+        # an error header. GetMembers is exempt: it is how a client learns the id.
+        got = request.header.cluster_id
+        if got != cluster.cluster_id:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"mismatch cluster id, need {cluster.cluster_id} but got {got}"
+            )
+
+    def checked(handler: Callable[[Any, Any], Message]) -> Callable[[Any, Any], Message]:
+        def handle(request: Any, context: Any) -> Message:
+            check_cluster_id(request, context)
+            return handler(request, context)
+
+        return handle
+
     def get_members(request: pdpb_pb2.GetMembersRequest, context: Any) -> Message:
-        member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[f"http://{pd_address}"])
-        return pdpb_pb2.GetMembersResponse(header=header(), members=[member], leader=member)
+        member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[pd_url])
+        header = pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
+        return pdpb_pb2.GetMembersResponse(header=header, members=[member], leader=member)
 
     def tso(requests: Iterator[pdpb_pb2.TsoRequest], context: Any) -> Iterator[Message]:
         for request in requests:
+            check_cluster_id(request, context)
             with cluster.lock:
                 ts = cluster.tso.next(max(1, request.count))
             yield pdpb_pb2.TsoResponse(
@@ -112,14 +139,16 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
                 request_deserializer=pdpb_pb2.TsoRequest.FromString,
                 response_serializer=lambda m: m.SerializeToString(),
             ),
-            "GetStore": _unary(get_store, pdpb_pb2.GetStoreRequest),
-            "GetAllStores": _unary(get_all_stores, pdpb_pb2.GetAllStoresRequest),
-            "GetRegion": _unary(get_region, pdpb_pb2.GetRegionRequest),
-            "GetRegionByID": _unary(get_region_by_id, pdpb_pb2.GetRegionByIDRequest),
-            "ScanRegions": _unary(scan_regions, pdpb_pb2.ScanRegionsRequest),
-            "GetGCSafePoint": _unary(get_gc_safe_point, pdpb_pb2.GetGCSafePointRequest),
-            "UpdateGCSafePoint": _unary(update_gc_safe_point, pdpb_pb2.UpdateGCSafePointRequest),
-            "UpdateServiceGCSafePoint": _unary(update_service_gc_safe_point, pdpb_pb2.UpdateServiceGCSafePointRequest),
+            "GetStore": _unary(checked(get_store), pdpb_pb2.GetStoreRequest),
+            "GetAllStores": _unary(checked(get_all_stores), pdpb_pb2.GetAllStoresRequest),
+            "GetRegion": _unary(checked(get_region), pdpb_pb2.GetRegionRequest),
+            "GetRegionByID": _unary(checked(get_region_by_id), pdpb_pb2.GetRegionByIDRequest),
+            "ScanRegions": _unary(checked(scan_regions), pdpb_pb2.ScanRegionsRequest),
+            "GetGCSafePoint": _unary(checked(get_gc_safe_point), pdpb_pb2.GetGCSafePointRequest),
+            "UpdateGCSafePoint": _unary(checked(update_gc_safe_point), pdpb_pb2.UpdateGCSafePointRequest),
+            "UpdateServiceGCSafePoint": _unary(
+                checked(update_service_gc_safe_point), pdpb_pb2.UpdateServiceGCSafePointRequest
+            ),
         },
     )
 
@@ -128,24 +157,62 @@ def pd_handler(cluster: Cluster, pd_address: str) -> grpc.GenericRpcHandler:
 
 
 def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
+    def storage_error(method: str, request: Any, keys: list[bytes]) -> str | None:
+        """What TiKV's storage refuses before any region lookup (src/storage/mod.rs
+        ``check_api_version`` / ``check_api_version_ranges``, with components/api_version
+        ``ApiV2::parse_key_mode`` / ``parse_range_mode``): a request API version other than
+        the storage's for RawKV, and keys or ranges outside RawKV's key mode. A range needs both
+        ends, of one key mode, or the end right after it (``b"s"``); an empty end is refused."""
+        requested = request.context.api_version
+        if cluster.api_version != 2 or requested != kvrpcpb_pb2.V2:
+            if cluster.api_version == 1 and requested != kvrpcpb_pb2.V2:
+                return "the stand-in stores API V2 data only"
+            return (
+                f"Api version in request does not match with TiKV storage, cmd: {method}, "
+                f"storage: V{cluster.api_version}, request: {kvrpcpb_pb2.APIVersion.Name(requested)}"
+            )
+        if method in ("RawScan", "RawDeleteRange"):
+            start, end = bytes(request.start_key), bytes(request.end_key)
+            if not (start and end and start[:1] == b"r" and (end[:1] == b"r" or end == b"s")):
+                return (
+                    f"Key mode mismatched with the request mode, cmd: {method}, storage: V2, "
+                    f"range: ({start.hex().upper()!r}, {end.hex().upper() or None!r})"
+                )
+            return None
+        wrong = next((key for key in keys if not key.startswith(b"r")), None)
+        if wrong is not None:
+            return f"Key mode mismatched with the request mode, cmd: {method}, storage: V2, key: {wrong.hex().upper()}"
+        return None
+
+    def refuse(response: Any, text: str) -> None:
+        """A request-level error where TiKV puts it: the ``error`` string of responses that have
+        one; RawScan and RawBatchGet have none, so src/storage/errors.rs ``extract_kv_pairs``
+        answers one KvPair with an empty key and ``KeyError.abort`` set."""
+        fields = response.DESCRIPTOR.fields_by_name
+        if "error" in fields:
+            response.error = text
+        else:
+            pairs = response.kvs if "kvs" in fields else response.pairs
+            pairs.add(error=kvrpcpb_pb2.KeyError(abort=text))
+
     def guarded(
-        response_type: type[Message], keys_of: Callable[[Any], list[bytes]], run: Callable[[Any, Any], None]
+        method: str,
+        response_type: type[Message],
+        keys_of: Callable[[Any], list[bytes]],
+        run: Callable[[Any, Any], errorpb_pb2.Error | None],
     ) -> Callable[[Any, Any], Message]:
         def handle(request: Any, context: Any) -> Message:
             response = response_type()
             keys = keys_of(request)
             with cluster.lock:
-                if request.context.api_version != kvrpcpb_pb2.V2:
-                    response.error = "the stand-in serves API V2 only (api_version mismatch)"  # type: ignore[attr-defined]
+                refused = storage_error(method, request, keys)
+                if refused is not None:
+                    refuse(response, refused)
                     return response
-                if any(not k.startswith(b"r") for k in keys):
-                    response.error = "RawKV keys must start with 'r' under API V2"  # type: ignore[attr-defined]
-                    return response
-                region_error = cluster.check_request(store_id, request.context, keys)
+                region_error = cluster.check_request(store_id, request.context, keys) or run(request, response)
                 if region_error is not None:
+                    cluster.count_region_error(region_error)
                     response.region_error.CopyFrom(region_error)  # type: ignore[attr-defined]
-                    return response
-                run(request, response)
             return response
 
         return handle
@@ -159,36 +226,56 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
 
     def raw_batch_get(request: kvrpcpb_pb2.RawBatchGetRequest, response: kvrpcpb_pb2.RawBatchGetResponse) -> None:
         now = time.time()
+        if cluster.take_injected(store_id, "key_error"):
+            # storage/errors.rs entry_result_to_kv_pair: a key's own error, the key not set
+            response.pairs.add(error=kvrpcpb_pb2.KeyError(abort="injected key error"))
         for key in request.keys:
             value = cluster.live_value(key, now)
             if value is not None:
                 response.pairs.add(key=key, value=value.user_value)
 
-    def raw_put(request: kvrpcpb_pb2.RawPutRequest, response: kvrpcpb_pb2.RawPutResponse) -> None:
+    def write(request: Any, response: Any, entries: list[tuple[bytes, RawValue]]) -> errorpb_pb2.Error | None:
+        """Stores the writes, or refuses them as TiKV would: a key above storage.max-key-size in
+        ``error`` (src/storage/errors.rs KeyTooLarge), a raft command above raft-entry-max-size
+        as a region error."""
+        too_long = next((key for key, _ in entries if len(key) > MAX_KEY_SIZE), None)
+        if too_long is not None:
+            response.error = f"max key size exceeded, size: {len(too_long)}, limit: {MAX_KEY_SIZE}"
+            return None
+        refused = cluster.check_entry_size(request.context.region_id, entries)
+        if refused is None:
+            cluster.write(entries)
+        return refused
+
+    def raw_put(request: kvrpcpb_pb2.RawPutRequest, response: kvrpcpb_pb2.RawPutResponse) -> errorpb_pb2.Error | None:
         if not request.value:
             response.error = "empty value is not allowed in RawKV"
-            return
-        cluster.write([(request.key, RawValue(request.value, _expire(request.ttl)))])
+            return None
+        return write(request, response, [(request.key, RawValue(request.value, _expire(request.ttl)))])
 
-    def raw_batch_put(request: kvrpcpb_pb2.RawBatchPutRequest, response: kvrpcpb_pb2.RawBatchPutResponse) -> None:
+    def raw_batch_put(
+        request: kvrpcpb_pb2.RawBatchPutRequest, response: kvrpcpb_pb2.RawBatchPutResponse
+    ) -> errorpb_pb2.Error | None:
         ttls = list(request.ttls)
         if ttls and len(ttls) not in (1, len(request.pairs)):
             response.error = f"ttls length {len(ttls)} does not match pairs length {len(request.pairs)}"
-            return
+            return None
         if any(not pair.value for pair in request.pairs):
             response.error = "empty value is not allowed in RawKV"
-            return
+            return None
         entries = []
         for index, pair in enumerate(request.pairs):
             ttl = (ttls[0] if len(ttls) == 1 else ttls[index]) if ttls else 0
             entries.append((pair.key, RawValue(pair.value, _expire(ttl))))
-        cluster.write(entries)
+        return write(request, response, entries)
 
-    def raw_delete(request: kvrpcpb_pb2.RawDeleteRequest, response: kvrpcpb_pb2.RawDeleteResponse) -> None:
-        cluster.write([(request.key, RawValue(b"", is_delete=True))])
+    def raw_delete(
+        request: kvrpcpb_pb2.RawDeleteRequest, response: kvrpcpb_pb2.RawDeleteResponse
+    ) -> errorpb_pb2.Error | None:
+        return write(request, response, [(request.key, RawValue(b"", is_delete=True))])
 
-    def raw_batch_delete(request: kvrpcpb_pb2.RawBatchDeleteRequest, response: Message) -> None:
-        cluster.write([(key, RawValue(b"", is_delete=True)) for key in request.keys])
+    def raw_batch_delete(request: kvrpcpb_pb2.RawBatchDeleteRequest, response: Message) -> errorpb_pb2.Error | None:
+        return write(request, response, [(key, RawValue(b"", is_delete=True)) for key in request.keys])
 
     def raw_scan(request: kvrpcpb_pb2.RawScanRequest, response: kvrpcpb_pb2.RawScanResponse) -> None:
         region = cluster.region_by_id(request.context.region_id)
@@ -205,10 +292,7 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
                 break
 
     def raw_delete_range(request: kvrpcpb_pb2.RawDeleteRangeRequest, response: Message) -> None:
-        now = time.time()
-        keys = [k for k in cluster.keys_in(request.start_key, request.end_key) if cluster.live_value(k, now)]
-        if keys:
-            cluster.write([(key, RawValue(b"", is_delete=True)) for key in keys])
+        cluster.delete_range(bytes(request.start_key), bytes(request.end_key))
 
     def one_key(request: Any) -> list[bytes]:
         return [request.key]
@@ -245,7 +329,7 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         "tikvpb.Tikv",
         {
-            name: _unary(guarded(response_type, keys_of, run), request_type)
+            name: _unary(guarded(name, response_type, keys_of, run), request_type)
             for name, (request_type, response_type, keys_of, run) in handlers.items()
         },
     )
@@ -327,6 +411,9 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
         return cluster.split(bytes.fromhex(args["key"]))
     if command == "merge":
         return cluster.merge(int(args["region_id"]))
+    if command == "conf_change":
+        cluster.conf_change(int(args["region_id"]))
+        return None
     if command == "transfer_leader":
         cluster.transfer_leader(int(args["region_id"]), int(args["store_id"]))
         return None
@@ -344,6 +431,12 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
                 for r in cluster.regions
             ]
     if command == "inject":
+        # kinds: not_leader, epoch_not_match, server_is_busy, feed_busy, stream_break, key_error,
+        # region_error (args "variant": an errorpb.Error field name, "" for a bare error),
+        # pd_error (args "error_type": a pdpb.ErrorType number)
+        with cluster.lock:
+            cluster.injected_variant = str(args.get("variant", cluster.injected_variant))
+            cluster.injected_pd_error_type = int(args.get("error_type", cluster.injected_pd_error_type))
         cluster.inject(args["kind"], args.get("store_id"), int(args.get("count", 1)))
         return None
     if command == "inject_row":
@@ -360,9 +453,17 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
         return None
     if command == "advance_resolved_ts":
         return cluster.advance_resolved_ts()
-    if command == "resolved_ts_form":
-        cluster.resolved_ts_form = args["form"]
-        return None
+    if command == "feed_connections":
+        with cluster.lock:
+            return [
+                {
+                    "store_id": c.store_id,
+                    "version": str(c.version) if c.version is not None else None,
+                    "features": sorted(c.features),
+                    "regions": [s.region_id for s in c.subscriptions],
+                }
+                for c in cluster.connections
+            ]
     if command == "run_gc":
         return cluster.run_gc(int(args["safe_point"]), bool(args.get("ignore_services", False)))
     if command == "gc_state":
@@ -373,6 +474,17 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
             }
     if command == "history":
         return cluster.history(bytes.fromhex(args.get("start", "")), bytes.fromhex(args.get("end", "")))
+    if command == "pause_scans":
+        cluster.pause_scans(bool(args["paused"]))
+        return None
+    if command == "scans_waiting":
+        with cluster.lock:
+            return cluster.scans_waiting
+    if command == "region_errors_sent":
+        with cluster.lock:
+            return dict(cluster.region_errors_sent)
+    if command == "feed_registers":
+        return cluster.registers
     if command == "feed_subscriptions":
         with cluster.lock:
             return sum(len(c.subscriptions) for c in cluster.connections)

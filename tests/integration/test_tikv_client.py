@@ -1,0 +1,190 @@
+"""The PD/TiKV client against the stand-in, where it behaves as the upstream servers do: PD's
+cluster-id check, region errors, per-key errors, raft entry limits, range deletes, region epochs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdcflow.contract import PluginContext
+from cdcflow.errors import RecordRejectedError
+from cdcflow.events import ChangeEvent, Op, SourceInfo
+from cdcflow.sinks.tikv.sink import TiKVSink, TiKVSinkConfig
+from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client.codec import encode_memcomparable
+from cdcflow.sources.tikv_client.exceptions import PDError, TiKVServerError
+from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster
+from tests.standins.tikv.control import StandinCluster
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[TiKVCluster]:
+    yield from start_cluster(REAL_UPSTREAM)
+
+
+def test_a_pd_client_that_never_connected_sends_the_cluster_id_on_its_first_call(upstream: TiKVCluster) -> None:
+    # Real PD fails every call but GetMembers whose header does not carry its cluster id.
+    pd = PDClient([upstream.pd])
+    try:
+        region = pd.get_region(b"")
+        assert region.id > 0 and pd.cluster_id != 0
+        assert pd.get_gc_safe_point() >= 0
+    finally:
+        pd.close()
+
+
+def test_pd_endpoints_of_two_clusters_are_refused_not_followed() -> None:
+    if REAL_UPSTREAM:
+        pytest.skip("needs two stand-ins with different cluster ids")
+    first, second = StandinCluster.start(stores=1, cluster_id=7), StandinCluster.start(stores=1, cluster_id=8)
+    pd = PDClient([first.pd, second.pd], timeout_s=2.0)
+    try:
+        pd.get_ts()
+        first.stop()  # the client moves to the next endpoint: another cluster's PD
+        with pytest.raises(PDError, match=r"cluster 8, not cluster 7"):
+            for _ in range(3):
+                pd.get_region(b"")
+    finally:
+        pd.close()
+        first.stop()
+        second.stop()
+
+
+@pytest.fixture(scope="module")
+def small_entries() -> Iterator[TiKVCluster]:
+    """A stand-in whose raft-entry-max-size is 64 KiB (TiKV's default is 8 MiB)."""
+    if REAL_UPSTREAM:
+        pytest.skip("needs a stand-in with a small raft-entry-max-size")
+    yield from start_cluster(None, stores=1, raft_entry_max_size=64 << 10)
+
+
+def _entry_too_large_replies(cluster: TiKVCluster) -> int:
+    return int(cluster.control("region_errors_sent").get("raft_entry_too_large", 0))
+
+
+def test_a_batch_larger_than_a_raft_entry_goes_in_requests_that_fit(small_entries: TiKVCluster) -> None:
+    kv = RawKVClient(small_entries.pd_client, KeyCodec(2, 0), backoff_budget_s=3.0)
+    before = _entry_too_large_replies(small_entries)
+    try:
+        pairs = [(b"big/%04d" % n, bytes([n % 250 + 1]) * 2048) for n in range(200)]  # 400 KiB, one region
+        kv.batch_put(pairs)
+        assert kv.batch_get([key for key, _ in pairs]) == dict(pairs)
+        kv.batch_delete([key for key, _ in pairs])
+        assert kv.batch_get([key for key, _ in pairs]) == {}
+        assert _entry_too_large_replies(small_entries) == before
+    finally:
+        kv.close()
+
+
+def test_one_pair_larger_than_a_raft_entry_fails_at_once_naming_the_limit(small_entries: TiKVCluster) -> None:
+    kv = RawKVClient(small_entries.pd_client, KeyCodec(2, 0), backoff_budget_s=3.0)
+    before = _entry_too_large_replies(small_entries)
+    try:
+        with pytest.raises(TiKVServerError, match="raft-entry-max-size"):
+            kv.batch_put([(b"huge/a", b"x" * 100_000), (b"huge/b", b"y")])
+        assert _entry_too_large_replies(small_entries) - before <= 2  # refused, not retried for 3 s
+        assert kv.get(b"huge/b") == b"y"  # the pair that fits is written
+    finally:
+        kv.close()
+
+
+def test_the_sink_sends_a_big_flush_in_entries_that_fit_and_rejects_a_record_no_entry_can_hold(
+    small_entries: TiKVCluster, tmp_path: Path
+) -> None:
+    config = TiKVSinkConfig(
+        type="tikv", pd_endpoints=[small_entries.pd], workers=2, max_write_bytes=32 << 10, batch_max_ms=50
+    )
+    sink = TiKVSink(config, PluginContext("tikv-sink-test", tmp_path / "p.yaml"))
+    before = _entry_too_large_replies(small_entries)
+    sink.open()
+    try:
+        records = [_put(b"sink/%04d" % n, b"v" * 2048) for n in range(200)] + [_put(b"sink/huge", b"x" * 40_000)]
+        rejected = sink.write(records) + sink.flush()
+        assert [r.record.key for r in rejected] == [{"key": b"sink/huge"}]  # type: ignore[union-attr]
+        assert isinstance(rejected[0].error, RecordRejectedError) and "max_write_bytes" in str(rejected[0].error)
+        written = small_entries.kv.batch_get([b"sink/%04d" % n for n in range(200)])
+        assert len(written) == 200 and set(written.values()) == {b"v" * 2048}
+        assert _entry_too_large_replies(small_entries) == before
+    finally:
+        sink.close()
+
+
+def _put(key: bytes, value: bytes) -> ChangeEvent:
+    source = SourceInfo(system="tikv", cluster="c", keyspace="ks0", table="rawkv", partition="p", position={}, ts_us=0)
+    return ChangeEvent(Op.CREATE, {"key": key}, None, {"key": key, "value": value, "expire_ts": None}, source, 0)
+
+
+def test_a_request_tikv_refuses_as_a_whole_reports_its_error_not_a_bad_key(upstream: TiKVCluster) -> None:
+    # TiKV answers a V1 request to V2 storage in `error`, or, for RawScan and RawBatchGet, which
+    # have no such field, in one KvPair with an empty key and KeyError.abort set.
+    v1 = RawKVClient(upstream.pd_client, KeyCodec(1))
+    try:
+        with pytest.raises(TiKVServerError, match="Api version in request does not match with TiKV storage"):
+            v1.scan(b"a", b"b")
+        with pytest.raises(TiKVServerError, match="Api version in request does not match with TiKV storage"):
+            v1.batch_get([b"a"])
+        with pytest.raises(TiKVServerError, match="Api version in request does not match with TiKV storage"):
+            v1.get(b"a")
+    finally:
+        v1.close()
+
+
+def test_a_key_error_in_a_batch_get_is_reported(upstream: TiKVCluster) -> None:
+    start, _ = key_range("keyerror")
+    upstream.kv.put(start + b"k", b"v")
+    upstream.control("inject", kind="key_error")
+    with pytest.raises(TiKVServerError, match="injected key error"):
+        upstream.kv.batch_get([start + b"k"])
+    assert upstream.kv.batch_get([start + b"k"]) == {start + b"k": b"v"}
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["", "undetermined_result", "disk_full", "region_not_initialized", "mismatch_peer_id", "key_not_in_region"],
+)
+def test_region_errors_are_retried_after_refreshing_the_route(upstream: TiKVCluster, variant: str) -> None:
+    # errorpb.Error is not a oneof: a bare error (no message, no variant) or a variant the
+    # client has no special case for means "refresh the route and retry", as in client-go.
+    start, _ = key_range("regionerror")
+    upstream.control("inject", kind="region_error", variant=variant, count=2)
+    upstream.kv.batch_put([(start + b"a", b"1"), (start + b"b", b"2")])
+    assert upstream.kv.batch_get([start + b"a", start + b"b"]) == {start + b"a": b"1", start + b"b": b"2"}
+
+
+def test_a_region_in_flashback_fails_the_request_at_once(upstream: TiKVCluster) -> None:
+    start, _ = key_range("flashback")
+    upstream.control("inject", kind="region_error", variant="FlashbackInProgress", count=1)
+    with pytest.raises(TiKVServerError, match="FlashbackInProgress"):
+        upstream.kv.put(start + b"a", b"1")
+
+
+@pytest.mark.parametrize(("error_type", "shown"), [(10, "INVALID_VALUE"), (42, "error type 42")])
+def test_pd_error_types_the_client_may_not_know_are_reported(
+    upstream: TiKVCluster, error_type: int, shown: str
+) -> None:
+    pd = PDClient([upstream.pd])
+    try:
+        pd.connect()
+        upstream.control("inject", kind="pd_error", error_type=error_type)
+        with pytest.raises(PDError, match=f"GetGCSafePoint answered {shown}: injected"):
+            pd.get_gc_safe_point()
+    finally:
+        pd.close()
+
+
+def test_a_conf_change_does_not_stale_a_region_the_client_knows(upstream: TiKVCluster) -> None:
+    # TiKV checks a request's region epoch on `version` only (raftstore util.rs
+    # NORMAL_REQ_CHECK_CONF_VER = false): a peer change leaves cached routes valid.
+    start, _ = key_range("confver")
+    upstream.kv.put(start + b"a", b"1")  # the region is now cached, with its conf_ver
+    region_key = encode_memcomparable(b"r\x00\x00\x00" + start + b"a").hex()
+    region = next(
+        r for r in upstream.control("regions") if r["start"] <= region_key and (not r["end"] or region_key < r["end"])
+    )
+    before = upstream.control("region_errors_sent").get("epoch_not_match", 0)
+    upstream.control("conf_change", region_id=region["id"])
+    upstream.kv.put(start + b"b", b"2")
+    assert upstream.control("region_errors_sent").get("epoch_not_match", 0) == before
+    assert upstream.kv.get(start + b"b") == b"2"
