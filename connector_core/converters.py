@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from cdcflow._avro_writer import AvroWriter, UnsupportedAvroSchemaError, compile_avro_writer
 from cdcflow.contract import Converter, PluginConfig, PluginContext
 from cdcflow.errors import (
+    ConfigError,
     ConverterError,
     IncompatibleSchemaError,
     SchemaRegistryError,
@@ -191,8 +192,8 @@ class SchemaRegistryClient:
         self.url = str(conf.get("url", ""))
         try:
             self._client = ConfluentClient(conf)
-        except (ValueError, TypeError) as exc:
-            raise SchemaRegistryError(f"schema registry settings: {exc}") from exc
+        except (ValueError, TypeError, OSError) as exc:  # OSError: an unreadable ssl.* file
+            raise SchemaRegistryError(f"schema registry settings: {exc}") from None
         self._ids: dict[tuple[str, str], int] = {}
         self._schemas: dict[int, tuple[Any, Any]] = {}  # id -> (JSON form, parsed)
         self._lock = threading.Lock()
@@ -294,15 +295,17 @@ class AvroConverter(Converter[AvroConverterConfig]):
 
     def __init__(self, config: AvroConverterConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        self._registry: SchemaRegistryClient | None = None
+        try:  # an unknown setting or a missing bearer field stops the start, naming the setting
+            self._registry = SchemaRegistryClient(config.registry_settings())
+        except SchemaRegistryError as exc:
+            where = f"{context.field_path}.schema_registry" if context.field_path else "schema_registry"
+            raise ConfigError(f"{context.pipeline_file}: {where}: {exc}") from None
         self._writers: dict[tuple[Any, ...], tuple[bytes, AvroWriter, RowEncoder | None]] = {}
         self._payloads = _PayloadWriter(config.decimal_handling, "avro")
         self._decoders: dict[int, Any] = {}
 
     @property
     def registry(self) -> SchemaRegistryClient:
-        if self._registry is None:
-            self._registry = SchemaRegistryClient(self.config.registry_settings())
         return self._registry
 
     def subject(self, destination: str, part: str, schema: dict[str, Any]) -> str:
