@@ -88,10 +88,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from cdcflow.native import core_description
     from cdcflow.worker import WorkerOptions, run_worker, run_worker_processes
 
     registry = _registry()
     specs = _load_all(args.files, registry)
+    log.info("cdcflow core: %s", core_description())
     engines = {args.engine} if args.engine else {s.engine.type for s in specs}
     if len(engines) > 1:
         print(
@@ -119,6 +121,9 @@ def _cmd_plugins_list(args: argparse.Namespace) -> int:
     width = max((len(r[1]) for r in rows), default=4)
     for kind, name, provider in rows:
         print(f"{kind:<11} {name:<{width}}  {provider}")
+    from cdcflow.native import core_description
+
+    print(f"{'core':<11} {core_description()}")
     return 0
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import fastavro
 from pydantic import Field, model_validator
 
-from cdcflow._avro_writer import AvroWriter, UnsupportedAvroSchemaError, compile_avro_writer
+from cdcflow._avro_writer import AvroEncoder, avro_encoder
 from cdcflow.contract import Converter, PluginConfig, PluginContext
 from cdcflow.errors import (
     ConfigError,
@@ -26,9 +26,10 @@ from cdcflow.errors import (
     SchemaRegistryUnavailableError,
 )
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
-from cdcflow.jsontext import compact_json, json_default
+from cdcflow.jsontext import json_default, json_envelope
 from cdcflow.schemas import (
     DecimalHandling,
+    avro_envelope_row,
     avro_key_schema,
     avro_value_schema,
     connect_key_schema,
@@ -135,11 +136,10 @@ class JsonConverter(Converter[JsonConverterConfig]):
         payload = self._payloads.payload(record, part, encode)
         if payload is None:
             return None
-        body = compact_json(payload)
-        if not self.config.schemas_enable:
-            return body.encode()
         # The schema text is built once per table; only the payload is serialised per record.
-        return f'{{"schema":{schema},"payload":{body}}}'.encode()
+        return json_envelope(payload, schema if self.config.schemas_enable else None)
+        # The schema text is built once per table; only the payload is serialised per record.
+        return json_envelope(payload, schema)
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
         return self._encode(record, "key")
@@ -253,6 +253,8 @@ class SchemaRegistryClient:
 # --- avro ----------------------------------------------------------------------------------
 
 _WIRE_HEADER = struct.Struct(">bI")  # magic byte 0, then the 4-byte schema id
+# What a datum that does not fit its schema raises, whichever writer encodes it.
+_DOES_NOT_FIT = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError, struct.error)
 
 SubjectNameStrategy = Literal["topic", "record", "topic_record"]
 
@@ -300,7 +302,7 @@ class AvroConverter(Converter[AvroConverterConfig]):
         except SchemaRegistryError as exc:
             where = f"{context.field_path}.schema_registry" if context.field_path else "schema_registry"
             raise ConfigError(f"{context.pipeline_file}: {where}: {exc}") from None
-        self._writers: dict[tuple[Any, ...], tuple[bytes, AvroWriter, RowEncoder | None]] = {}
+        self._encoders: dict[tuple[Any, ...], tuple[AvroEncoder, RowEncoder | None]] = {}
         self._payloads = _PayloadWriter(config.decimal_handling, "avro")
         self._decoders: dict[int, Any] = {}
 
@@ -317,36 +319,40 @@ class AvroConverter(Converter[AvroConverterConfig]):
         name = name.lstrip(".")
         return name if strategy == "record" else f"{destination}-{name}"
 
-    def _writer(self, record: Record, part: str, destination: str) -> tuple[bytes, AvroWriter, RowEncoder | None]:
+    def _encoder(self, record: Record, part: str, destination: str) -> tuple[AvroEncoder, RowEncoder | None]:
         cache_key = (*_schema_cache_key(record, part), destination)
-        writer = self._writers.get(cache_key)
-        if writer is None:
+        encoder = self._encoders.get(cache_key)
+        if encoder is None:
             builder = avro_key_schema if part == "key" else avro_value_schema
             schema = builder(record, self.config.decimal_handling)
             schema_id = self.registry.register(self.subject(destination, part, schema), schema)
-            writer = (_WIRE_HEADER.pack(0, schema_id), _avro_writer_for(schema), self._payloads.encoder(record, part))
-            self._writers[cache_key] = writer
-        return writer
+            encoder = (avro_encoder(schema, _WIRE_HEADER.pack(0, schema_id)), self._payloads.encoder(record, part))
+            self._encoders[cache_key] = encoder
+        return encoder
 
-    def _encode(self, record: Record, part: str, destination: str) -> bytes | None:
-        header, write, encode = self._writer(record, part, destination)
-        payload = self._payloads.payload(record, part, encode)
-        if payload is None:
-            return None
-        buffer = bytearray(header)
+    def _encode(self, encoder: AvroEncoder, part: str, destination: str, payload: Any) -> bytes:
         try:
-            write(buffer, payload)
-        except (ValueError, TypeError, KeyError, AttributeError, struct.error) as exc:
+            return encoder.encode(payload)
+        except _DOES_NOT_FIT as exc:
             raise ConverterError(f"record for {destination} does not fit its Avro {part} schema: {exc}") from exc
-        return bytes(buffer)
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
-        return self._encode(record, "key", destination)
+        encoder, encode = self._encoder(record, "key", destination)
+        return self._encode(encoder, "key", destination, self._payloads.payload(record, "key", encode))
 
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
-        if record.value_payload() is None:
+        encoder, encode = self._encoder(record, "value", destination)
+        if encoder.takes_rows and isinstance(record, ChangeEvent) and record.envelope:
+            # The compiled writer takes the envelope as a row: no envelope dicts built per event.
+            try:
+                row = avro_envelope_row(record, encode)
+            except ConverterError as exc:
+                raise ConverterError(f"record for {record.destination()}: {exc}") from exc
+            return self._encode(encoder, "value", destination, row)
+        payload = self._payloads.payload(record, "value", encode)
+        if payload is None:
             return None
-        return self._encode(record, "value", destination)
+        return self._encode(encoder, "value", destination, payload)
 
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
         """The payload read with the writer's schema, its values as the event carried them."""
@@ -365,21 +371,6 @@ class AvroConverter(Converter[AvroConverterConfig]):
             decode = self._decoders[schema_id] = avro_decoder(document)
         result: dict[str, Any] = decode(decoded)
         return result
-
-
-def _avro_writer_for(schema: dict[str, Any]) -> AvroWriter:
-    """The compiled writer for ``schema``, or fastavro's for what the compiler leaves to it."""
-    try:
-        return compile_avro_writer(schema)
-    except UnsupportedAvroSchemaError:
-        parsed = fastavro.parse_schema(schema)
-
-        def write_with_fastavro(buffer: bytearray, datum: Any) -> None:
-            out = io.BytesIO()
-            fastavro.schemaless_writer(out, parsed, datum, disable_tuple_notation=True)
-            buffer += out.getvalue()
-
-        return write_with_fastavro
 
 
 CONVERTER_SHORTCUTS = ("schema_registry_url", "schema_registry", "subject_name_strategy", "decimal_handling")

@@ -19,7 +19,7 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any
 
-__all__ = ["canonical_json", "compact_json", "json_default"]
+__all__ = ["canonical_json", "compact_json", "json_default", "json_envelope"]
 
 
 def json_default(value: Any) -> Any:
@@ -47,5 +47,27 @@ def _encoder(sort_keys: bool, ensure_ascii: bool, default: Callable[[Any], Any] 
 canonical_json: Callable[[Any], str] = _encoder(sort_keys=True, ensure_ascii=True, default=None)
 """Sorted keys, ASCII, no spaces: equal values give equal text (offsets, positions)."""
 
-compact_json: Callable[[Any], str] = _encoder(sort_keys=False, ensure_ascii=False, default=json_default)
+
+def _compact_json_encoders() -> tuple[Callable[[Any], str], Callable[[Any, str | None], bytes]]:
+    from cdcflow.native import native_module
+
+    native = native_module()
+    if native is not None:
+        # The compiled core writes the same text (tests/unit/test_compiled_encoders.py).
+        encoder = native.JsonEncoder(json_default)
+        return encoder.dumps, encoder.envelope
+    dumps = _encoder(sort_keys=False, ensure_ascii=False, default=json_default)
+
+    def envelope(payload: Any, schema: str | None) -> bytes:
+        body = dumps(payload)
+        return (body if schema is None else f'{{"schema":{schema},"payload":{body}}}').encode()
+
+    return dumps, envelope
+
+
+compact_json: Callable[[Any], str]
 """Keys in their order, UTF-8 text, bytes as base64: record payloads."""
+json_envelope: Callable[[Any, str | None], bytes]
+"""``{"schema":<schema text>,"payload":<compact_json(payload)>}`` as UTF-8 (Kafka Connect JSON),
+or the payload alone when the schema is None."""
+compact_json, json_envelope = _compact_json_encoders()

@@ -30,6 +30,7 @@ __all__ = [
     "VARIABLE_SCALE_DECIMAL",
     "VARINT_AVRO_PRECISION",
     "DecimalHandling",
+    "avro_envelope_row",
     "avro_key_schema",
     "avro_value_schema",
     "connect_key_schema",
@@ -362,6 +363,38 @@ def avro_value_schema(record: Record, decimal_handling: DecimalHandling = "preci
             {"name": "ts_ms", "type": "long"},
         ],
     }
+
+
+def avro_envelope_row(
+    event: ChangeEvent, encode_row: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> tuple[Any, ...]:
+    """The value of an enveloped event as a row of :func:`avro_value_schema`'s Envelope fields, in
+    their order (the source block a row of its own): what the compiled Avro writer takes instead of
+    the dict ``event.value_payload()`` builds, without the dicts. Same fields, same values; with
+    ``encode_row`` (the converter's row encoder), ``before`` and ``after`` in its form."""
+    source = event.source
+    before, after = event.before, event.after
+    if encode_row is not None:
+        before = None if before is None else encode_row(before)
+        after = None if after is None else encode_row(after)
+    return (
+        event.op.value,
+        before,
+        after,
+        (
+            source.version,
+            source.system,
+            source.cluster,
+            source.keyspace,
+            source.table,
+            source.partition,
+            source.position_text(),
+            source.ts_us,
+            source.ts_us // 1000,
+            source.snapshot,
+        ),
+        event.ts_ms,
+    )
 
 
 # --- Kafka Connect JSON schemas (seed 001's "schema" section) -------------------------------------

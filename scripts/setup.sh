@@ -22,6 +22,11 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 extras=""
 [ "${1:-}" = "--dev" ] && extras="[dev]"
+# The compiled core (native/, Rust) is built by this install when cargo is on the PATH (rustup puts
+# it in ~/.cargo/bin); crates come from crates.io. Without it, or with CDCFLOW_NATIVE_BUILD=0,
+# cdcflow installs and runs on its pure-Python core.
+[ -d "$HOME/.cargo/bin" ] && PATH="$HOME/.cargo/bin:$PATH"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".$extras"
+echo "setup: cdcflow core: $("$venv/bin/python" -c 'from cdcflow.native import core_description; print(core_description())')"
 # Spark's Kafka connector for the installed pyspark, from Maven Central (once per Spark version).
 PYTHON="$venv/bin/python" bash scripts/spark_jars.sh install > /dev/null

@@ -26,3 +26,9 @@ trap stop_started EXIT
 python -m ruff check .
 bash scripts/typecheck.sh
 python -m pytest -q -p no:cacheprovider "$@"
+# The run above used the compiled core when it is built (its equivalence tests compare it with the
+# pure-Python reference); the reference is what runs without a Rust toolchain, so its unit tests
+# run again on it alone (about half a minute).
+if [ "$#" -eq 0 ] && python -c 'import sys; from cdcflow.native import native_module; sys.exit(native_module() is None)'; then
+  CDCFLOW_PURE_PYTHON=1 python -m pytest -q -p no:cacheprovider tests/unit
+fi

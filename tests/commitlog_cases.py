@@ -169,6 +169,8 @@ def collections(session: Any, keyspace: str) -> Expected:
         f"UPDATE {table} SET s = {{'z'}}, l = [9] WHERE k = 1",
         f"UPDATE {table} SET m['y'] = 2, p.x = 3 WHERE k = 1",
         f"UPDATE {table} SET l = null WHERE k = 1",
+        # One collection replaced, another added to: only the first is "replaced".
+        f"UPDATE {table} SET l = [7], s = s + {{'w'}} WHERE k = 1",
     ):
         session.execute(statement)
 
@@ -181,6 +183,7 @@ def collections(session: Any, keyspace: str) -> Expected:
         change({"l": [9], "s": ["z"]}, replaced=["l", "s"]),
         change({"m": {"y": 2}, "p": {"x": 3}}),  # a field update carries only the fields it wrote
         change({"l": None}, replaced=["l"]),
+        change({"l": [7], "s": ["w"]}, replaced=["l"]),
     ]
 
 

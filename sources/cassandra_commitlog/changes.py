@@ -31,8 +31,9 @@ from cdcflow.sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
 
 __all__ = ["RowChange", "cassandra_source", "row_changes"]
 
-# What bytes that do not fit their type raise while decoding (ValueDecodeError is a ValueError).
-_VALUE_ERRORS = (ValueError, IndexError, struct.error, OverflowError)
+# What bytes that do not fit their type raise while decoding (ValueDecodeError is a ValueError;
+# ArithmeticError: a decimal whose scale no float or Decimal can take).
+_VALUE_ERRORS = (ValueError, IndexError, struct.error, ArithmeticError)
 
 
 def _cdcflow_version() -> str:

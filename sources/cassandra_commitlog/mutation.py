@@ -45,6 +45,8 @@ __all__ = [
 _TIMESTAMP_EPOCH_US = 1_442_880_000_000_000
 _DELETION_TIME_EPOCH_S = 1_442_880_000
 _U64 = 1 << 64
+# DeletionTime.LIVE's markedForDeleteAt (Long.MIN_VALUE): "not deleted".
+_LIVE = -(1 << 63)
 
 # ClusteringPrefix.Kind, by ordinal.
 BOUND_KINDS = (
@@ -382,7 +384,11 @@ class MutationDecoder:
         for column in columns:
             if column.type.multi_cell:
                 if has_complex_deletion:
-                    row.complex_deletions[column.name] = stats.deletion(stream)
+                    # Once one complex column of the row has a deletion every one carries a
+                    # deletion time, LIVE for those that were only added to.
+                    deletion = stats.deletion(stream)
+                    if deletion.marked_for_delete_at != _LIVE:
+                        row.complex_deletions[column.name] = deletion
                 for _ in range(stream.uvint32()):
                     row.cells.append(self._cell(stream, stats, column, row, True))
             else:

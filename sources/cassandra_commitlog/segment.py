@@ -33,10 +33,10 @@ import json
 import re
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from cdcflow.sources.cassandra_commitlog.exceptions import (
     CommitLogError,
@@ -52,11 +52,14 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "Entry",
     "EntryFault",
+    "Framed",
     "Section",
+    "SectionFramer",
     "SegmentHeader",
     "SegmentRead",
     "parse_segment_name",
     "read_entries",
+    "read_framed",
     "read_segment_header",
 ]
 
@@ -311,6 +314,19 @@ def _section_entries(section: Section, path: Path | str, state: SegmentRead) -> 
         offset = data_end + 4
 
 
+class Framed(Protocol):
+    """An entry, or bytes that could not be framed as one: where it ends is all the section walk needs."""
+
+    @property
+    def end(self) -> int: ...
+
+
+FramedT = TypeVar("FramedT", bound=Framed)
+SectionFramer = Callable[[Section, "Path | str", SegmentRead], Iterable[FramedT]]
+"""Frames one section's entries (setting ``state.clean_end`` on a zero size): :func:`_section_entries`
+here, or the compiled core's (``cdcflow.sources.cassandra_commitlog.compiled``)."""
+
+
 def read_entries(
     data: bytes,
     path: Path | str = "<segment>",
@@ -325,6 +341,19 @@ def read_entries(
     ``state.section_error`` set rather than raising, so entries before it are kept. A bad header,
     an encrypted segment or an unknown compressor raise: nothing in such a file is readable.
     """
+    return read_framed(data, path, _section_entries, after=after, durable_to=durable_to, state=state)
+
+
+def read_framed(
+    data: bytes,
+    path: Path | str,
+    frame: SectionFramer[FramedT],
+    *,
+    after: int = 0,
+    durable_to: int | None = None,
+    state: SegmentRead | None = None,
+) -> Iterator[FramedT]:
+    """:func:`read_entries` with each section's entries framed by ``frame``."""
     state = state if state is not None else SegmentRead()
     header = read_segment_header(data, path)
     state.header = header
@@ -334,10 +363,11 @@ def read_entries(
             if section.logical_end <= after:
                 state.read_to = max(state.read_to, section.logical_end)
                 continue
-            for item in _section_entries(section, path, state):
-                if item.end > after:
+            for item in frame(section, path, state):
+                end = item.end
+                if end > after:
                     yield item
-                state.read_to = max(state.read_to, item.end)
+                state.read_to = max(state.read_to, end)
             if state.clean_end:
                 return
             state.read_to = max(state.read_to, section.logical_end)

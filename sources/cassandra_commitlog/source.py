@@ -29,10 +29,10 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
@@ -44,6 +44,7 @@ from cdcflow.metrics import source_counter
 from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
 from cdcflow.sources.cassandra_commitlog.changes import RowChange, cassandra_source, row_changes
 from cdcflow.sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
+from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer, UpdateChanges, compiled_core
 from cdcflow.sources.cassandra_commitlog.error_store import (
     CassandraErrorStore,
     ErrorRecord,
@@ -57,7 +58,13 @@ from cdcflow.sources.cassandra_commitlog.mutation import Mutation, MutationDecod
 from cdcflow.sources.cassandra_commitlog.out_of_sequence import OutOfSequenceStore
 from cdcflow.sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
 from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
-from cdcflow.sources.cassandra_commitlog.segment import Entry, EntryFault, SegmentRead, parse_segment_name, read_entries
+from cdcflow.sources.cassandra_commitlog.segment import (
+    EntryFault,
+    SegmentRead,
+    parse_segment_name,
+    read_entries,
+    read_framed,
+)
 from cdcflow.sources.cassandra_commitlog.snapshot import CassandraRowEvents, snapshot_table, snapshot_tables
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.cql.snapshot import SnapshotConfig, SnapshotOutlivedLogError, TokenRangeSnapshot
@@ -124,6 +131,28 @@ class _PendingRow:
     position: int
 
 
+class _FramedEntry(Protocol):
+    """An entry as either reader frames it (``segment.Entry`` or the compiled core's ``FramedEntry``)."""
+
+    @property
+    def end(self) -> int: ...
+
+    @property
+    def mutation(self) -> bytes | None: ...
+
+
+@dataclass(slots=True)
+class _Changes:
+    """delta: what one mutation changes, decoded (row changes per partition update) and the
+    ``system_schema`` updates that become schema-change events."""
+
+    updates: list[UpdateChanges]
+    schema_updates: list[PartitionUpdate]
+
+
+_Decoded = TypeVar("_Decoded")
+
+
 @dataclass(frozen=True, slots=True)
 class _Position:
     segment: int
@@ -153,6 +182,10 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._error_store: ErrorStore | None = None
         self._wanted_tables = {name.lower() for name in config.tables} if config.tables else None
         self._decoders: dict[int, MutationDecoder] = {}
+        # The compiled core (cdcflow._native) frames entries and decodes delta images when built;
+        # the reference decoders above decode what it declines, and everything in full mode.
+        self._native = compiled_core()
+        self._compiled: CompiledDecoder | None = None
         self._cached: tuple[Path, bytes] | None = None  # the segment latest_offset read last
         self._unreadable: set[int] = set()  # segments not to delete: they hold bytes nothing could read
         self._unreadable_dir = config.cdc_raw.parent / "cdc_unreadable"
@@ -264,6 +297,11 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             raise SourceUnavailableError(f"cannot read system_schema: {exc}") from exc
         self._catalog_read_at = time.monotonic()
         self._decoders.clear()
+        self._compiled = None
+
+    def _refresh_schema_if_due(self) -> None:
+        if time.monotonic() - self._catalog_read_at > self.config.schema_refresh_s:
+            self._refresh_schema()
 
     def _emits(self, table: TableSchema) -> bool:
         if table.keyspace == "system_schema" and table.table in _SCHEMA_TABLES:
@@ -278,12 +316,35 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         return True
 
     def _decoder(self, version: int) -> MutationDecoder:
-        if time.monotonic() - self._catalog_read_at > self.config.schema_refresh_s:
-            self._refresh_schema()
+        self._refresh_schema_if_due()
         decoder = self._decoders.get(version)
         if decoder is None:
             decoder = self._decoders[version] = MutationDecoder(self._catalog, version, self._emits)
         return decoder
+
+    def _compiled_decoder(self) -> CompiledDecoder:
+        self._refresh_schema_if_due()
+        if self._compiled is None:
+            self._compiled = CompiledDecoder(self._catalog, self._emits, self._native)
+        return self._compiled
+
+    def _entries(
+        self,
+        data: bytes,
+        path: Path,
+        state: SegmentRead,
+        *,
+        after: int,
+        durable_to: int | None = None,
+        decode: bool = False,
+        with_mutations: bool = True,
+    ) -> tuple[Iterator[Any], CompiledFramer | None]:
+        """A segment's entries and faults, framed by the compiled core when it is built (then also
+        decoded to row changes with ``decode``), else by the reference reader."""
+        if self._native is None:
+            return read_entries(data, path, after=after, durable_to=durable_to, state=state), None
+        framer = CompiledFramer(self._native, after, self._compiled_decoder if decode else None, with_mutations)
+        return read_framed(data, path, framer, after=after, durable_to=durable_to, state=state), framer
 
     # --- partitions and offsets --------------------------------------------------------------
 
@@ -361,7 +422,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         now_bucket = time.time_ns() // 1000 // interval_us
         return (now_bucket - self.config.window_count + 1) * interval_us
 
-    def _in_open_bucket(self, version: int, entry: Entry, path: Path, horizon_us: int) -> bool:
+    def _in_open_bucket(self, version: int, entry: _FramedEntry, path: Path, horizon_us: int) -> bool:
+        assert entry.mutation is not None
         mutation = self._decoder(version).decode(entry.mutation, path, entry.end)
         return any(newest_timestamp(u) >= horizon_us for u in mutation.updates)
 
@@ -396,8 +458,11 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             state = SegmentRead()
             end = begin
             try:
-                for item in read_entries(self._bytes(path), path, after=begin, durable_to=index.offset, state=state):
-                    if full and isinstance(item, Entry) and state.header is not None:
+                entries, _ = self._entries(
+                    self._bytes(path), path, state, after=begin, durable_to=index.offset, with_mutations=full
+                )
+                for item in entries:
+                    if full and not isinstance(item, EntryFault) and state.header is not None:
                         try:
                             if self._in_open_bucket(state.header.version, item, path, self._horizon_us):
                                 return _Position(segment_id, end).offset(), True
@@ -467,40 +532,51 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         if snapshot is not None:
             yield from snapshot.read(partition, start, end)
             return
-        mutations = self._mutations(_Position.of(start), _Position.of(end))
+        first, last = _Position.of(start), _Position.of(end)
         if self.config.row_image == "full":
-            yield from self._full_events(mutations)
+            yield from self._full_events(self._decoded(first, last, self._decode, compiled=False))
             yield from self._out_of_sequence_events()  # a poll of the store each read cycle
         else:
-            for mutation, segment_id, position in mutations:
-                yield from self._events(mutation, segment_id, position)
+            for changes, segment_id, position in self._decoded(first, last, self._decode_changes, compiled=True):
+                yield from self._events(changes, segment_id, position)
 
-    def _mutations(self, first: _Position, last: _Position) -> Iterator[tuple[Mutation, int, int]]:
+    def _decoded(
+        self, first: _Position, last: _Position, decode: Callable[..., _Decoded | None], compiled: bool
+    ) -> Iterator[tuple[_Decoded, int, int]]:
+        """``decode`` applied to each entry of the range; ``compiled``: the compiled core decodes
+        each section's entries first (row changes, for :meth:`_decode_changes`)."""
         for segment_id, path in self._segments(first.segment):
             if segment_id > last.segment:
                 return
             after = first.position if segment_id == first.segment else 0
             up_to = last.position if segment_id == last.segment else None
-            yield from self._read_segment(segment_id, path, after, up_to)
+            yield from self._read_segment(segment_id, path, after, up_to, decode, compiled)
 
     def _read_segment(
-        self, segment_id: int, path: Path, after: int, up_to: int | None
-    ) -> Iterator[tuple[Mutation, int, int]]:
+        self,
+        segment_id: int,
+        path: Path,
+        after: int,
+        up_to: int | None,
+        decode: Callable[..., _Decoded | None],
+        compiled: bool,
+    ) -> Iterator[tuple[_Decoded, int, int]]:
         state = SegmentRead()
         try:
             data = self._cached[1] if self._cached and self._cached[0] == path else path.read_bytes()
             # No durable_to here: ``up_to`` is an entry's end that latest_offset found synced, and
             # it may fall inside a section.
-            for item in read_entries(data, path, after=after, state=state):
+            entries, framer = self._entries(data, path, state, after=after, decode=compiled)
+            for item in entries:
                 if up_to is not None and item.end > up_to:
                     return
                 if isinstance(item, EntryFault):
                     self._store_error(segment_id, item.end, str(item.error), item.raw)
                     continue
                 assert state.header is not None
-                mutation = self._decode(state.header.version, item, path, segment_id)
-                if mutation is not None:
-                    yield mutation, segment_id, item.end
+                decoded = decode(state.header.version, item, path, segment_id, framer)
+                if decoded is not None:
+                    yield decoded, segment_id, item.end
         except CommitLogError as exc:
             self._unreadable.add(segment_id)
             self._store_error(segment_id, after, f"{exc}; the segment is kept in {self._unreadable_dir}", b"")
@@ -516,7 +592,12 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                 data[start : start + _MAX_ERROR_BYTES],
             )
 
-    def _decode(self, version: int, entry: Entry, path: Path, segment_id: int) -> Mutation | None:
+    def _decode(
+        self, version: int, entry: _FramedEntry, path: Path, segment_id: int, framer: CompiledFramer | None = None
+    ) -> Mutation | None:
+        """The entry's mutation, decoded by the reference; None when it went to the error store
+        (or names a table dropped since)."""
+        assert entry.mutation is not None
         try:
             return self._decoder(version).decode(entry.mutation, path, entry.end)
         except UnknownTableError as exc:
@@ -531,6 +612,32 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         except CommitLogError as exc:
             self._store_error(segment_id, entry.end, str(exc), entry.mutation)
         return None
+
+    def _decode_changes(
+        self, version: int, entry: _FramedEntry, path: Path, segment_id: int, framer: CompiledFramer | None
+    ) -> _Changes | None:
+        """delta: the entry's row changes, from the compiled core when it decoded the entry with
+        the current schema, else from the reference (a mutation it declined, a schema refreshed
+        since: a later column must show in the events' schema exactly as the reference has it)."""
+        native: list[UpdateChanges] | None = getattr(entry, "changes", None)
+        decoder = framer.decoder if framer is not None else None
+        if native is not None and decoder is not None and decoder.catalog is self._catalog:
+            return _Changes(native, [])
+        mutation = self._decode(version, entry, path, segment_id)
+        if mutation is None:
+            return None
+        changes = _Changes([], [])
+        try:
+            for update in mutation.updates:
+                if update.table.keyspace == "system_schema":
+                    changes.schema_updates.append(update)
+                else:
+                    changes.updates.append((update.table, update.key, list(row_changes(update))))
+        except CommitLogError as exc:  # a value that does not fit its type: the whole mutation is kept aside
+            assert entry.mutation is not None
+            self._store_error(segment_id, entry.end, str(exc), entry.mutation)
+            return None
+        return changes
 
     def _counted(self, what: str) -> None:
         source_counter(self.context.pipeline, what).inc()
@@ -552,7 +659,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         pending: dict[tuple[str, tuple[bytes | None, ...]], _PendingRow] = {}
         now_ms = int(time.time() * 1000)
         for mutation, segment_id, position in mutations:
-            yield from self._schema_events(mutation, segment_id, position, now_ms)
+            schema_updates = [u for u in mutation.updates if u.table.keyspace == "system_schema"]
+            yield from self._schema_events(schema_updates, segment_id, position, now_ms)
             for update in self._emitted_updates(mutation):
                 late = 0 < newest_timestamp(update) < self._late_before_us
                 changes = list(row_changes(update))
@@ -623,20 +731,24 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                 continue
             yield update
 
-    def _schema_events(self, mutation: Mutation, segment_id: int, position: int, now_ms: int) -> Iterator[Record]:
-        schema_updates = [u for u in mutation.updates if u.table.keyspace == "system_schema"]
+    def _schema_events(
+        self, schema_updates: list[PartitionUpdate], segment_id: int, position: int, now_ms: int
+    ) -> Iterator[Record]:
         if schema_updates and (self._replica_filter is None or self._replica_filter.emits_cluster_wide()):
             yield from self._schema_changes(schema_updates, segment_id, position, 0, now_ms)
 
-    def _events(self, mutation: Mutation, segment_id: int, position: int) -> Iterator[Record]:
+    def _events(self, changes: _Changes, segment_id: int, position: int) -> Iterator[Record]:
         index = 0
         now_ms = int(time.time() * 1000)
-        for event in self._schema_events(mutation, segment_id, position, now_ms):
+        for event in self._schema_events(changes.schema_updates, segment_id, position, now_ms):
             yield event
             index += 1
-        for update in self._emitted_updates(mutation):
-            schema = update.table.row_schema(self.config.cluster)
-            for change in row_changes(update):
+        for table, key, row_changes_of_update in changes.updates:
+            if self._replica_filter is not None and not self._replica_filter.emits(table.keyspace, key):
+                self._counted("skipped_not_primary_replica")
+                continue
+            schema = table.row_schema(self.config.cluster)
+            for change in row_changes_of_update:
                 yield self._event(change, schema, segment_id, position, index, now_ms)
                 index += 1
 

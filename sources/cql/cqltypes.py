@@ -38,6 +38,7 @@ __all__ = [
     "decode_varint",
     "from_driver",
     "map_value",
+    "native_type_name",
     "read_signed_vint",
     "read_unsigned_vint",
     "user_type_value",
@@ -266,6 +267,21 @@ class CqlType:
             return str(uuid.UUID(bytes=path)) if len(path) == 16 else path.hex()
         assert self.path is not None
         return self.path.decode(path)
+
+
+def native_type_name(cql: CqlType) -> str | None:
+    """The CQL name of a native type whose values decode as that name's reference decoder does
+    (``int``, ``text``...); None for collections, tuples, user types, vectors and custom types.
+
+    The compiled core (``cdcflow._native``) decodes some native types itself and must know which
+    decoder a type really has: the name alone would not say (a custom type decodes as ``blob``).
+    """
+    if cql.kind != "native":
+        return None
+    for name, (_, decode) in _NATIVE.items():
+        if decode is cql.decode:
+            return name
+    return None
 
 
 _EPOCH = dt.datetime(1970, 1, 1)

@@ -357,10 +357,13 @@ class TokenRangeSnapshot:
         if not force and now - self._view_read_at < self._view_refresh_s:
             return
         reader = self._context.committed_offsets
+        if reader is None and self.settings.snapshot == "initial_only":
+            # No stream to hand over to: the view only shows other processes' progress.
+            return
         if reader is None:
             raise SnapshotEngineError(
                 f"pipeline {self._context.pipeline}: this engine does not show the source the pipeline's committed "
-                "offsets, which snapshot: initial and initial_only need to hand over to the stream; run it on the "
+                "offsets, which snapshot: initial needs to hand over to the stream; run it on the "
                 "worker or spark engine"
             )
         self._view = dict(reader())

@@ -117,7 +117,7 @@ def test_compiled_writer_matches_fastavro_byte_for_byte(case: tuple[Any, Any]) -
     assert _compiled_bytes(schema, datum) == expected
 
 
-_EVERY_CQL_TYPE = {
+EVERY_CQL_TYPE = {
     "a_text": ("text", "héllo"),
     "a_bigint": ("bigint", -(1 << 62)),
     "a_int": ("int", -5),
@@ -141,7 +141,7 @@ _EVERY_CQL_TYPE = {
     "a_udt_update": ("address", {"zip": 12345}),  # a field update: only the fields written
     "a_udts": ("list<frozen<address>>", [{"street": "y", "zip": 1, "cost": None}]),
 }
-_USER_TYPES = (UserType("address", (("street", "text"), ("zip", "int"), ("cost", "decimal"))),)
+USER_TYPES = (UserType("address", (("street", "text"), ("zip", "int"), ("cost", "decimal"))),)
 
 
 @pytest.mark.parametrize("op", [Op.CREATE, Op.UPDATE, Op.DELETE])
@@ -151,10 +151,10 @@ def test_events_of_every_cql_type_encode_as_fastavro_does(op: Op, envelope: bool
     schema = RowSchema(
         "c.ks.t",
         (Column("id", "bigint", optional=False),),
-        (Column("id", "bigint", optional=False), *(Column(n, t) for n, (t, _) in _EVERY_CQL_TYPE.items())),
-        user_types=_USER_TYPES,
+        (Column("id", "bigint", optional=False), *(Column(n, t) for n, (t, _) in EVERY_CQL_TYPE.items())),
+        user_types=USER_TYPES,
     )
-    row = {"id": 7, **{n: v for n, (_, v) in _EVERY_CQL_TYPE.items()}}
+    row = {"id": 7, **{n: v for n, (_, v) in EVERY_CQL_TYPE.items()}}
     partial = {"id": 7, "a_text": None}  # a delta image: columns not carried are absent
     event = ChangeEvent(
         op=op,

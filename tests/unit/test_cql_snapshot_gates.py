@@ -25,7 +25,11 @@ TABLES = [SnapshotTable("ks.a", ("id",), ("id", "v")), SnapshotTable("ks.b", ("i
 
 
 def _snapshot(
-    committed: dict[str, Offset] | None, stream: list[str], pipeline: str = "p", refresh_s: float = 60.0
+    committed: dict[str, Offset] | None,
+    stream: list[str],
+    pipeline: str = "p",
+    refresh_s: float = 60.0,
+    mode: str = "initial",
 ) -> tuple[TokenRangeSnapshot, io.StringIO]:
     """A snapshot of ``TABLES`` in 3 slices each whose engine shows it ``committed``; the store is
     read again only after ``refresh_s`` (0: on every look)."""
@@ -33,7 +37,7 @@ def _snapshot(
         pipeline, Path("p.yaml"), committed_offsets=(lambda: dict(committed)) if committed is not None else None
     )
     terminal = io.StringIO()
-    config = SnapshotConfig(snapshot="initial", snapshot_slices=3, snapshot_progress=True)
+    config = SnapshotConfig(snapshot=mode, snapshot_slices=3, snapshot_progress=True)
     snapshot = TokenRangeSnapshot(
         config,
         TABLES,
@@ -92,6 +96,12 @@ def test_an_engine_without_committed_offsets_is_refused() -> None:
     snapshot, _ = _snapshot(None, ["s1"])
     with pytest.raises(SnapshotEngineError, match="does not show the source the pipeline's committed offsets"):
         snapshot.latest_offset(snapshot.initial_offset())
+
+
+def test_a_snapshot_without_a_stream_needs_no_committed_offsets() -> None:
+    # initial_only (and the cassandra_snapshot source) hands over to nothing: any engine may run it.
+    snapshot, _ = _snapshot(None, [], mode="initial_only")
+    assert snapshot.is_finished(snapshot.latest_offset(snapshot.initial_offset()))
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,15 @@ def test_listed_with_its_package() -> None:
     assert any(line.split()[:2] == ["transform", "uppercase"] for line in listing)
 
 
+def test_the_listing_says_which_core_runs() -> None:
+    from cdcflow.native import native_module
+
+    core = [line for line in cdcflow("plugins", "list").stdout.splitlines() if line.startswith("core ")]
+    assert len(core) == 1 and ("compiled (cdcflow._native" in core[0]) == (native_module() is not None)
+    pure = cdcflow("plugins", "list", env={**os.environ, "CDCFLOW_PURE_PYTHON": "1"}).stdout
+    assert "core        pure Python (CDCFLOW_PURE_PYTHON is set)" in pure
+
+
 def test_autoload_switch_keeps_only_builtins() -> None:
     listing = cdcflow("plugins", "list", env={**os.environ, "CDCFLOW_DISABLE_PLUGIN_AUTOLOAD": "1"}).stdout
     assert "countdown" not in listing and "datagen" in listing

@@ -1,0 +1,821 @@
+"""cdcflow side by side with its peers, one run each: cdcflow's figure, the peer's, and as the last
+line ``ratio: X.XX`` (cdcflow ÷ peer, higher is better). Each starts the services it needs.
+
+    python benchmarks/peers.py commitlog [--rows 200000] [--rounds 5]
+        Cassandra commit-log segments a real 5.0 node wrote (a realistic orders table), parsed to
+        row changes with every value decoded: cdcflow vs Cassandra's own CommitLogReader (what
+        Debezium reads cdc_raw with) in a Java harness (benchmarks/java), after JIT warm-up.
+    python benchmarks/peers.py kafka [--events 200000] [--event-size 1500]
+        datagen -> Kafka (avro) vs a plain confluent-kafka Producer loop sending pre-built values of
+        the same size with the same producer settings (per CPU-second of each process), and vs
+        Kafka's ProducerPerformance (JVM, from the Kafka jars) at the same size and settings.
+    python benchmarks/peers.py spark [--events 100000]
+        kafka -> parquet on the spark engine vs a plain Spark Structured Streaming job reading the
+        same topic with Spark's Kafka connector, from_json, writing Parquet.
+
+``--core python`` runs cdcflow's pure-Python core instead of the compiled one (CDCFLOW_PURE_PYTHON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache" / "cdcflow"))
+DATA = Path(os.environ.get("CDCFLOW_DATA", CACHE / "run"))
+BUILD = REPO / "build" / "peers"
+
+
+def _ratio(ours: float, peer: float) -> None:
+    print(f"ratio: {ours / peer:.2f}")
+
+
+def _start(*services: str) -> None:
+    subprocess.run(["bash", str(REPO / "scripts" / "services.sh"), "start", *services], check=True)
+
+
+def _version(pom: str, tag: str) -> str:
+    text = (REPO / "scripts" / "maven" / pom / "pom.xml").read_text()
+    return text.split(f"<{tag}>", 1)[1].split("</", 1)[0]
+
+
+def _javac(source: Path, classpath: str) -> Path:
+    """``source`` compiled into build/peers/classes (again only when it changed)."""
+    classes = BUILD / "classes"
+    target = classes / (source.stem + ".class")
+    if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
+        classes.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(source)], check=True)
+    return classes
+
+
+# --- commit log ------------------------------------------------------------------------------------
+
+_ORDERS = """CREATE TABLE {keyspace}.orders (
+    customer_id uuid, order_id timeuuid, status text, currency text, total decimal, items int,
+    express boolean, created_at timestamp, updated_at timestamp, note text,
+    PRIMARY KEY (customer_id, order_id)
+) WITH cdc = true"""
+
+_STATUSES = ["placed", "paid", "packed", "shipped", "delivered", "returned"]
+
+
+def _write_orders(session: Any, keyspace: str, rows: int) -> None:
+    import datetime as dt
+    import random
+    from decimal import Decimal
+
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    insert = session.prepare(
+        f"INSERT INTO {keyspace}.orders (customer_id, order_id, status, currency, total, items, express,"
+        " created_at, updated_at, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    rng = random.Random(7)
+    customers = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(rows // 20 + 1)]
+    words = ["express", "gift", "wrap", "please", "leave", "at", "the", "door", "call", "before", "delivery"]
+    now = dt.datetime(2026, 11, 1)
+    batch = []
+    for number in range(rows):
+        created = now + dt.timedelta(seconds=number)
+        batch.append(
+            (
+                rng.choice(customers),
+                uuid.uuid1(),
+                rng.choice(_STATUSES),
+                rng.choice(["EUR", "USD", "GBP"]),
+                Decimal(rng.randrange(100, 10_000_000)).scaleb(-2),
+                rng.randrange(1, 20),
+                rng.random() < 0.2,
+                created,
+                created + dt.timedelta(minutes=rng.randrange(0, 600)),
+                " ".join(rng.choices(words, k=rng.randrange(6, 16))),
+            )
+        )
+        if len(batch) == 2000:
+            execute_concurrent_with_args(session, insert, batch, concurrency=64)
+            batch = []
+    if batch:
+        execute_concurrent_with_args(session, insert, batch, concurrency=64)
+
+
+def _table_rows(data: bytes, path: Path, catalog: Any, table_id: str) -> int:
+    """How many row changes of the table a segment holds (with the reference reader: counting is
+    not what is measured)."""
+    from cdcflow.sources.cassandra_commitlog.changes import row_changes
+    from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
+    from cdcflow.sources.cassandra_commitlog.segment import Entry, read_entries
+
+    decoder = MutationDecoder(catalog, 7, lambda t: t.table_id == table_id)
+    count = 0
+    for entry in read_entries(data, path):
+        if isinstance(entry, Entry):
+            try:
+                count += sum(len(list(row_changes(u))) for u in decoder.decode(entry.mutation).updates)
+            except Exception:  # other tests' tables, unknown to this schema
+                continue
+    return count
+
+
+def _segments_with_table(cdc_raw: Path, catalog: Any, table_id: str, rows: int, timeout_s: float) -> list[Path]:
+    """The cdc_raw segments holding the table's mutations, once all ``rows`` are synced into them."""
+    deadline = time.monotonic() + timeout_s
+    counted: dict[Path, int] = {}
+    while True:
+        for path in sorted(cdc_raw.glob("CommitLog-*.log")):
+            index = path.with_name(path.stem + "_cdc.idx")
+            if path in counted and "COMPLETED" in (index.read_text() if index.exists() else ""):
+                continue  # closed: its count is final
+            try:
+                count = _table_rows(path.read_bytes(), path, catalog, table_id)
+            except Exception:  # a segment allocated but not written yet, or removed
+                continue
+            if count:
+                counted[path] = count
+        total = sum(counted.values())
+        if total >= rows or time.monotonic() > deadline:
+            print(f"  {total:,} of {rows:,} rows synced into {len(counted)} segments")
+            return sorted(counted)
+        time.sleep(1.0)
+
+
+def _native() -> Any:
+    from cdcflow.native import native_module
+
+    native = native_module()
+    if native is None:
+        raise SystemExit("the compiled core is not built (scripts/setup.sh with cargo on the PATH)")
+    return native
+
+
+def _cdcflow_parse(segments: list[Path], catalog: Any, table_id: str, rounds: int) -> tuple[float, float, int]:
+    """Median MB/s (wall-clock, and per CPU-second) of reading the segments to row changes with
+    every value decoded, as the source does."""
+    from cdcflow.native import native_module
+    from cdcflow.sources.cassandra_commitlog.changes import row_changes
+    from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer
+    from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
+    from cdcflow.sources.cassandra_commitlog.segment import Entry, read_entries, read_framed
+    from cdcflow.worker import tune_garbage_collector
+
+    tune_garbage_collector()  # as a worker process does
+    native = native_module()
+    wanted = lambda table: table.table_id == table_id  # noqa: E731
+    size = sum(p.stat().st_size for p in segments)
+    speeds, cpu_speeds, changes = [], [], 0
+    for round_number in range(rounds + 1):  # the first round warms up (rounds=0: one pass, no figures)
+        changes = 0
+        started, cpu_started = time.perf_counter(), time.process_time()
+        for path in segments:
+            data = path.read_bytes()
+            if native is not None:
+                decoder = CompiledDecoder(catalog, wanted, native)
+                for item in read_framed(data, path, CompiledFramer(native, 0, lambda d=decoder: d)):  # type: ignore[misc]
+                    for _, _, row_changes_of_update in item.changes or ():
+                        changes += len(row_changes_of_update)
+            else:
+                reference = MutationDecoder(catalog, 7, wanted)
+                for entry in read_entries(data, path):
+                    if isinstance(entry, Entry):
+                        for update in reference.decode(entry.mutation).updates:
+                            changes += len(list(row_changes(update)))
+        if round_number:
+            speeds.append(size / 1e6 / (time.perf_counter() - started))
+            cpu_speeds.append(size / 1e6 / (time.process_time() - cpu_started))
+    if not speeds:
+        return 0.0, 0.0, changes
+    return statistics.median(speeds), statistics.median(cpu_speeds), changes
+
+
+def _java_peer(
+    segments: list[Path], keyspace: str, table_id: str, cql: str, warmups: int, rounds: int
+) -> tuple[float, float, int]:
+    libs = CACHE / f"cassandra-{_version('cassandra', 'cassandra.version')}" / "libs"
+    classpath = f"{libs}/*"
+    classes = _javac(REPO / "benchmarks" / "java" / "CommitLogReaderPeer.java", classpath)
+    work = Path(tempfile.mkdtemp(prefix="cdcflow-peer-cassandra-"))
+    config = work / "cassandra.yaml"
+    config.write_text(
+        "cluster_name: peer\npartitioner: org.apache.cassandra.dht.Murmur3Partitioner\n"
+        f"commitlog_directory: {work}/commitlog\ndata_file_directories: [{work}/data]\n"
+        f"saved_caches_directory: {work}/saved_caches\nhints_directory: {work}/hints\n"
+        "commitlog_sync: periodic\ncommitlog_sync_period: 10000ms\nendpoint_snitch: SimpleSnitch\n"
+        "seed_provider:\n  - class_name: org.apache.cassandra.locator.SimpleSeedProvider\n"
+        "    parameters:\n      - seeds: 127.0.0.1:7000\n"
+    )
+    # Cassandra's own Java 17 module flags, as scripts/cassandra.sh starts the node with them.
+    script = (REPO / "scripts" / "cassandra.sh").read_text()
+    flags = script.split("java_flags=(", 1)[1].split("\n)", 1)[0].split()
+    command = [
+        "java",
+        "-Xmx1g",
+        *flags,
+        f"-Dcassandra.storagedir={work}",
+        "-Dlogback.configurationFile=" + str(_quiet_logback(work)),
+        "-cp",
+        f"{classes}:{classpath}",
+        "CommitLogReaderPeer",
+        str(config),
+        keyspace,
+        table_id,
+        cql,
+        str(warmups),
+        str(rounds),
+        *map(str, segments),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    shutil.rmtree(work, ignore_errors=True)
+    lines = [line.split() for line in result.stdout.splitlines() if line.startswith("round ")]
+    if result.returncode != 0 or not lines:
+        output = f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        raise SystemExit(f"the Java peer failed ({result.returncode}):\n{output}")
+    speeds = [int(line[3]) / 1e6 / float(line[5]) for line in lines]
+    cpu_speeds = [int(line[3]) / 1e6 / float(line[15]) for line in lines]
+    return statistics.median(speeds), statistics.median(cpu_speeds), int(lines[-1][9])
+
+
+def _quiet_logback(work: Path) -> Path:
+    path = work / "logback.xml"
+    path.write_text('<configuration><root level="ERROR"/></configuration>')
+    return path
+
+
+def _write_segments(rows: int, into: Path) -> None:
+    """Writes ``rows`` orders on the node and saves the segments holding them, with the schema
+    (``schema.json``) and the table (``table.json``: keyspace, id, CQL), into ``into``."""
+    from cdcflow.sources.cassandra_commitlog.cluster import connect
+    from cdcflow.sources.cassandra_commitlog.schema import load_schema_catalog
+
+    _start("cassandra")
+    cdc_raw = DATA / "cassandra" / "cdc_raw"
+    cluster, session = connect(["127.0.0.1"])
+    keyspace = f"peer{uuid.uuid4().hex[:8]}"
+    try:
+        session.execute(
+            f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+        )
+        cql = _ORDERS.format(keyspace=keyspace)
+        session.execute(cql)
+        print(f"writing {rows:,} rows into {keyspace}.orders on the Cassandra node ...")
+        started = time.monotonic()
+        _write_orders(session, keyspace, rows)
+        print(f"  written in {time.monotonic() - started:.0f} s")
+        catalog = load_schema_catalog(session)
+        table = catalog.by_name(keyspace, "orders")
+        assert table is not None
+        into.mkdir(parents=True, exist_ok=True)
+        # Copies: the node (and other readers of cdc_raw) may remove segments while this runs.
+        for path in _segments_with_table(cdc_raw, catalog, table.table_id, rows, timeout_s=300):
+            shutil.copy(path, into / path.name)
+        catalog.save(into / "schema.json")
+        (into / "table.json").write_text(json.dumps({"keyspace": keyspace, "id": table.table_id, "cql": cql}))
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        cluster.shutdown()
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _soak(segments: list[Path], catalog: Any, table_id: str, seconds: float) -> None:
+    """Parses the segments over and over for ``seconds``, printing RSS as it goes: memory must stay flat."""
+    started, samples, passes, changes = time.monotonic(), [], 0, 0
+    next_sample = started
+    while time.monotonic() - started < seconds:
+        _, _, found = _cdcflow_parse(segments, catalog, table_id, rounds=0)
+        passes, changes = passes + 1, changes + found
+        if time.monotonic() >= next_sample:
+            samples.append((time.monotonic() - started, _rss_mb()))
+            next_sample += seconds / 20
+    samples.append((time.monotonic() - started, _rss_mb()))
+    print(f"soak: {passes} passes, {changes:,} row changes in {seconds:.0f} s ({_core_name()})")
+    print("rss over time (s, MB): " + ", ".join(f"({t:.0f}, {m:.0f})" for t, m in samples))
+    first, last = samples[1][1] if len(samples) > 1 else samples[0][1], samples[-1][1]
+    print(f"rss growth after the first pass: {last - first:+.1f} MB")
+
+
+def commitlog(args: argparse.Namespace) -> None:
+    from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
+
+    folder = args.segments or Path(tempfile.mkdtemp(prefix="cdcflow-peer-commitlog-"))
+    if not (folder / "table.json").exists():
+        _write_segments(args.rows, folder)
+    segments = sorted(folder.glob("CommitLog-*.log"))
+    catalog = SchemaCatalog.load(folder / "schema.json")
+    table = json.loads((folder / "table.json").read_text())
+    if args.soak:
+        _soak(segments, catalog, table["id"], args.soak)
+        return
+    size = sum(p.stat().st_size for p in segments)
+    print(f"segments: {len(segments)} files, {size / 1e6:.1f} MB")
+    ours, ours_cpu, changes = _cdcflow_parse(segments, catalog, table["id"], args.rounds)
+    print(
+        f"cdcflow ({_core_name()}): {ours:7.1f} MB/s, {ours_cpu:7.1f} MB per CPU-second"
+        f"  ({changes:,} row changes, every value decoded)"
+    )
+    peer, peer_cpu, rows = _java_peer(segments, table["keyspace"], table["id"], table["cql"], args.warmups, args.rounds)
+    print(
+        f"Cassandra CommitLogReader (JVM): {peer:7.1f} MB/s, {peer_cpu:7.1f} MB per CPU-second"
+        f"  ({rows:,} rows, every value composed)"
+    )
+    print(f"per CPU-second: {ours_cpu / peer_cpu:.2f}  (medians of {args.rounds} rounds; wall-clock below)")
+    if args.segments is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    _ratio(ours, peer)
+
+
+# --- Kafka ------------------------------------------------------------------------------------------
+
+_BOOTSTRAP = "127.0.0.1:9092"
+_REGISTRY = "http://127.0.0.1:8081"
+
+
+def _create_topics(topics: list[str], partitions: int = 3) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": _BOOTSTRAP})
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics])
+    for future in futures.values():
+        future.result(30)
+
+
+def _sink_settings() -> dict[str, Any]:
+    """The kafka sink's own producer settings (idempotent, acks=all, one request in flight, lz4...)."""
+    from cdcflow.contract import PluginContext
+    from cdcflow.plugins import PluginRegistry
+    from cdcflow.sinks.kafka.sink import KafkaSink, KafkaSinkConfig
+
+    context = PluginContext("peer", Path("peer.yaml"), factory=PluginRegistry.from_entry_points())
+    config = KafkaSinkConfig.model_validate({"type": "kafka", "bootstrap_servers": _BOOTSTRAP})
+    settings: dict[str, Any] = KafkaSink(config, context)._settings()
+    return settings
+
+
+def _kafka_cdcflow(args: argparse.Namespace) -> None:
+    """Child process: datagen -> kafka (avro) as `cdcflow run` runs it; prints its figures as JSON
+    and saves sample (key, value) pairs it produced for the peers to send."""
+    from confluent_kafka import Consumer
+
+    from cdcflow.config import load_pipeline
+    from cdcflow.metrics import METRICS_REGISTRY
+    from cdcflow.pipeline import build_runner
+    from cdcflow.plugins import PluginRegistry
+    from cdcflow.worker import tune_garbage_collector
+
+    prefix = args.prefix
+    folder = Path(tempfile.mkdtemp(prefix="cdcflow-peer-kafka-"))
+    file = folder / "p.yaml"
+    file.write_text(
+        f"name: {prefix}\n"
+        f"source: {{type: datagen, count: {args.events}, partitions: 4, tables: 3, event_size: {args.event_size}}}\n"
+        f'transforms: [{{type: route, regex: "(.*)", replacement: "{prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: avro,"
+        f" schema_registry_url: '{_REGISTRY}'}}\n"
+        "checkpoint: {type: file, path: ckpt, interval_ms: 1000}\n"
+    )
+    registry = PluginRegistry.from_entry_points()
+    runner = build_runner(load_pipeline(file, registry), registry)
+    tune_garbage_collector()
+    wall, cpu = time.perf_counter(), time.process_time()
+    runner.run()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    delivered = int(METRICS_REGISTRY.get_sample_value("cdcflow_events_out_total", {"pipeline": prefix}) or 0)
+    consumer = Consumer({"bootstrap.servers": _BOOTSTRAP, "group.id": prefix, "auto.offset.reset": "earliest"})
+    consumer.subscribe([f"{prefix}.datagen.shop.table_{i}" for i in range(3)])
+    samples: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 60
+    while len(samples) < args.samples and time.monotonic() < deadline:
+        for message in consumer.consume(500, timeout=1.0):
+            if message.error() is None and message.value():
+                samples.append((message.key() or b"", message.value()))
+    consumer.close()
+    with open(args.samples_file, "wb") as out:
+        for key, value in samples:
+            out.write(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    shutil.rmtree(folder, ignore_errors=True)
+    print(json.dumps({"events": delivered, "wall_s": wall, "cpu_s": cpu}))
+
+
+def _read_samples(path: Path) -> list[tuple[bytes, bytes]]:
+    data, samples, at = path.read_bytes(), [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at : at + 4], "big")
+        key = data[at + 4 : at + 4 + size]
+        at += 4 + size
+        size = int.from_bytes(data[at : at + 4], "big")
+        samples.append((key, data[at + 4 : at + 4 + size]))
+        at += 4 + size
+    return samples
+
+
+def _kafka_loop(args: argparse.Namespace) -> None:
+    """Child process: a plain confluent-kafka Producer loop sending the pre-built samples with the
+    sink's settings, polling as the sink does; prints its figures as JSON."""
+    from confluent_kafka import Producer
+
+    samples = _read_samples(Path(args.samples_file))
+    topics = [f"{args.prefix}.loop_{i}" for i in range(3)]
+    producer = Producer(_sink_settings())
+    wall, cpu = time.perf_counter(), time.process_time()
+    for number in range(args.events):
+        key, value = samples[number % len(samples)]
+        while True:
+            try:
+                producer.produce(topics[number % 3], value=value, key=key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if number % 1000 == 999:
+            producer.poll(0)
+    while producer.flush(1.0) > 0:
+        pass
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(json.dumps({"events": args.events, "wall_s": wall, "cpu_s": cpu}))
+
+
+def _child(args: list[str]) -> dict[str, Any]:
+    result = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"{args[0]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def _producer_performance(prefix: str, events: int, samples: list[tuple[bytes, bytes]]) -> tuple[float, float]:
+    """Kafka's ProducerPerformance (JVM) with the sink's settings and librdkafka's batch size,
+    sending the samples' values (bytes outside printable ASCII replaced: it reads payloads as
+    text lines; sizes and compressibility stay). Returns (records/s, records per CPU-second)."""
+    import resource
+
+    libs = CACHE / f"kafka-{_version('kafka', 'kafka.version')}" / "libs"
+    topic = f"{prefix}.perf"
+    _create_topics([topic])
+    payloads = Path(tempfile.mkdtemp(prefix="cdcflow-peer-perf-")) / "payloads.txt"
+    printable = bytes(b if 0x20 <= b < 0x7F else ord("x") for b in range(256))
+    payloads.write_bytes(b"\n".join(value.translate(printable) for _, value in samples))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(
+        [
+            "java",
+            "-Xmx1g",
+            "-cp",
+            f"{libs}/*",
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--topic",
+            topic,
+            "--num-records",
+            str(events),
+            "--throughput",
+            "-1",
+            "--payload-file",
+            str(payloads),
+            "--producer-props",
+            f"bootstrap.servers={_BOOTSTRAP}",
+            "acks=all",
+            "enable.idempotence=true",
+            "max.in.flight.requests.per.connection=1",
+            "compression.type=lz4",
+            "linger.ms=5",
+            "batch.size=1000000",
+            "buffer.memory=67108864",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    shutil.rmtree(payloads.parent, ignore_errors=True)
+    final = [line for line in result.stdout.splitlines() if "records sent" in line]
+    if result.returncode != 0 or not final:
+        raise SystemExit(f"ProducerPerformance failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    per_second = float(final[-1].split("records sent,")[1].split("records/sec")[0])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return per_second, events / cpu
+
+
+def kafka(args: argparse.Namespace) -> None:
+    _start("kafka", "registry")
+    prefix = f"peer{uuid.uuid4().hex[:8]}"
+    _create_topics([f"{prefix}.datagen.shop.table_{i}" for i in range(3)] + [f"{prefix}.loop_{i}" for i in range(3)])
+    samples_file = Path(tempfile.mkdtemp(prefix="cdcflow-peer-samples-")) / "samples.bin"
+    # The children inherit CDCFLOW_PURE_PYTHON (--core python).
+    common = ["--events", str(args.events), "--prefix", prefix, "--samples-file", str(samples_file)]
+    ours = _child(["_kafka_cdcflow", *common, "--event-size", str(args.event_size)])
+    samples = _read_samples(samples_file)
+    size = statistics.mean(len(value) for _, value in samples)
+    ours_rate, ours_cpu = ours["events"] / ours["wall_s"], ours["events"] / ours["cpu_s"]
+    print(
+        f"cdcflow datagen -> kafka, avro ({_core_name()}): {ours_rate:9,.0f} events/s,"
+        f" {ours_cpu:9,.0f} events per CPU-second  ({ours['events']:,} events, values {size:,.0f} B on average)"
+    )
+    loop = _child(["_kafka_loop", *common])
+    loop_rate, loop_cpu = loop["events"] / loop["wall_s"], loop["events"] / loop["cpu_s"]
+    print(
+        f"plain confluent-kafka Producer loop, pre-built values: {loop_rate:9,.0f} events/s,"
+        f" {loop_cpu:9,.0f} events per CPU-second"
+    )
+    perf_rate, perf_cpu = _producer_performance(prefix, args.events, samples)
+    print(
+        f"Kafka ProducerPerformance (JVM), same size and settings: {perf_rate:9,.0f} events/s,"
+        f" {perf_cpu:9,.0f} events per CPU-second (JVM start-up and JIT included)"
+    )
+    shutil.rmtree(samples_file.parent, ignore_errors=True)
+    print(f"vs the Producer loop, per CPU-second: {ours_cpu / loop_cpu:.2f}  (aim >= 0.5)")
+    print(f"vs ProducerPerformance, events/s: {ours_rate / perf_rate:.2f}  (aim >= 1.0)")
+    if args.against == "loop":
+        _ratio(ours_cpu, loop_cpu)
+    else:
+        _ratio(ours_rate, perf_rate)
+
+
+# --- Spark ------------------------------------------------------------------------------------------
+
+_DATAGEN_ROW = "id bigint, seq bigint, name string, amount double, payload string, updated_at_us bigint"
+_ENVELOPE = (
+    f"op string, before struct<{_DATAGEN_ROW}>, after struct<{_DATAGEN_ROW}>, source struct<version string,"
+    " connector string, name string, keyspace string, table string, partition string, position string,"
+    " ts_us bigint, ts_ms bigint, snapshot boolean>, ts_ms bigint"
+)
+_BATCH_LINE = re.compile(r"batch (\d+): (\d+) events in (\d+) ms")
+
+
+def _parquet_rows(out: Path) -> int:
+    import pyarrow.dataset as ds
+
+    try:
+        return int(ds.dataset(out, format="parquet", partitioning="hive", ignore_prefixes=["_", "."]).count_rows())
+    except Exception:  # files renamed into place while listed, or none yet
+        return 0
+
+
+def _spark_plain(args: argparse.Namespace) -> None:
+    """Child process: the plain Spark Structured Streaming job (Spark's Kafka connector, from_json,
+    Parquet), the same rows out as cdcflow's parquet sink; prints its figures as JSON."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
+
+    from cdcflow.spark_engine.session import spark_session
+
+    started = time.monotonic()
+    session = spark_session("plain-spark-peer", args.master, {})
+    stream = (
+        session.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", _BOOTSTRAP)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.per_trigger))
+        .load()
+    )
+    event = F.from_json(F.col("value").cast("string"), _ENVELOPE).alias("e")
+    rows = stream.select(event).select(
+        F.col("e.op").alias("op"),
+        F.col("e.ts_ms").alias("ts_ms"),
+        F.col("e.source.ts_us").alias("source_ts_us"),
+        F.col("e.source.partition").alias("source_partition"),
+        F.col("e.source.position").alias("source_position"),
+        F.col("e.source.snapshot").alias("snapshot"),
+        F.coalesce(F.col("e.after"), F.col("e.before")).alias("row"),
+    )
+    rows = rows.select("*", "row.*", F.to_date(F.timestamp_micros(F.col("source_ts_us"))).alias("event_date")).drop(
+        "row"
+    )
+    query = (
+        rows.writeStream.format("parquet")
+        .option("path", args.out)
+        .option("checkpointLocation", args.checkpoint)
+        .partitionBy("event_date")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    wall = time.monotonic() - started
+    batches = [(p["numInputRows"], p["durationMs"].get("triggerExecution", 0)) for p in query.recentProgress]
+    batches = [b for b in batches if b[0] > 0]
+    session.stop()
+    print(json.dumps({"wall_s": wall, "batches": batches}))
+
+
+def _steady(batches: list[tuple[int, int]]) -> float:
+    """Events/s over every batch but the first (which pays for the start-up), as Spark times them."""
+    steady = batches[1:] or batches
+    events, millis = sum(e for e, _ in steady), sum(ms for _, ms in steady)
+    return events / (millis / 1000) if millis else 0.0
+
+
+def _tree_rss_mb(root: int) -> dict[str, float]:
+    """RSS of a process and its descendants, in MB, summed by program (python, java)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    rss: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        pid = int(entry.name)
+        parents[pid] = int(fields.get("PPid", "0").strip())
+        names[pid] = fields.get("Name", "?").strip()
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) / 1024 if "VmRSS" in fields else 0.0
+    totals: dict[str, float] = {}
+    for pid, size in rss.items():
+        ancestor = pid
+        while ancestor not in (0, 1, root) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            totals[names[pid]] = totals.get(names[pid], 0.0) + size
+    return totals
+
+
+def _spark_soak(args: argparse.Namespace, topic: str, work: Path) -> None:
+    """kafka -> parquet on Spark for ``args.soak`` seconds while datagen -> kafka feeds the topic at
+    ``args.rate`` events/s; RSS of the cdcflow process tree (driver JVM and Python workers) as it goes."""
+    json_converter = "{type: json, schemas_enable: false}"
+    feed = work / "feed.yaml"
+    feed.write_text(
+        f"name: {topic}-feed\n"
+        f"source: {{type: datagen, rate: {args.rate}, partitions: 4, tables: 1, event_size: {args.event_size}}}\n"
+        f'transforms: [{{type: route, regex: "(.*)", replacement: "{topic}"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: {json_converter}}}\n"
+        "checkpoint: {type: file, path: feed-ckpt}\n"
+    )
+    feeder = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(feed)], stderr=subprocess.DEVNULL)
+    pipeline = work / "to-parquet.yaml"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow.cli", "run", str(pipeline), "--log-level", "WARNING"], stderr=subprocess.DEVNULL
+    )
+    samples = []
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < args.soak and process.poll() is None:
+            time.sleep(args.soak / 20)
+            totals = _tree_rss_mb(process.pid)
+            samples.append(
+                (time.monotonic() - started, totals.get("python3", 0) + totals.get("python", 0), totals.get("java", 0))
+            )
+    finally:
+        for running in (process, feeder):
+            running.send_signal(signal.SIGTERM)
+        process.wait(300)
+        feeder.wait(120)
+    rows = _parquet_rows(work / "out")
+    print(f"soak: {rows:,} rows written in {args.soak:.0f} s at {args.rate:,.0f} events/s offered ({_core_name()})")
+    print(
+        "rss over time (s, Python processes MB, JVM MB): "
+        + ", ".join(f"({t:.0f}, {p:.0f}, {j:.0f})" for t, p, j in samples)
+    )
+
+
+def spark(args: argparse.Namespace) -> None:
+    _start("kafka")
+    prefix = f"peer{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.events"
+    _create_topics([topic], partitions=4)
+    work = Path(tempfile.mkdtemp(prefix="cdcflow-peer-spark-"))
+    json_converter = "{type: json, schemas_enable: false}"
+    fill = work / "fill.yaml"
+    fill.write_text(
+        f"name: {prefix}-fill\n"
+        f"source: {{type: datagen, count: {args.events}, partitions: 4, tables: 1, event_size: {args.event_size}}}\n"
+        f'transforms: [{{type: route, regex: "(.*)", replacement: "{topic}"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: {json_converter}}}\n"
+        f"checkpoint: {{type: file, path: fill-ckpt}}\n"
+    )
+    if not args.soak:
+        subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(fill)], check=True, capture_output=True)
+    if not args.soak:
+        print(f"{args.events:,} events in {topic} (cdcflow json envelopes, datagen payloads of {args.event_size} B)")
+    # cdcflow's kafka source on Spark hands max_records_per_read to the connector as maxOffsetsPerTrigger.
+    per_trigger = args.per_batch
+
+    pipeline = work / "to-parquet.yaml"
+    pipeline.write_text(
+        f"name: {prefix}-parquet\n"
+        f"source: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', topics: ['{topic}'],"
+        f" converter: {json_converter}}}\n"
+        "sink: {type: parquet, path: out}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+        f"engine: {{type: spark, master: '{args.master}', trigger_interval_ms: 0,"
+        f" max_records_per_read: {args.per_batch}}}\n"
+    )
+    if args.soak:
+        _spark_soak(args, topic, work)
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow.cli", "run", str(pipeline), "--log-level", "INFO"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while _parquet_rows(work / "out") < args.events and process.poll() is None:
+        time.sleep(0.5)
+    ours_wall = time.monotonic() - started
+    process.send_signal(signal.SIGTERM)
+    _, log_text = process.communicate(timeout=300)
+    written = _parquet_rows(work / "out")
+    batches = [(int(e), int(ms)) for _, e, ms in _BATCH_LINE.findall(log_text)]
+    ours_steady = _steady(batches)
+    print(
+        f"cdcflow kafka -> parquet (spark engine, {args.master}, {_core_name()}):"
+        f" {args.events / ours_wall:8,.0f} events/s"
+        f" end to end, {ours_steady:8,.0f} events/s steady  ({written:,} rows, {len(batches)} batches)"
+    )
+    peer = _child(
+        [
+            "_spark_plain",
+            "--topic",
+            topic,
+            "--out",
+            str(work / "plain"),
+            "--checkpoint",
+            str(work / "plain-ckpt"),
+            "--master",
+            args.master,
+            "--per-trigger",
+            str(per_trigger),
+        ]
+    )
+    peer_steady = _steady([tuple(b) for b in peer["batches"]])
+    print(
+        f"plain Spark job (Kafka connector, from_json, Parquet): {args.events / peer['wall_s']:8,.0f} events/s"
+        f" end to end, {peer_steady:8,.0f} events/s steady  ({_parquet_rows(work / 'plain'):,} rows,"
+        f" {len(peer['batches'])} batches)"
+    )
+    print(f"end to end (Spark start-up included): {(args.events / ours_wall) / (args.events / peer['wall_s']):.2f}")
+    shutil.rmtree(work, ignore_errors=True)
+    _ratio(ours_steady, peer_steady)
+
+
+def _core_name() -> str:
+    from cdcflow.native import native_module
+
+    return "compiled core" if native_module() is not None else "pure-Python core"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--core", choices=["compiled", "python"], default="compiled")
+    commands = parser.add_subparsers(dest="peer", required=True)
+    log = commands.add_parser("commitlog")
+    log.add_argument("--rows", type=int, default=200_000)
+    log.add_argument("--rounds", type=int, default=5)
+    log.add_argument("--warmups", type=int, default=5, help="JVM rounds before the measured ones (JIT)")
+    log.add_argument("--soak", type=float, help="instead: parse over and over this many seconds, printing RSS")
+    log.add_argument("--segments", type=Path, help="keep the segments here (written on the first run, reused after)")
+    log.set_defaults(run=commitlog)
+    producer = commands.add_parser("kafka")
+    producer.add_argument("--events", type=int, default=200_000)
+    producer.add_argument("--event-size", type=int, default=1000, help="datagen payload bytes (values ~1.5 KB)")
+    producer.add_argument(
+        "--against", choices=["loop", "perf"], default="loop", help="which peer the last line's ratio is against"
+    )
+    producer.set_defaults(run=kafka)
+    lake = commands.add_parser("spark")
+    lake.add_argument("--events", type=int, default=100_000)
+    lake.add_argument("--event-size", type=int, default=300)
+    lake.add_argument("--master", default="local[2]")
+    lake.add_argument("--per-batch", type=int, default=20_000, help="records per micro-batch (both jobs)")
+    lake.add_argument("--soak", type=float, help="instead: run this many seconds fed at --rate, printing RSS")
+    lake.add_argument("--rate", type=float, default=500, help="events/s fed into the topic during --soak")
+    lake.set_defaults(run=spark)
+    plain = commands.add_parser("_spark_plain")
+    for name in ("--topic", "--out", "--checkpoint", "--master"):
+        plain.add_argument(name, required=True)
+    plain.add_argument("--per-trigger", type=int, required=True)
+    plain.set_defaults(run=_spark_plain)
+    for name, run in (("_kafka_cdcflow", _kafka_cdcflow), ("_kafka_loop", _kafka_loop)):
+        child = commands.add_parser(name)
+        child.add_argument("--events", type=int, required=True)
+        child.add_argument("--event-size", type=int, default=1400)
+        child.add_argument("--prefix", required=True)
+        child.add_argument("--samples-file", required=True)
+        child.add_argument("--samples", type=int, default=2000)
+        child.set_defaults(run=run)
+    args = parser.parse_args()
+    if args.core == "python":
+        os.environ["CDCFLOW_PURE_PYTHON"] = "1"
+    args.run(args)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    main()

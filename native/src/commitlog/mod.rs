@@ -1,0 +1,406 @@
+//! Commit-log entries: framing and CRCs of a sync section's entries, and their mutations decoded
+//! to row changes. Mirrors `cdcflow.sources.cassandra_commitlog.segment._section_entries`; the
+//! section walk itself (markers, decompression) stays in Python, once per section.
+
+pub mod mutation;
+pub mod values;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyBufferError, PyRuntimeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use mutation::{Column, MutationDecoder, Table, Tables, Wanted};
+use values::{CqlType, Decline, R};
+
+/// The smallest mutation there can be (Cassandra's own bound): guards against garbage.
+const MIN_MUTATION_SIZE: i32 = 10;
+
+/// One framed entry of a section (or the bytes that could not be framed).
+#[pyclass(frozen, get_all, module = "cdcflow._native")]
+pub struct FramedEntry {
+    /// Logical position of the entry's size field.
+    start: i64,
+    /// Logical position after its trailing CRC: Cassandra's position of this mutation.
+    end: i64,
+    /// The mutation (for the reference decoder and the error store); None when only positions were
+    /// asked for. For a fault: the raw bytes.
+    mutation: Option<Py<PyBytes>>,
+    /// Why the bytes could not be framed (a fault); None for an entry.
+    fault: Option<Py<PyString>>,
+    /// The decoded partition updates `[(TableSchema, key, [RowChange])]`; None when not decoded here.
+    changes: Option<Py<PyList>>,
+}
+
+enum Framed<'a> {
+    Entry {
+        start: usize,
+        end: usize,
+        mutation: &'a [u8],
+    },
+    Fault {
+        start: usize,
+        end: usize,
+        raw: &'a [u8],
+        reason: String,
+    },
+}
+
+/// Every entry of a section's payload, and whether a zero size ended it (a clean end).
+fn frame(payload: &[u8]) -> (Vec<Framed<'_>>, bool) {
+    let mut items = Vec::new();
+    let size_of = payload.len();
+    let mut offset = 0usize;
+    while offset < size_of {
+        let start = offset;
+        if size_of - offset < 4 {
+            break; // padding at a section's end
+        }
+        let size = i32::from_be_bytes([
+            payload[offset],
+            payload[offset + 1],
+            payload[offset + 2],
+            payload[offset + 3],
+        ]);
+        if size == 0 {
+            return (items, true); // the zero padding after the last entry of a closed segment
+        }
+        let too_small = size < MIN_MUTATION_SIZE;
+        if too_small || offset + 8 + size as usize + 4 > size_of {
+            let reason = format!(
+                "entry size {size} {}",
+                if too_small {
+                    "is too small"
+                } else {
+                    "runs past its section"
+                }
+            );
+            items.push(Framed::Fault {
+                start,
+                end: size_of,
+                raw: &payload[offset..],
+                reason,
+            });
+            return (items, false);
+        }
+        let size_crc = crc32fast::hash(&payload[offset..offset + 4]);
+        let stored_size_crc = u32::from_be_bytes([
+            payload[offset + 4],
+            payload[offset + 5],
+            payload[offset + 6],
+            payload[offset + 7],
+        ]);
+        if stored_size_crc != size_crc {
+            // The size itself is unreliable, so nothing after it in this section can be located.
+            let reason = "entry size CRC does not match".to_string();
+            items.push(Framed::Fault {
+                start,
+                end: size_of,
+                raw: &payload[offset..],
+                reason,
+            });
+            return (items, false);
+        }
+        let data_start = offset + 8;
+        let data_end = data_start + size as usize;
+        let mutation = &payload[data_start..data_end];
+        let stored_crc = u32::from_be_bytes([
+            payload[data_end],
+            payload[data_end + 1],
+            payload[data_end + 2],
+            payload[data_end + 3],
+        ]);
+        let mut hasher = crc32fast::Hasher::new_with_initial(size_crc);
+        hasher.update(mutation);
+        if hasher.finalize() != stored_crc {
+            let reason = "entry data CRC does not match".to_string();
+            items.push(Framed::Fault {
+                start,
+                end: data_end + 4,
+                raw: &payload[offset..data_end + 4],
+                reason,
+            });
+        } else {
+            items.push(Framed::Entry {
+                start,
+                end: data_end + 4,
+                mutation,
+            });
+        }
+        offset = data_end + 4;
+    }
+    (items, false)
+}
+
+/// Runs `body` over a contiguous byte buffer (bytes, or a memoryview of a segment).
+fn with_bytes<T>(payload: &Bound<'_, PyAny>, body: impl FnOnce(&[u8]) -> PyResult<T>) -> PyResult<T> {
+    if let Ok(bytes) = payload.cast::<PyBytes>() {
+        return body(bytes.as_bytes());
+    }
+    let buffer = PyBuffer::<u8>::get(payload)?;
+    if !buffer.is_c_contiguous() {
+        return Err(PyBufferError::new_err("section payload is not contiguous"));
+    }
+    // SAFETY: the buffer is held (and so stays valid) for the call; it is read only, and the
+    // segment bytes behind it are never written while cdcflow reads them.
+    let data = unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) };
+    body(data)
+}
+
+fn framed_entry(
+    py: Python<'_>,
+    base: i64,
+    start: usize,
+    end: usize,
+    mutation: Option<&[u8]>,
+    fault: Option<&str>,
+    changes: Option<Bound<'_, PyList>>,
+) -> PyResult<Py<FramedEntry>> {
+    Py::new(
+        py,
+        FramedEntry {
+            start: base + start as i64,
+            end: base + end as i64,
+            mutation: mutation.map(|m| PyBytes::new(py, m).unbind()),
+            fault: fault.map(|f| PyString::new(py, f).unbind()),
+            changes: changes.map(|c| c.unbind()),
+        },
+    )
+}
+
+/// The entries of one section whose end is past `after`, as `FramedEntry` items, and whether the
+/// section ended on a zero size. ``with_mutations`` keeps each entry's bytes (else only positions).
+#[pyfunction]
+#[pyo3(signature = (payload, base, after, with_mutations = true))]
+pub fn frame_section(
+    py: Python<'_>,
+    payload: &Bound<'_, PyAny>,
+    base: i64,
+    after: i64,
+    with_mutations: bool,
+) -> PyResult<(Vec<Py<FramedEntry>>, bool)> {
+    with_bytes(payload, |data| {
+        let (items, clean_end) = frame(data);
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Framed::Entry { start, end, mutation } => {
+                    if base + end as i64 > after {
+                        let bytes = if with_mutations { Some(mutation) } else { None };
+                        out.push(framed_entry(py, base, start, end, bytes, None, None)?);
+                    }
+                }
+                Framed::Fault {
+                    start,
+                    end,
+                    raw,
+                    reason,
+                } => {
+                    if base + end as i64 > after {
+                        out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), None)?);
+                    }
+                }
+            }
+        }
+        Ok((out, clean_end))
+    })
+}
+
+struct PyTables {
+    lookup: Py<PyAny>,
+    describe: Py<PyAny>,
+    decode_table: Py<PyAny>,
+    known: HashMap<[u8; 16], Arc<Table>>,
+    wanted: HashSet<[u8; 16]>,
+}
+
+impl PyTables {
+    fn build(&self, py: Python<'_>, id: [u8; 16], schema: &Bound<'_, PyAny>) -> PyResult<Table> {
+        // (schema, keyspace, table, partition key, clustering, columns): each column (name, type description).
+        let description = self.describe.bind(py).call1((schema,))?;
+        let columns_of = |index: usize| -> PyResult<Vec<Column>> {
+            let mut columns = Vec::new();
+            for item in description.get_item(index)?.try_iter()? {
+                let item = item?;
+                let name = item.get_item(0)?.cast_into::<PyString>()?;
+                columns.push(Column {
+                    name: name.unbind(),
+                    cql: CqlType::from_description(&item.get_item(1)?)?,
+                });
+            }
+            Ok(columns)
+        };
+        let keyspace = description.get_item(1)?.cast_into::<PyString>()?;
+        let columns = columns_of(5)?;
+        let mut by_name = HashMap::new();
+        for (index, column) in columns.iter().enumerate() {
+            by_name
+                .entry(column.name.bind(py).to_str()?.as_bytes().to_vec())
+                .or_insert(index);
+        }
+        Ok(Table {
+            id,
+            schema: description.get_item(0)?.unbind(),
+            schema_table: keyspace.to_str()? == "system_schema",
+            keyspace: keyspace.unbind(),
+            table: description.get_item(2)?.cast_into::<PyString>()?.unbind(),
+            partition_key: columns_of(3)?,
+            clustering: columns_of(4)?,
+            columns,
+            by_name,
+        })
+    }
+}
+
+impl Tables for PyTables {
+    fn table(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<Arc<Table>> {
+        let id: [u8; 16] = raw_id.try_into().map_err(|_| Decline("table id is not 16 bytes"))?;
+        if let Some(table) = self.known.get(&id) {
+            return Ok(table.clone());
+        }
+        let schema = self.lookup.bind(py).call1((PyBytes::new(py, raw_id),))?;
+        if schema.is_none() {
+            return Err(Decline("unknown table")); // the reference raises UnknownTableError
+        }
+        let table = Arc::new(self.build(py, id, &schema)?);
+        self.known.insert(id, table.clone());
+        Ok(table)
+    }
+
+    fn wanted(&mut self, py: Python<'_>, table: &Arc<Table>) -> R<Wanted> {
+        // Only "yes" is remembered: the source counts what it skips (counter tables) per update.
+        if self.wanted.contains(&table.id) {
+            return Ok(Wanted::Yes);
+        }
+        let yes: bool = self
+            .decode_table
+            .bind(py)
+            .call1((table.schema.bind(py),))?
+            .is_truthy()?;
+        if yes {
+            self.wanted.insert(table.id);
+            return Ok(Wanted::Yes);
+        }
+        Ok(Wanted::No)
+    }
+}
+
+struct DecoderState {
+    decoder: MutationDecoder,
+    tables: PyTables,
+    last_decline: Option<&'static str>,
+}
+
+/// Decodes one schema's commit-log entries (versions 7 and 8) straight to row changes.
+///
+/// ``lookup(raw_id)`` gives the ``TableSchema`` of a 16-byte table id (or None),
+/// ``describe(TableSchema)`` what the decoder needs of it, ``decode_table(TableSchema)`` whether
+/// its updates are wanted, and ``row_change`` is the ``RowChange`` class to build.
+#[pyclass(module = "cdcflow._native")]
+pub struct CommitLogDecoder {
+    state: Mutex<DecoderState>,
+}
+
+#[pymethods]
+impl CommitLogDecoder {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        lookup: Py<PyAny>,
+        describe: Py<PyAny>,
+        decode_table: Py<PyAny>,
+        row_change: Py<PyAny>,
+    ) -> Self {
+        CommitLogDecoder {
+            state: Mutex::new(DecoderState {
+                decoder: MutationDecoder::new(py, row_change),
+                tables: PyTables {
+                    lookup,
+                    describe,
+                    decode_table,
+                    known: HashMap::new(),
+                    wanted: HashSet::new(),
+                },
+                last_decline: None,
+            }),
+        }
+    }
+
+    /// ``[(TableSchema, key, [RowChange, ...]), ...]`` for the wanted partition updates of one
+    /// mutation, or None when the compiled core declines it (the reference decodes it, or raises).
+    fn decode<'py>(&self, py: Python<'py>, mutation: &[u8]) -> PyResult<Option<Bound<'py, PyList>>> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("decoder lock poisoned"))?;
+        let state = &mut *state;
+        match state.decoder.decode(py, mutation, &mut state.tables) {
+            Ok(changes) => Ok(Some(changes)),
+            Err(decline) => {
+                state.last_decline = Some(decline.0);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The entries of one section past ``after``, each decoded when the compiled core can (its
+    /// ``changes``), else carrying its ``mutation`` for the reference; and whether a zero size
+    /// ended the section.
+    fn decode_section(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        base: i64,
+        after: i64,
+    ) -> PyResult<(Vec<Py<FramedEntry>>, bool)> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("decoder lock poisoned"))?;
+        let state = &mut *state;
+        with_bytes(payload, |data| {
+            let (items, clean_end) = frame(data);
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    Framed::Entry { start, end, mutation } => {
+                        if base + end as i64 <= after {
+                            continue;
+                        }
+                        match state.decoder.decode(py, mutation, &mut state.tables) {
+                            // The bytes stay with the changes: the source decodes them again with the
+                            // reference if the schema changed since this section was decoded.
+                            Ok(changes) => {
+                                out.push(framed_entry(py, base, start, end, Some(mutation), None, Some(changes))?)
+                            }
+                            Err(decline) => {
+                                state.last_decline = Some(decline.0);
+                                out.push(framed_entry(py, base, start, end, Some(mutation), None, None)?);
+                            }
+                        }
+                    }
+                    Framed::Fault {
+                        start,
+                        end,
+                        raw,
+                        reason,
+                    } => {
+                        if base + end as i64 > after {
+                            out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), None)?);
+                        }
+                    }
+                }
+            }
+            Ok((out, clean_end))
+        })
+    }
+
+    /// Why the last declined mutation was declined (for tests and debugging).
+    #[getter]
+    fn last_decline(&self) -> Option<&'static str> {
+        self.state.lock().ok().and_then(|state| state.last_decline)
+    }
+}

@@ -1,0 +1,973 @@
+//! Mutations (Cassandra's messaging serialisation, versions 12 and 13) decoded straight to row
+//! changes, mirroring `cdcflow.sources.cassandra_commitlog.mutation` and `.changes`.
+//!
+//! A mutation is parsed into spans over its bytes first (no Python object), then the wanted
+//! partition updates become `RowChange` objects. Anything unexpected declines the mutation, and
+//! the reference decodes it: it gives the same changes or raises the error cdcflow stores.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use super::values::{int, int128, read_unsigned_vint, CqlType, Decline, Kind, R};
+use crate::objects::RecordClass;
+
+const TIMESTAMP_EPOCH_US: u64 = 1_442_880_000_000_000;
+
+// Partition flags.
+const IS_EMPTY: u8 = 0x01;
+const HAS_PARTITION_DELETION: u8 = 0x04;
+const HAS_STATIC_ROW: u8 = 0x08;
+const HAS_ROW_ESTIMATE: u8 = 0x10;
+// Unfiltered flags.
+const END_OF_PARTITION: u8 = 0x01;
+const IS_MARKER: u8 = 0x02;
+const HAS_TIMESTAMP: u8 = 0x04;
+const HAS_TTL: u8 = 0x08;
+const HAS_DELETION: u8 = 0x10;
+const HAS_ALL_COLUMNS: u8 = 0x20;
+const HAS_COMPLEX_DELETION: u8 = 0x40;
+const EXTENSION_FLAG: u8 = 0x80;
+const IS_STATIC: u8 = 0x01;
+// Cell flags.
+const CELL_DELETED: u8 = 0x01;
+const CELL_EXPIRING: u8 = 0x02;
+const CELL_EMPTY: u8 = 0x04;
+const CELL_ROW_TIMESTAMP: u8 = 0x08;
+const CELL_ROW_TTL: u8 = 0x10;
+
+// ClusteringPrefix.Kind ordinals.
+const INCL_START: u8 = 1;
+const EXCL_END_INCL_START: u8 = 2;
+const INCL_END_EXCL_START: u8 = 5;
+const INCL_END: u8 = 6;
+const BOUND_KINDS: u8 = 8;
+
+/// A byte range of the mutation.
+#[derive(Clone, Copy, Default)]
+struct Span {
+    start: usize,
+    end: usize,
+}
+
+impl Span {
+    fn of<'a>(&self, data: &'a [u8]) -> &'a [u8] {
+        &data[self.start..self.end]
+    }
+}
+
+struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn byte(&mut self) -> R<u8> {
+        let value = *self.data.get(self.pos).ok_or(Decline("byte past the end"))?;
+        self.pos += 1;
+        Ok(value)
+    }
+
+    fn uvint(&mut self) -> R<u64> {
+        let (value, next) = read_unsigned_vint(self.data, self.pos)?;
+        self.pos = next;
+        Ok(value)
+    }
+
+    /// `writeUnsignedVInt32` sign-extends a negative int to a 64-bit vint; read back as signed.
+    fn uvint32(&mut self) -> R<i64> {
+        Ok(self.uvint()? as i64)
+    }
+
+    fn take(&mut self, size: i64) -> R<Span> {
+        if size < 0 {
+            return Err(Decline("negative length"));
+        }
+        let end = self.pos.checked_add(size as usize).ok_or(Decline("length overflows"))?;
+        if end > self.data.len() {
+            return Err(Decline("value runs past the mutation's end"));
+        }
+        let span = Span { start: self.pos, end };
+        self.pos = end;
+        Ok(span)
+    }
+
+    fn value(&mut self, fixed_length: i64) -> R<Span> {
+        let size = if fixed_length >= 0 {
+            fixed_length
+        } else {
+            self.uvint32()?
+        };
+        self.take(size)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Deletion {
+    marked_for_delete_at: i64,
+}
+
+struct Stats {
+    min_timestamp: u64,
+    min_ttl: i64,
+}
+
+impl Stats {
+    fn timestamp(&self, cursor: &mut Cursor) -> R<i64> {
+        Ok(cursor.uvint()?.wrapping_add(self.min_timestamp) as i64)
+    }
+
+    // Read for its bytes: row changes do not carry local deletion times.
+    fn local_deletion_time(&self, cursor: &mut Cursor) -> R<()> {
+        cursor.uvint32()?;
+        Ok(())
+    }
+
+    fn ttl(&self, cursor: &mut Cursor) -> R<i128> {
+        Ok(cursor.uvint32()? as i128 + self.min_ttl as i128)
+    }
+
+    fn deletion(&self, cursor: &mut Cursor) -> R<Deletion> {
+        let marked_for_delete_at = self.timestamp(cursor)?;
+        self.local_deletion_time(cursor)?;
+        Ok(Deletion { marked_for_delete_at })
+    }
+}
+
+pub struct Column {
+    pub name: Py<PyString>,
+    pub cql: CqlType,
+}
+
+/// What the decoder needs of a `TableSchema`.
+pub struct Table {
+    pub id: [u8; 16],
+    pub schema: Py<PyAny>,
+    pub keyspace: Py<PyString>,
+    pub table: Py<PyString>,
+    pub partition_key: Vec<Column>,
+    pub clustering: Vec<Column>,
+    /// Static and regular columns, then dropped ones the table no longer has.
+    pub columns: Vec<Column>,
+    pub by_name: HashMap<Vec<u8>, usize>,
+    /// `keyspace == "system_schema"`: such updates feed schema-change events, left to the reference.
+    pub schema_table: bool,
+}
+
+struct Cell {
+    column: usize,
+    timestamp: i64,
+    value: Span,
+    path: Option<Span>,
+    deleted: bool,
+    ttl: Option<i128>,
+}
+
+struct Row {
+    clustering: (usize, usize),
+    timestamp: Option<i64>,
+    ttl: Option<i128>,
+    deletion: Option<Deletion>,
+    cells: (usize, usize),
+    complex_deletions: (usize, usize),
+}
+
+struct Marker {
+    kind: u8,
+    clustering: (usize, usize),
+    deletion: Option<Deletion>,
+    end_deletion: Option<Deletion>,
+    start_deletion: Option<Deletion>,
+}
+
+struct Update {
+    table: Arc<Table>,
+    key: Span,
+    key_parts: Vec<Span>,
+    partition_deletion: Option<Deletion>,
+    static_row: Option<usize>,
+    rows: (usize, usize),
+    markers: (usize, usize),
+}
+
+/// Parsed spans of one mutation, reused from one mutation to the next.
+#[derive(Default)]
+struct Arena {
+    updates: Vec<Update>,
+    rows: Vec<Row>,
+    cells: Vec<Cell>,
+    markers: Vec<Marker>,
+    clustering: Vec<Option<Span>>,
+    complex_deletions: Vec<(usize, Deletion)>,
+}
+
+impl Arena {
+    fn clear(&mut self) {
+        self.updates.clear();
+        self.rows.clear();
+        self.cells.clear();
+        self.markers.clear();
+        self.clustering.clear();
+        self.complex_deletions.clear();
+    }
+}
+
+/// Where a table's mutations go: decoded, or parsed past.
+pub enum Wanted {
+    Yes,
+    No,
+}
+
+/// Looks tables up (and asks whether to decode them) through the source's Python callables.
+pub trait Tables {
+    fn table(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<Arc<Table>>;
+    fn wanted(&mut self, py: Python<'_>, table: &Arc<Table>) -> R<Wanted>;
+}
+
+/// `RowChange`'s fields, in the order the decoder gives them.
+const ROW_CHANGE_FIELDS: [&str; 11] = [
+    "op", "keyspace", "table", "key", "after", "ts_us", "deletion", "range", "replaced", "removed", "ttl",
+];
+
+pub struct MutationDecoder {
+    row_change: RecordClass,
+    strings: Strings,
+    /// Each table's last column header (static, regular): nearly every mutation repeats it.
+    headers: HashMap<(usize, bool), (Vec<u8>, Vec<usize>)>,
+    arena: Arena,
+}
+
+/// Python strings made once.
+struct Strings {
+    c: Py<PyString>,
+    u: Py<PyString>,
+    d: Py<PyString>,
+    partition: Py<PyString>,
+    range: Py<PyString>,
+    row: Py<PyString>,
+    start: Py<PyString>,
+    start_inclusive: Py<PyString>,
+    end: Py<PyString>,
+    end_inclusive: Py<PyString>,
+}
+
+impl MutationDecoder {
+    /// Commit-log versions 7 and 8 differ only in how local deletion times are signed, which row
+    /// changes do not carry: one decoder reads both.
+    pub fn new(py: Python<'_>, row_change: Py<PyAny>) -> Self {
+        let intern = |text: &str| PyString::intern(py, text).unbind();
+        MutationDecoder {
+            row_change: RecordClass::new(py, row_change, &ROW_CHANGE_FIELDS),
+            strings: Strings {
+                c: intern("c"),
+                u: intern("u"),
+                d: intern("d"),
+                partition: intern("partition"),
+                range: intern("range"),
+                row: intern("row"),
+                start: intern("start"),
+                start_inclusive: intern("start_inclusive"),
+                end: intern("end"),
+                end_inclusive: intern("end_inclusive"),
+            },
+            headers: HashMap::new(),
+            arena: Arena::default(),
+        }
+    }
+
+    /// The mutation's wanted partition updates as `[(TableSchema, key bytes, [RowChange, ...]), ...]`.
+    pub fn decode<'py>(&mut self, py: Python<'py>, data: &[u8], tables: &mut dyn Tables) -> R<Bound<'py, PyList>> {
+        self.arena.clear();
+        let mut wanted_updates: Vec<usize> = Vec::new();
+        let mut cursor = Cursor { data, pos: 0 };
+        let count = cursor.uvint32()?;
+        if count <= 0 {
+            return Err(Decline("mutation without partition updates"));
+        }
+        let mut finished_early = false;
+        for index in 0..count {
+            let raw_id = cursor.take(16)?;
+            let table = tables.table(py, raw_id.of(data))?;
+            let wanted = matches!(tables.wanted(py, &table)?, Wanted::Yes);
+            if wanted && table.schema_table {
+                return Err(Decline(
+                    "a system_schema update: schema-change events come from the reference",
+                ));
+            }
+            if !wanted && index == count - 1 {
+                finished_early = true; // the reference does not even parse it
+                break;
+            }
+            self.partition_update(&mut cursor, table)?;
+            if wanted {
+                wanted_updates.push(self.arena.updates.len() - 1);
+            }
+        }
+        if !finished_early && cursor.pos != data.len() {
+            return Err(Decline("bytes left after the mutation"));
+        }
+        let result = PyList::empty(py);
+        for index in wanted_updates {
+            let update = &self.arena.updates[index];
+            let changes = self.row_changes(py, data, update)?;
+            let entry = PyTuple::new(
+                py,
+                [
+                    update.table.schema.bind(py).clone(),
+                    PyBytes::new(py, update.key.of(data)).into_any(),
+                    changes.into_any(),
+                ],
+            )?;
+            result.append(entry)?;
+        }
+        Ok(result)
+    }
+
+    // --- parsing ----------------------------------------------------------------------------------
+
+    fn partition_update(&mut self, cursor: &mut Cursor, table: Arc<Table>) -> R<()> {
+        let key_length = cursor.uvint32()?;
+        let key = cursor.take(key_length)?;
+        let key_parts = split_partition_key(key, cursor.data, table.partition_key.len())?;
+        let mut update = Update {
+            table: table.clone(),
+            key,
+            key_parts,
+            partition_deletion: None,
+            static_row: None,
+            rows: (self.arena.rows.len(), self.arena.rows.len()),
+            markers: (self.arena.markers.len(), self.arena.markers.len()),
+        };
+        let flags = cursor.byte()?;
+        if flags & IS_EMPTY != 0 {
+            self.arena.updates.push(update);
+            return Ok(());
+        }
+        let min_timestamp = cursor.uvint()?.wrapping_add(TIMESTAMP_EPOCH_US);
+        cursor.uvint32()?; // the minimum local deletion time: row changes carry none
+        let min_ttl = cursor.uvint32()?;
+        let stats = Stats { min_timestamp, min_ttl };
+        let statics = if flags & HAS_STATIC_ROW != 0 {
+            self.columns(cursor, &table, true)?
+        } else {
+            Vec::new()
+        };
+        let regulars = self.columns(cursor, &table, false)?;
+        if flags & HAS_PARTITION_DELETION != 0 {
+            update.partition_deletion = Some(stats.deletion(cursor)?);
+        }
+        if flags & HAS_STATIC_ROW != 0 {
+            let row_flags = cursor.byte()?;
+            let extended = if row_flags & EXTENSION_FLAG != 0 {
+                cursor.byte()?
+            } else {
+                0
+            };
+            if extended & IS_STATIC == 0 {
+                return Err(Decline("static row without its static flag"));
+            }
+            let clustering = (self.arena.clustering.len(), self.arena.clustering.len());
+            let row = self.row_body(cursor, &stats, &table, &statics, clustering, row_flags, extended)?;
+            self.arena.rows.push(row);
+            update.static_row = Some(self.arena.rows.len() - 1);
+            update.rows = (self.arena.rows.len(), self.arena.rows.len());
+        }
+        if flags & HAS_ROW_ESTIMATE != 0 {
+            cursor.uvint()?;
+        }
+        let lengths: Vec<i64> = table.clustering.iter().map(|c| c.cql.fixed_length).collect();
+        loop {
+            let row_flags = cursor.byte()?;
+            if row_flags & END_OF_PARTITION != 0 {
+                update.rows.1 = self.arena.rows.len();
+                update.markers.1 = self.arena.markers.len();
+                self.arena.updates.push(update);
+                return Ok(());
+            }
+            if row_flags & IS_MARKER != 0 {
+                let marker = self.marker(cursor, &stats, &lengths)?;
+                self.arena.markers.push(marker);
+                continue;
+            }
+            let extended = if row_flags & EXTENSION_FLAG != 0 {
+                cursor.byte()?
+            } else {
+                0
+            };
+            if extended & IS_STATIC != 0 {
+                return Err(Decline("a second static row"));
+            }
+            let clustering = self.clustering(cursor, lengths.len(), &lengths)?;
+            let row = self.row_body(cursor, &stats, &table, &regulars, clustering, row_flags, extended)?;
+            self.arena.rows.push(row);
+        }
+    }
+
+    fn columns(&mut self, cursor: &mut Cursor, table: &Arc<Table>, statics: bool) -> R<Vec<usize>> {
+        let slot = (Arc::as_ptr(table) as usize, statics);
+        if let Some((header, columns)) = self.headers.get(&slot) {
+            if cursor.data[cursor.pos..].starts_with(header) {
+                cursor.pos += header.len();
+                return Ok(columns.clone());
+            }
+        }
+        let start = cursor.pos;
+        let count = cursor.uvint32()?;
+        let mut columns = Vec::new();
+        for _ in 0..count.max(0) {
+            let length = cursor.uvint32()?;
+            let name = cursor.take(length)?;
+            let index = table
+                .by_name
+                .get(name.of(cursor.data))
+                .ok_or(Decline("a column not in the schema"))?;
+            columns.push(*index);
+        }
+        self.headers
+            .insert(slot, (cursor.data[start..cursor.pos].to_vec(), columns.clone()));
+        Ok(columns)
+    }
+
+    fn clustering(&mut self, cursor: &mut Cursor, size: usize, lengths: &[i64]) -> R<(usize, usize)> {
+        let first = self.arena.clustering.len();
+        let mut offset = 0usize;
+        while offset < size {
+            let header = cursor.uvint()?;
+            let limit = size.min(offset + 32);
+            while offset < limit {
+                let shift = (offset * 2) % 64;
+                if header & (1u64 << (shift + 1)) != 0 {
+                    self.arena.clustering.push(None);
+                } else if header & (1u64 << shift) != 0 {
+                    self.arena.clustering.push(Some(Span {
+                        start: cursor.pos,
+                        end: cursor.pos,
+                    }));
+                } else {
+                    let length = *lengths.get(offset).ok_or(Decline("clustering past the table's"))?;
+                    let value = cursor.value(length)?;
+                    self.arena.clustering.push(Some(value));
+                }
+                offset += 1;
+            }
+        }
+        Ok((first, self.arena.clustering.len()))
+    }
+
+    fn marker(&mut self, cursor: &mut Cursor, stats: &Stats, lengths: &[i64]) -> R<Marker> {
+        let kind = cursor.byte()?;
+        let size_bytes = cursor.take(2)?.of(cursor.data);
+        let size = u16::from_be_bytes([size_bytes[0], size_bytes[1]]) as usize;
+        if kind >= BOUND_KINDS || size > lengths.len() {
+            return Err(Decline("range tombstone bound out of range"));
+        }
+        let clustering = if size > 0 {
+            self.clustering(cursor, size, lengths)?
+        } else {
+            (self.arena.clustering.len(), self.arena.clustering.len())
+        };
+        if kind == EXCL_END_INCL_START || kind == INCL_END_EXCL_START {
+            let end = stats.deletion(cursor)?;
+            let start = stats.deletion(cursor)?;
+            return Ok(Marker {
+                kind,
+                clustering,
+                deletion: None,
+                end_deletion: Some(end),
+                start_deletion: Some(start),
+            });
+        }
+        let deletion = stats.deletion(cursor)?;
+        Ok(Marker {
+            kind,
+            clustering,
+            deletion: Some(deletion),
+            end_deletion: None,
+            start_deletion: None,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn row_body(
+        &mut self,
+        cursor: &mut Cursor,
+        stats: &Stats,
+        table: &Table,
+        header_columns: &[usize],
+        clustering: (usize, usize),
+        flags: u8,
+        extended: u8,
+    ) -> R<Row> {
+        let _ = extended; // shadowable deletions read like any other
+        let mut row = Row {
+            clustering,
+            timestamp: None,
+            ttl: None,
+            deletion: None,
+            cells: (self.arena.cells.len(), self.arena.cells.len()),
+            complex_deletions: (self.arena.complex_deletions.len(), self.arena.complex_deletions.len()),
+        };
+        if flags & HAS_TIMESTAMP != 0 {
+            row.timestamp = Some(stats.timestamp(cursor)?);
+            if flags & HAS_TTL != 0 {
+                row.ttl = Some(stats.ttl(cursor)?);
+                stats.local_deletion_time(cursor)?;
+            }
+        }
+        if flags & HAS_DELETION != 0 {
+            row.deletion = Some(stats.deletion(cursor)?);
+        }
+        let subset;
+        let columns: &[usize] = if flags & HAS_ALL_COLUMNS != 0 {
+            header_columns
+        } else {
+            subset = Self::subset(cursor, header_columns)?;
+            subset.as_deref().unwrap_or(header_columns)
+        };
+        let has_complex_deletion = flags & HAS_COMPLEX_DELETION != 0;
+        for &column in columns {
+            let cql = &table.columns[column].cql;
+            if cql.multi_cell {
+                if has_complex_deletion {
+                    // Once one complex column of the row has a deletion every one carries a
+                    // deletion time, LIVE (Long.MIN_VALUE) for those that were only added to.
+                    let deletion = stats.deletion(cursor)?;
+                    if deletion.marked_for_delete_at != i64::MIN {
+                        self.arena.complex_deletions.push((column, deletion));
+                    }
+                }
+                let count = cursor.uvint32()?;
+                for _ in 0..count.max(0) {
+                    let cell = Self::cell(cursor, stats, column, cql, &row, true)?;
+                    self.arena.cells.push(cell);
+                }
+            } else {
+                let cell = Self::cell(cursor, stats, column, cql, &row, false)?;
+                self.arena.cells.push(cell);
+            }
+        }
+        row.cells.1 = self.arena.cells.len();
+        row.complex_deletions.1 = self.arena.complex_deletions.len();
+        Ok(row)
+    }
+
+    /// The row's columns when not all are present (None: all of them).
+    fn subset(cursor: &mut Cursor, superset: &[usize]) -> R<Option<Vec<usize>>> {
+        let encoded = cursor.uvint()?;
+        if encoded == 0 {
+            return Ok(None);
+        }
+        let count = superset.len();
+        if count < 64 {
+            // A bitmap of the columns that are missing.
+            return Ok(Some(
+                superset
+                    .iter()
+                    .enumerate()
+                    .filter(|(index, _)| encoded >> index & 1 == 0)
+                    .map(|(_, c)| *c)
+                    .collect(),
+            ));
+        }
+        let present_count = count as i128 - encoded as i128;
+        if present_count < (count / 2) as i128 {
+            let mut present = Vec::new();
+            for _ in 0..present_count.max(0) {
+                let index = cursor.uvint32()?;
+                // A negative index counts from the end, as a Python list index does.
+                let index = if index < 0 { index + count as i64 } else { index };
+                if index < 0 || index >= count as i64 {
+                    return Err(Decline("column index out of range"));
+                }
+                present.push(superset[index as usize]);
+            }
+            return Ok(Some(present));
+        }
+        let mut missing = Vec::new();
+        let mut remaining = encoded;
+        while remaining > 0 {
+            missing.push(cursor.uvint32()?);
+            remaining -= 1;
+        }
+        Ok(Some(
+            superset
+                .iter()
+                .enumerate()
+                .filter(|(index, _)| !missing.contains(&(*index as i64)))
+                .map(|(_, c)| *c)
+                .collect(),
+        ))
+    }
+
+    fn cell(
+        cursor: &mut Cursor,
+        stats: &Stats,
+        column: usize,
+        cql: &CqlType,
+        row: &Row,
+        complex_column: bool,
+    ) -> R<Cell> {
+        let flags = cursor.byte()?;
+        let timestamp = if flags & CELL_ROW_TIMESTAMP != 0 {
+            row.timestamp
+                .ok_or(Decline("a cell uses the row timestamp, the row has none"))?
+        } else {
+            stats.timestamp(cursor)?
+        };
+        let deleted = flags & CELL_DELETED != 0;
+        let expiring = flags & CELL_EXPIRING != 0;
+        let mut ttl = None;
+        if flags & CELL_ROW_TTL != 0 {
+            ttl = row.ttl;
+        } else {
+            if deleted || expiring {
+                stats.local_deletion_time(cursor)?;
+            }
+            if expiring {
+                ttl = Some(stats.ttl(cursor)?);
+            }
+        }
+        let path = if complex_column {
+            let length = cursor.uvint32()?;
+            Some(cursor.take(length)?)
+        } else {
+            None
+        };
+        let value = if flags & CELL_EMPTY != 0 {
+            Span {
+                start: cursor.pos,
+                end: cursor.pos,
+            }
+        } else {
+            cursor.value(if complex_column { -1 } else { cql.fixed_length })?
+        };
+        Ok(Cell {
+            column,
+            timestamp,
+            value,
+            path,
+            deleted,
+            ttl,
+        })
+    }
+
+    // --- row changes --------------------------------------------------------------------------------
+
+    fn row_changes<'py>(&self, py: Python<'py>, data: &[u8], update: &Update) -> R<Bound<'py, PyList>> {
+        let table = &update.table;
+        let changes = PyList::empty(py);
+        let partition_key = self.partition_key(py, data, update)?;
+        let strings = &self.strings;
+        if let Some(deletion) = update.partition_deletion {
+            changes.append(self.change(
+                py,
+                table,
+                &strings.d,
+                partition_key.clone(),
+                deletion.marked_for_delete_at,
+                &strings.partition,
+                None,
+            )?)?;
+        }
+        self.range_deletions(py, data, update, &partition_key, &changes)?;
+        if let Some(static_row) = update.static_row {
+            let key = partition_key.copy()?;
+            changes.append(self.row_change(py, data, table, key, &self.arena.rows[static_row])?)?;
+        }
+        for row in &self.arena.rows[update.rows.0..update.rows.1] {
+            let key = partition_key.copy()?;
+            let clustering = &self.arena.clustering[row.clustering.0..row.clustering.1];
+            for (column, value) in table.clustering.iter().zip(clustering) {
+                key.set_item(column.name.bind(py), decode_optional(py, data, &column.cql, *value)?)?;
+            }
+            changes.append(self.row_change(py, data, table, key, row)?)?;
+        }
+        Ok(changes)
+    }
+
+    fn partition_key<'py>(&self, py: Python<'py>, data: &[u8], update: &Update) -> R<Bound<'py, PyDict>> {
+        let table = &update.table;
+        if table.partition_key.len() != update.key_parts.len() {
+            return Err(Decline("partition key parts do not match the table's key columns"));
+        }
+        let dict = PyDict::new(py);
+        for (column, part) in table.partition_key.iter().zip(&update.key_parts) {
+            dict.set_item(column.name.bind(py), column.cql.decode(py, part.of(data))?)?;
+        }
+        Ok(dict)
+    }
+
+    fn clustering_dict<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        table: &Table,
+        values: (usize, usize),
+    ) -> R<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (column, value) in table.clustering.iter().zip(&self.arena.clustering[values.0..values.1]) {
+            dict.set_item(column.name.bind(py), decode_optional(py, data, &column.cql, *value)?)?;
+        }
+        Ok(dict)
+    }
+
+    fn range_deletions<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        update: &Update,
+        partition_key: &Bound<'py, PyDict>,
+        changes: &Bound<'py, PyList>,
+    ) -> R<()> {
+        // Markers come in order: a start bound (or boundary) opens a range, the next end bound closes it.
+        let mut opened: Option<(&Marker, Deletion)> = None;
+        for marker in &self.arena.markers[update.markers.0..update.markers.1] {
+            let opens = matches!(marker.kind, 1 | 2 | 5 | 7); // incl_start, boundaries, excl_start
+            if opens {
+                if let (Some((start, deletion)), Some(_)) = (opened, marker.end_deletion) {
+                    changes.append(self.range_change(
+                        py,
+                        data,
+                        &update.table,
+                        partition_key,
+                        start,
+                        marker,
+                        deletion,
+                    )?)?;
+                }
+                let start_deletion = marker
+                    .start_deletion
+                    .or(marker.deletion)
+                    .ok_or(Decline("a bound without deletion"))?;
+                opened = Some((marker, start_deletion));
+            } else if let Some((start, deletion)) = opened {
+                changes.append(self.range_change(
+                    py,
+                    data,
+                    &update.table,
+                    partition_key,
+                    start,
+                    marker,
+                    deletion,
+                )?)?;
+                opened = None;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn range_change<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        table: &Arc<Table>,
+        partition_key: &Bound<'py, PyDict>,
+        start: &Marker,
+        end: &Marker,
+        deletion: Deletion,
+    ) -> R<Bound<'py, PyAny>> {
+        let strings = &self.strings;
+        let bounds = PyDict::new(py);
+        bounds.set_item(
+            strings.start.bind(py),
+            self.clustering_dict(py, data, table, start.clustering)?,
+        )?;
+        bounds.set_item(
+            strings.start_inclusive.bind(py),
+            start.kind == INCL_START || start.kind == EXCL_END_INCL_START,
+        )?;
+        bounds.set_item(
+            strings.end.bind(py),
+            self.clustering_dict(py, data, table, end.clustering)?,
+        )?;
+        bounds.set_item(
+            strings.end_inclusive.bind(py),
+            end.kind == INCL_END || end.kind == INCL_END_EXCL_START,
+        )?;
+        self.change(
+            py,
+            table,
+            &strings.d,
+            partition_key.copy()?,
+            deletion.marked_for_delete_at,
+            &strings.range,
+            Some(bounds),
+        )
+    }
+
+    fn row_change<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        table: &Arc<Table>,
+        key: Bound<'py, PyDict>,
+        row: &Row,
+    ) -> R<Bound<'py, PyAny>> {
+        let strings = &self.strings;
+        let cells = &self.arena.cells[row.cells.0..row.cells.1];
+        if let (Some(deletion), true) = (row.deletion, cells.is_empty()) {
+            return self.change(
+                py,
+                table,
+                &strings.d,
+                key,
+                deletion.marked_for_delete_at,
+                &strings.row,
+                None,
+            );
+        }
+        let op = if row.timestamp.is_some() {
+            &strings.c
+        } else {
+            &strings.u
+        };
+        let after = PyDict::new(py);
+        let ttl = PyDict::new(py);
+        let mut ts_us = row.timestamp.unwrap_or(0);
+        // Multi-cell columns in the order their first cell came, with their cells.
+        let mut multi_cell: Vec<(usize, Vec<&Cell>)> = Vec::new();
+        for cell in cells {
+            ts_us = ts_us.max(cell.timestamp);
+            let column = &table.columns[cell.column];
+            if let (Some(cell_ttl), false) = (cell.ttl, cell.deleted) {
+                ttl.set_item(column.name.bind(py), int128(py, cell_ttl))?;
+            }
+            if cell.path.is_some() {
+                match multi_cell.iter_mut().find(|(c, _)| *c == cell.column) {
+                    Some((_, group)) => group.push(cell),
+                    None => multi_cell.push((cell.column, vec![cell])),
+                }
+            } else if cell.deleted {
+                after.set_item(column.name.bind(py), py.None())?;
+            } else {
+                after.set_item(column.name.bind(py), column.cql.decode(py, cell.value.of(data))?)?;
+            }
+        }
+        let complex_deletions = &self.arena.complex_deletions[row.complex_deletions.0..row.complex_deletions.1];
+        let replaced = PyList::empty(py);
+        for (column, deletion) in complex_deletions {
+            ts_us = ts_us.max(deletion.marked_for_delete_at);
+            let name = table.columns[*column].name.bind(py);
+            replaced.append(name)?;
+            if !multi_cell.iter().any(|(c, _)| c == column) {
+                after.set_item(name, py.None())?; // the whole collection deleted (or set to null)
+            }
+        }
+        let removed = PyDict::new(py);
+        for (column, group) in &multi_cell {
+            let spec = &table.columns[*column];
+            let live: Vec<(&[u8], &[u8])> = group
+                .iter()
+                .filter(|c| !c.deleted)
+                .map(|c| (c.path.map(|p| p.of(data)).unwrap_or(&[]), c.value.of(data)))
+                .collect();
+            let whole = complex_deletions.iter().any(|(c, _)| c == column);
+            if let Kind::UserType = spec.cql.kind {
+                // A field update names the fields it wrote; a field set to null is a cell
+                // tombstone, so it is there too, as None (as the reference's row_changes).
+                let written: Vec<(&[u8], Option<&[u8]>)> = group
+                    .iter()
+                    .map(|c| {
+                        let path = c.path.map(|p| p.of(data)).unwrap_or(&[]);
+                        (path, if c.deleted { None } else { Some(c.value.of(data)) })
+                    })
+                    .collect();
+                after.set_item(spec.name.bind(py), spec.cql.collect_user_type(py, &written, whole)?)?;
+            } else if !live.is_empty() || whole {
+                after.set_item(spec.name.bind(py), spec.cql.collect(py, &live)?)?;
+            }
+            if group.iter().any(|c| c.deleted) {
+                let labels = PyList::empty(py);
+                for cell in group.iter().filter(|c| c.deleted) {
+                    labels.append(spec.cql.path_label(py, cell.path.map(|p| p.of(data)).unwrap_or(&[]))?)?;
+                }
+                removed.set_item(spec.name.bind(py), labels)?;
+            }
+        }
+        Ok(self.row_change.instance(
+            py,
+            [
+                op.bind(py).clone().into_any(),
+                table.keyspace.bind(py).clone().into_any(),
+                table.table.bind(py).clone().into_any(),
+                key.into_any(),
+                after.into_any(),
+                int(py, ts_us),
+                py.None().into_bound(py),
+                py.None().into_bound(py),
+                replaced.into_any(),
+                removed.into_any(),
+                ttl.into_any(),
+            ],
+        )?)
+    }
+
+    /// A deletion's `RowChange` (partition, range or row).
+    #[allow(clippy::too_many_arguments)]
+    fn change<'py>(
+        &self,
+        py: Python<'py>,
+        table: &Arc<Table>,
+        op: &Py<PyString>,
+        key: Bound<'py, PyDict>,
+        ts_us: i64,
+        deletion: &Py<PyString>,
+        range: Option<Bound<'py, PyDict>>,
+    ) -> R<Bound<'py, PyAny>> {
+        let none = || py.None().into_bound(py);
+        Ok(self.row_change.instance(
+            py,
+            [
+                op.bind(py).clone().into_any(),
+                table.keyspace.bind(py).clone().into_any(),
+                table.table.bind(py).clone().into_any(),
+                key.into_any(),
+                none(),
+                int(py, ts_us),
+                deletion.bind(py).clone().into_any(),
+                range.map(|r| r.into_any()).unwrap_or_else(none),
+                PyList::empty(py).into_any(),
+                PyDict::new(py).into_any(),
+                PyDict::new(py).into_any(),
+            ],
+        )?)
+    }
+}
+
+fn decode_optional<'py>(py: Python<'py>, data: &[u8], cql: &CqlType, value: Option<Span>) -> R<Bound<'py, PyAny>> {
+    match value {
+        None => Ok(py.None().into_bound(py)),
+        Some(span) => cql.decode(py, span.of(data)),
+    }
+}
+
+/// A composite key's parts: per column an unsigned short length, the value and an end-of-component byte.
+fn split_partition_key(key: Span, data: &[u8], columns: usize) -> R<Vec<Span>> {
+    if columns <= 1 {
+        return Ok(vec![key]);
+    }
+    let bytes = key.of(data);
+    let mut parts = Vec::with_capacity(columns);
+    let mut offset = 0usize;
+    for _ in 0..columns {
+        if offset + 2 > bytes.len() {
+            return Err(Decline("composite partition key cut short"));
+        }
+        let length = u16::from_be_bytes([bytes[offset], bytes[offset + 1]]) as usize;
+        if offset + 2 + length + 1 > bytes.len() {
+            return Err(Decline("composite partition key component runs past the key"));
+        }
+        parts.push(Span {
+            start: key.start + offset + 2,
+            end: key.start + offset + 2 + length,
+        });
+        offset += 2 + length + 1;
+    }
+    if offset != bytes.len() {
+        return Err(Decline("bytes after the composite partition key's components"));
+    }
+    Ok(parts)
+}

@@ -1,0 +1,485 @@
+//! CQL values as the commit log stores them, decoded to the Python values cdcflow's events carry.
+//!
+//! This is the one place that says what each CQL type decodes to in the compiled core. It mirrors
+//! `cdcflow.sources.cql.cqltypes` (the reference) for the types decoded here; every other type
+//! (`decimal`, an exact Python `Decimal`; IPv6 `inet`; `duration`; user types, as dicts; custom
+//! types; `empty`) is handed to the reference's own decoder, so a change to how the reference
+//! represents them needs no change here. A type moved from the reference to Rust must keep its
+//! exact result: `tests/unit/test_compiled_core.py` holds the two equal over every type.
+//!
+//! Every function here returns `Err(Decline)` instead of raising: the caller then lets the
+//! reference decode the whole mutation, which raises the error cdcflow reports.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+/// The compiled core declines an input: the reference decides (it decodes, or raises the error).
+#[derive(Debug, Clone, Copy)]
+pub struct Decline(pub &'static str);
+
+pub type R<T> = Result<T, Decline>;
+
+impl From<PyErr> for Decline {
+    fn from(_: PyErr) -> Self {
+        Decline("a Python call raised")
+    }
+}
+
+/// How a type's values decode.
+pub enum Kind {
+    Text,
+    Blob,
+    Boolean,
+    TinyInt,
+    SmallInt,
+    Int,
+    /// bigint, counter, timestamp (epoch millis) and time (nanoseconds): 8 bytes, signed.
+    BigInt,
+    Varint,
+    Float,
+    Double,
+    /// Days since the epoch, stored unsigned with the epoch at 2^31.
+    Date,
+    /// uuid and timeuuid, as their canonical text.
+    Uuid,
+    /// Its text: IPv4 here, IPv6 (whose text has several spellings) by the reference.
+    Inet,
+    List,
+    Set,
+    Map,
+    Tuple,
+    Vector {
+        dimension: usize,
+    },
+    /// A user type: decoded by the reference (a dict); a non-frozen one's cells are collected by the
+    /// reference too, deleted ones included (`collect_user_type`: a field update names what it wrote).
+    UserType,
+    /// Decoded by the reference: its `CqlType.decode` (and `collect`/`path_label`).
+    Reference,
+}
+
+pub struct CqlType {
+    pub kind: Kind,
+    /// Bytes in storage, or -1 when a vint length precedes the value.
+    pub fixed_length: i64,
+    pub multi_cell: bool,
+    /// The element's identity in a cell path (list: timeuuid, set: the element, map: the key).
+    pub path: Option<Box<CqlType>>,
+    /// The cell's value (list: the element, map: the value, vector: the element).
+    pub value: Option<Box<CqlType>>,
+    pub members: Vec<CqlType>,
+    /// The reference's `CqlType`: `decode`, `collect` and `path_label` for what is not compiled.
+    pub reference: Py<PyAny>,
+}
+
+impl CqlType {
+    /// Built from `cdcflow.sources.cassandra_commitlog.compiled.type_description`:
+    /// `(name, fixed_length, multi_cell, reference, path, value, members, dimension)`.
+    pub fn from_description(description: &Bound<'_, PyAny>) -> PyResult<CqlType> {
+        let name: String = description.get_item(0)?.extract()?;
+        let fixed_length: i64 = description.get_item(1)?.extract()?;
+        let multi_cell: bool = description.get_item(2)?.extract()?;
+        let reference = description.get_item(3)?.unbind();
+        let child = |index: usize| -> PyResult<Option<Box<CqlType>>> {
+            let item = description.get_item(index)?;
+            if item.is_none() {
+                Ok(None)
+            } else {
+                Ok(Some(Box::new(CqlType::from_description(&item)?)))
+            }
+        };
+        let path = child(4)?;
+        let value = child(5)?;
+        let mut members = Vec::new();
+        for member in description.get_item(6)?.try_iter()? {
+            members.push(CqlType::from_description(&member?)?);
+        }
+        let dimension: usize = description.get_item(7)?.extract()?;
+        let kind = match name.as_str() {
+            "ascii" | "text" | "varchar" => Kind::Text,
+            "blob" => Kind::Blob,
+            "boolean" => Kind::Boolean,
+            "tinyint" => Kind::TinyInt,
+            "smallint" => Kind::SmallInt,
+            "int" => Kind::Int,
+            "bigint" | "counter" | "timestamp" | "time" => Kind::BigInt,
+            "varint" => Kind::Varint,
+            "float" => Kind::Float,
+            "double" => Kind::Double,
+            "date" => Kind::Date,
+            "uuid" | "timeuuid" => Kind::Uuid,
+            "inet" => Kind::Inet,
+            "list" if value.is_some() && path.is_some() => Kind::List,
+            "set" if path.is_some() => Kind::Set,
+            "map" if path.is_some() && value.is_some() => Kind::Map,
+            "tuple" => Kind::Tuple,
+            "vector" if value.is_some() && dimension > 0 => Kind::Vector { dimension },
+            "udt" => Kind::UserType,
+            "reference" => Kind::Reference,
+            other => {
+                return Err(PyValueError::new_err(format!("unknown CQL type description {other:?}")));
+            }
+        };
+        Ok(CqlType {
+            kind,
+            fixed_length,
+            multi_cell,
+            path,
+            value,
+            members,
+            reference,
+        })
+    }
+
+    /// The value of `raw` (a cell's value, a key part, a clustering value).
+    pub fn decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> R<Bound<'py, PyAny>> {
+        match self.kind {
+            Kind::Text => text(py, raw),
+            Kind::Blob => Ok(PyBytes::new(py, raw).into_any()),
+            Kind::Boolean => Ok(if raw.is_empty() {
+                py.None().into_bound(py)
+            } else {
+                pybool(py, raw != [0u8])
+            }),
+            Kind::TinyInt => fixed::<1>(py, raw, |b| b[0] as i8 as i64),
+            Kind::SmallInt => fixed::<2>(py, raw, |b| i16::from_be_bytes(*b) as i64),
+            Kind::Int => fixed::<4>(py, raw, |b| i32::from_be_bytes(*b) as i64),
+            Kind::BigInt => fixed::<8>(py, raw, |b| i64::from_be_bytes(*b)),
+            Kind::Float => match <[u8; 4]>::try_from(raw) {
+                Ok(bytes) => Ok(float(py, f32::from_be_bytes(bytes) as f64)),
+                Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
+                Err(_) => Err(Decline("float of the wrong length")),
+            },
+            Kind::Double => match <[u8; 8]>::try_from(raw) {
+                Ok(bytes) => Ok(float(py, f64::from_be_bytes(bytes))),
+                Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
+                Err(_) => Err(Decline("double of the wrong length")),
+            },
+            Kind::Varint => varint(py, raw, &self.reference),
+            Kind::Date => match <[u8; 4]>::try_from(raw) {
+                Ok(bytes) => Ok(int(py, u32::from_be_bytes(bytes) as i64 - (1i64 << 31))),
+                Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
+                Err(_) => Err(Decline("date of the wrong length")),
+            },
+            Kind::Uuid => match <[u8; 16]>::try_from(raw) {
+                Ok(bytes) => Ok(uuid_text(py, &bytes).into_any()),
+                Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
+                Err(_) => Err(Decline("uuid of the wrong length")),
+            },
+            Kind::Inet => match <[u8; 4]>::try_from(raw) {
+                Ok([a, b, c, d]) => Ok(PyString::new(py, &format!("{a}.{b}.{c}.{d}")).into_any()),
+                Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
+                Err(_) => self.reference_decode(py, raw),
+            },
+            Kind::List | Kind::Set => {
+                let element = if matches!(self.kind, Kind::List) {
+                    &self.value
+                } else {
+                    &self.path
+                };
+                let element = element
+                    .as_deref()
+                    .ok_or(Decline("collection without an element type"))?;
+                let items = frozen_collection(raw)?;
+                let list = PyList::empty(py);
+                for item in items {
+                    list.append(optional(py, element, item)?)?;
+                }
+                Ok(list.into_any())
+            }
+            Kind::Map => {
+                let key = self.path.as_deref().ok_or(Decline("map without a key type"))?;
+                let value = self.value.as_deref().ok_or(Decline("map without a value type"))?;
+                let items = frozen_collection(raw)?;
+                let dict = PyDict::new(py);
+                let mut index = 0;
+                while index + 1 < items.len() {
+                    dict.set_item(optional(py, key, items[index])?, optional(py, value, items[index + 1])?)?;
+                    index += 2;
+                }
+                Ok(dict.into_any())
+            }
+            Kind::Tuple => {
+                let (items, _) = elements(raw)?;
+                let dict = PyDict::new(py);
+                for (index, member) in self.members.iter().enumerate() {
+                    let value = match items.get(index) {
+                        Some(item) => optional(py, member, *item)?,
+                        None => py.None().into_bound(py),
+                    };
+                    dict.set_item(PyString::new(py, &format!("f{index}")), value)?;
+                }
+                Ok(dict.into_any())
+            }
+            Kind::Vector { dimension } => {
+                if raw.is_empty() {
+                    return Ok(py.None().into_bound(py));
+                }
+                let element = self.value.as_deref().ok_or(Decline("vector without an element type"))?;
+                let list = PyList::empty(py);
+                let size = element.fixed_length;
+                if size > 0 {
+                    let size = size as usize;
+                    if Some(raw.len()) != size.checked_mul(dimension) {
+                        return Err(Decline("vector of the wrong length"));
+                    }
+                    for chunk in raw.chunks(size) {
+                        list.append(element.decode(py, chunk)?)?;
+                    }
+                } else {
+                    // The reference slices past the end silently (a shorter value) and checks no
+                    // trailing bytes; only a length vint past the end fails.
+                    let mut offset: usize = 0;
+                    for _ in 0..dimension {
+                        let (length, next) = read_unsigned_vint(raw, offset)?;
+                        let end = (next as u128 + length as u128).min(raw.len() as u128) as usize;
+                        let start = next.min(raw.len());
+                        list.append(element.decode(py, &raw[start..end])?)?;
+                        offset = (next as u128 + length as u128).min(usize::MAX as u128) as usize;
+                    }
+                }
+                Ok(list.into_any())
+            }
+            Kind::Reference | Kind::UserType => self.reference_decode(py, raw),
+        }
+    }
+
+    fn reference_decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> R<Bound<'py, PyAny>> {
+        Ok(self
+            .reference
+            .bind(py)
+            .getattr("decode")?
+            .call1((PyBytes::new(py, raw),))?)
+    }
+
+    /// The value of a multi-cell column from its live cells, as (path, value) pairs: `CqlType.collect`.
+    pub fn collect<'py>(&self, py: Python<'py>, cells: &[(&[u8], &[u8])]) -> R<Bound<'py, PyAny>> {
+        match self.kind {
+            Kind::List => {
+                let element = self.value.as_deref().ok_or(Decline("list without an element type"))?;
+                let list = PyList::empty(py);
+                for (_, value) in cells {
+                    list.append(element.decode(py, value)?)?;
+                }
+                Ok(list.into_any())
+            }
+            Kind::Set => {
+                let element = self.path.as_deref().ok_or(Decline("set without an element type"))?;
+                let list = PyList::empty(py);
+                for (path, _) in cells {
+                    list.append(element.decode(py, path)?)?;
+                }
+                Ok(list.into_any())
+            }
+            Kind::Map => {
+                let key = self.path.as_deref().ok_or(Decline("map without a key type"))?;
+                let value = self.value.as_deref().ok_or(Decline("map without a value type"))?;
+                let dict = PyDict::new(py);
+                for (path, item) in cells {
+                    dict.set_item(key.decode(py, path)?, value.decode(py, item)?)?;
+                }
+                Ok(dict.into_any())
+            }
+            _ => {
+                let pairs = PyList::empty(py);
+                for (path, value) in cells {
+                    pairs.append(PyTuple::new(py, [PyBytes::new(py, path), PyBytes::new(py, value)])?)?;
+                }
+                Ok(self.reference.bind(py).getattr("collect")?.call1((pairs,))?)
+            }
+        }
+    }
+
+    /// A non-frozen user type's value from every cell of the row (a deleted one as `None`: a field
+    /// set to null), `whole` when the column was replaced: `CqlType.collect(cells, whole)`, which
+    /// gives only the fields written unless the value is whole.
+    pub fn collect_user_type<'py>(
+        &self,
+        py: Python<'py>,
+        cells: &[(&[u8], Option<&[u8]>)],
+        whole: bool,
+    ) -> R<Bound<'py, PyAny>> {
+        let pairs = PyList::empty(py);
+        for (path, value) in cells {
+            let value = match value {
+                Some(value) => PyBytes::new(py, value).into_any(),
+                None => py.None().into_bound(py),
+            };
+            pairs.append(PyTuple::new(py, [PyBytes::new(py, path).into_any(), value])?)?;
+        }
+        Ok(self.reference.bind(py).getattr("collect")?.call1((pairs, whole))?)
+    }
+
+    /// How a delta event names one removed element of a multi-cell column: `CqlType.path_label`.
+    pub fn path_label<'py>(&self, py: Python<'py>, path: &[u8]) -> R<Bound<'py, PyAny>> {
+        match self.kind {
+            Kind::List => Ok(match <[u8; 16]>::try_from(path) {
+                Ok(bytes) => uuid_text(py, &bytes).into_any(),
+                Err(_) => PyString::new(py, &hex(path)).into_any(),
+            }),
+            Kind::Set | Kind::Map => self
+                .path
+                .as_deref()
+                .ok_or(Decline("collection without a path type"))?
+                .decode(py, path),
+            _ => Ok(self
+                .reference
+                .bind(py)
+                .getattr("path_label")?
+                .call1((PyBytes::new(py, path),))?),
+        }
+    }
+}
+
+fn optional<'py>(py: Python<'py>, element: &CqlType, raw: Option<&[u8]>) -> R<Bound<'py, PyAny>> {
+    match raw {
+        None => Ok(py.None().into_bound(py)),
+        Some(raw) => element.decode(py, raw),
+    }
+}
+
+/// A fixed-size integer: empty is null (CQL allows it for every type), any other length an error.
+fn fixed<'py, const N: usize>(py: Python<'py>, raw: &[u8], convert: impl Fn(&[u8; N]) -> i64) -> R<Bound<'py, PyAny>> {
+    match <[u8; N]>::try_from(raw) {
+        Ok(bytes) => Ok(int(py, convert(&bytes))),
+        Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
+        Err(_) => Err(Decline("integer of the wrong length")),
+    }
+}
+
+fn varint<'py>(py: Python<'py>, raw: &[u8], reference: &Py<PyAny>) -> R<Bound<'py, PyAny>> {
+    if raw.is_empty() {
+        return Ok(py.None().into_bound(py));
+    }
+    if raw.len() <= 8 {
+        let mut value: i64 = if raw[0] & 0x80 != 0 { -1 } else { 0 };
+        for byte in raw {
+            value = (value << 8) | *byte as i64;
+        }
+        return Ok(int(py, value));
+    }
+    // Wider than 64 bits: the reference builds the Python int.
+    Ok(reference.bind(py).getattr("decode")?.call1((PyBytes::new(py, raw),))?)
+}
+
+pub fn int(py: Python<'_>, value: i64) -> Bound<'_, PyAny> {
+    // SAFETY: PyLong_FromLongLong returns a new reference or NULL with an exception set.
+    unsafe { Bound::from_owned_ptr(py, ffi::PyLong_FromLongLong(value)) }
+}
+
+pub fn int128(py: Python<'_>, value: i128) -> Bound<'_, PyAny> {
+    match i64::try_from(value) {
+        Ok(small) => int(py, small),
+        Err(_) => value.into_pyobject(py).expect("an i128 always converts").into_any(),
+    }
+}
+
+fn float(py: Python<'_>, value: f64) -> Bound<'_, PyAny> {
+    // SAFETY: PyFloat_FromDouble returns a new reference.
+    unsafe { Bound::from_owned_ptr(py, ffi::PyFloat_FromDouble(value)) }
+}
+
+pub fn pybool(py: Python<'_>, value: bool) -> Bound<'_, PyAny> {
+    pyo3::types::PyBool::new(py, value).to_owned().into_any()
+}
+
+/// Strict UTF-8, exactly as `bytes.decode("utf-8")` (CPython's own decoder).
+pub fn text<'py>(py: Python<'py>, raw: &[u8]) -> R<Bound<'py, PyAny>> {
+    // SAFETY: the pointer and length describe `raw`; a NULL result carries a UnicodeDecodeError,
+    // which PyErr::fetch clears.
+    unsafe {
+        let object = ffi::PyUnicode_DecodeUTF8(raw.as_ptr().cast(), raw.len() as ffi::Py_ssize_t, c"strict".as_ptr());
+        if object.is_null() {
+            drop(PyErr::fetch(py));
+            return Err(Decline("not UTF-8"));
+        }
+        Ok(Bound::from_owned_ptr(py, object))
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `str(uuid.UUID(bytes=raw))`: lowercase 8-4-4-4-12.
+pub fn uuid_text<'py>(py: Python<'py>, raw: &[u8; 16]) -> Bound<'py, PyString> {
+    let mut out = [0u8; 36];
+    let mut at = 0;
+    for (index, byte) in raw.iter().enumerate() {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            out[at] = b'-';
+            at += 1;
+        }
+        out[at] = HEX[(byte >> 4) as usize];
+        out[at + 1] = HEX[(byte & 0xF) as usize];
+        at += 2;
+    }
+    // The buffer is ASCII.
+    PyString::new(py, std::str::from_utf8(&out).unwrap_or_default())
+}
+
+fn hex(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len() * 2);
+    for byte in raw {
+        out.push(HEX[(byte >> 4) as usize] as char);
+        out.push(HEX[(byte & 0xF) as usize] as char);
+    }
+    out
+}
+
+/// Cassandra's unsigned vint at `offset`: (value, next offset), as `cqltypes.read_unsigned_vint`.
+pub fn read_unsigned_vint(data: &[u8], offset: usize) -> R<(u64, usize)> {
+    let first = *data.get(offset).ok_or(Decline("vint past the end"))?;
+    if first < 0x80 {
+        return Ok((first as u64, offset + 1));
+    }
+    let extra = first.leading_ones() as usize;
+    let end = offset + 1 + extra;
+    if end > data.len() {
+        return Err(Decline("vint runs past the end of its buffer"));
+    }
+    let mut value: u128 = (first as u128) & (0xFFu128 >> extra);
+    for byte in &data[offset + 1..end] {
+        value = (value << 8) | *byte as u128;
+    }
+    Ok((value as u64, end))
+}
+
+/// A frozen collection or tuple value: int32 lengths, -1 for null; every byte is read.
+fn elements(raw: &[u8]) -> R<(Vec<Option<&[u8]>>, usize)> {
+    let mut items = Vec::new();
+    let mut offset = 0usize;
+    while offset < raw.len() {
+        if offset + 4 > raw.len() {
+            return Err(Decline("collection cut short"));
+        }
+        let length = i32::from_be_bytes([raw[offset], raw[offset + 1], raw[offset + 2], raw[offset + 3]]);
+        offset += 4;
+        if length < 0 {
+            items.push(None);
+            continue;
+        }
+        let length = length as usize;
+        if offset + length > raw.len() {
+            return Err(Decline("collection element runs past the value"));
+        }
+        items.push(Some(&raw[offset..offset + length]));
+        offset += length;
+    }
+    Ok((items, offset))
+}
+
+fn frozen_collection(raw: &[u8]) -> R<Vec<Option<&[u8]>>> {
+    if raw.is_empty() {
+        return Ok(Vec::new());
+    }
+    if raw.len() < 4 {
+        return Err(Decline("collection count cut short"));
+    }
+    let count = i32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    let (items, _) = elements(&raw[4..])?;
+    if (items.len() as i64) < count as i64 {
+        return Err(Decline("collection holds fewer elements than it says"));
+    }
+    Ok(items)
+}

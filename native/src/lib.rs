@@ -1,0 +1,28 @@
+//! cdcflow's compiled core, imported as `cdcflow._native` (optional: the pure-Python code it
+//! mirrors stays the reference, and property tests hold the two equal).
+//!
+//! * `commitlog`: commit-log entry framing and CRCs, mutations decoded straight to row changes;
+//! * `avro`: Avro binary encoding compiled per schema (byte for byte what fastavro writes);
+//! * `json`: JSON text as cdcflow's `compact_json` writes it (Kafka Connect JSON payloads).
+//!
+//! Nothing here may take the process down on any input: every decoder returns an error value or
+//! declines to the reference, and PyO3 turns a panic into a Python exception.
+
+use pyo3::prelude::*;
+
+mod avro;
+mod commitlog;
+mod json;
+mod objects;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<commitlog::CommitLogDecoder>()?;
+    m.add_class::<commitlog::FramedEntry>()?;
+    m.add_function(wrap_pyfunction!(commitlog::frame_section, m)?)?;
+    m.add_class::<avro::AvroWriter>()?;
+    m.add_class::<json::JsonEncoder>()?;
+    m.add_function(wrap_pyfunction!(json::float_text, m)?)?;
+    Ok(())
+}
