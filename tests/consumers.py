@@ -46,7 +46,11 @@ def connect_value(schema: Mapping[str, Any], value: Any) -> Any:
     if kind == "map":
         if schema["keys"]["type"] == "string":
             return {k: connect_value(schema["values"], v) for k, v in value.items()}
-        return {connect_value(schema["keys"], k): connect_value(schema["values"], v) for k, v in value}
+        pairs = [(connect_value(schema["keys"], k), connect_value(schema["values"], v)) for k, v in value]
+        try:
+            return dict(pairs)
+        except TypeError:  # keys that are structs or arrays: cdcflow's events hold such maps as entries
+            return [{"key": k, "value": v} for k, v in pairs]
     return value
 
 
@@ -109,12 +113,17 @@ class AvroReader:
             if isinstance(items, Mapping) and items.get("connect.internal.type") == "MapEntry":
                 entry_namespace = items.get("namespace", namespace)
                 types = {f["name"]: f["type"] for f in items["fields"]}
-                return {
-                    self.value(types["key"], e["key"], entry_namespace): self.value(
-                        types["value"], e["value"], entry_namespace
+                pairs = [
+                    (
+                        self.value(types["key"], e["key"], entry_namespace),
+                        self.value(types["value"], e["value"], entry_namespace),
                     )
                     for e in value
-                }
+                ]
+                try:
+                    return dict(pairs)
+                except TypeError:  # keys that are records or arrays: cdcflow's events hold such maps as entries
+                    return [{"key": k, "value": v} for k, v in pairs]
             return [self.value(items, v, namespace) for v in value]
         if kind == "map":
             return {k: self.value(schema["values"], v, namespace) for k, v in value.items()}

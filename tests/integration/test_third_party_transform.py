@@ -26,7 +26,11 @@ COLUMNS = ["id", "seq", "customer", "amount", "updated_at_us", "amount_bucket"]
 RESHAPE = f"{{type: reshape, bucket: amount, bucket_limit: {LIMIT}, rename: {{name: customer}}, drop: [payload]}}"
 
 
-def _run(folder: Path, name: str, sink: str, engine: str, registry_url: str = "") -> None:
+Started = tuple[subprocess.Popen[bytes], Path]  # a run and its log
+
+
+def _start(folder: Path, name: str, sink: str, engine: str, registry_url: str = "") -> Started:
+    """``cdcflow run`` of datagen -> reshape -> route -> ``sink``, started (it ends when datagen does)."""
     fields = ", ".join(f"{k}: {v}" for k, v in DATAGEN.items())
     file = folder / f"{name}.yaml"
     file.write_text(
@@ -37,16 +41,33 @@ def _run(folder: Path, name: str, sink: str, engine: str, registry_url: str = ""
         f"checkpoint: {{type: file, path: ckpt-{name}}}\n"
         f"engine: {engine}\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "cdcflow.cli", "run", str(file)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=REPO,
-        env={**os.environ, "REGISTRY_URL": registry_url},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    # Its log in a file: runs side by side must not block on a full pipe nobody reads yet.
+    log = folder / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cdcflow.cli", "run", str(file)],
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            cwd=REPO,
+            env={**os.environ, "REGISTRY_URL": registry_url},
+        )
+    return process, log
+
+
+def _finish(*runs: Started) -> None:
+    """Waits for every run; each must end by itself with status 0."""
+    try:
+        for process, log in runs:
+            process.wait(timeout=600)
+            assert process.returncode == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        for process, _ in runs:
+            if process.poll() is None:
+                process.kill()
+
+
+def _run(folder: Path, name: str, sink: str, engine: str, registry_url: str = "") -> None:
+    _finish(_start(folder, name, sink, engine, registry_url))
 
 
 def _expected() -> dict[int, dict[str, Any]]:
@@ -130,19 +151,22 @@ def test_worker_engine_json_and_avro(
 def test_spark_engine_json_avro_and_parquet(
     tmp_path: Path, kafka_bootstrap: str, registry_url: str, topic_prefix: str
 ) -> None:
-    _run(tmp_path, f"{topic_prefix}-sp", "{type: parquet, path: out}", SPARK)
+    # Three Spark applications, run side by side: each spends most of its time starting Spark.
+    kafka = f"{{type: kafka, bootstrap_servers: '{kafka_bootstrap}'"
+    _finish(
+        _start(tmp_path, f"{topic_prefix}-sp", "{type: parquet, path: out}", SPARK),
+        _start(tmp_path, f"{topic_prefix}-sj", kafka + ", converter: json}", SPARK),
+        _start(
+            tmp_path,
+            f"{topic_prefix}-sa",
+            kafka + ", converter: avro, schema_registry_url: '${REGISTRY_URL}'}",
+            SPARK,
+            registry_url,
+        ),
+    )
     table = read_parquet(tmp_path / "out")
     envelope = {"op", "ts_ms", "source_ts_us", "source_partition", "source_position", "snapshot", "table", "event_date"}
     columns = [n for n in table.schema.names if n not in envelope]
     _check(table.select(columns).to_pylist(), columns)
-    kafka = f"{{type: kafka, bootstrap_servers: '{kafka_bootstrap}'"
-    _run(tmp_path, f"{topic_prefix}-sj", kafka + ", converter: json}", SPARK)
     _check(*_kafka_rows(kafka_bootstrap, f"{topic_prefix}-sj", _json))
-    _run(
-        tmp_path,
-        f"{topic_prefix}-sa",
-        kafka + ", converter: avro, schema_registry_url: '${REGISTRY_URL}'}",
-        SPARK,
-        registry_url,
-    )
     _check(*_kafka_rows(kafka_bootstrap, f"{topic_prefix}-sa", _avro(registry_url)))
