@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--event-size", type=int, default=1024)
     parser.add_argument("--converter", choices=["json", "avro"], default="avro")
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
-    parser.add_argument("--registry", default="http://127.0.0.1:8081")
+    parser.add_argument("--registry", default="http://127.0.0.1:8081/apis/ccompat/v7")
     parser.add_argument("--duration", type=float, help="run this long at --rate instead of --events")
     parser.add_argument("--rate", type=float, default=20_000)
     parser.add_argument("--sample-every", type=int, default=10, help="latency of every n-th record read back")

@@ -24,7 +24,7 @@ from cdcflow.contract import (
     Transform,
 )
 from cdcflow.errors import CdcflowError
-from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SchemaChangeEvent, SourceInfo
+from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SchemaChangeEvent, SourceInfo, UserType
 from cdcflow.plugins.hookspecs import hookimpl
 
 __all__ = [
@@ -49,5 +49,6 @@ __all__ = [
     "SourceInfo",
     "SparkBatchWriter",
     "Transform",
+    "UserType",
     "hookimpl",
 ]

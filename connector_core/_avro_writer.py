@@ -5,7 +5,7 @@ engine encodes every event it sends, so cdcflow generates one function per schem
 body is the schema's fields written out in order (about a quarter of that). Output is byte for
 byte what fastavro writes (a property test holds the two together). Schemas using what the
 compiler does not cover (unions other than ``["null", T]``, logical types other than
-``timestamp-millis`` and ``uuid``) are left to fastavro.
+``timestamp-millis``, ``uuid`` and ``decimal`` on bytes) are left to fastavro.
 
 :func:`avro_encoder` is what converters use: the compiled core's writer (``cdcflow._native``, Rust,
 any schema, again byte for byte fastavro's) when it is built, else this module's, else fastavro.
@@ -14,6 +14,7 @@ any schema, again byte for byte fastavro's) when it is built, else this module's
 from __future__ import annotations
 
 import datetime
+import decimal
 import struct
 import uuid
 from collections.abc import Callable, Mapping
@@ -118,10 +119,31 @@ def _uuid_text(value: Any) -> Any:
     return str(value) if isinstance(value, uuid.UUID) else value
 
 
+def _decimal_bytes(value: Any, scale: int, precision: int) -> Any:
+    # fastavro's encoding of a Decimal for a bytes ``decimal``, byte for byte (its length rule
+    # included); bytes (the unscaled two's complement) pass as they are, as in fastavro.
+    if not isinstance(value, decimal.Decimal):
+        return value
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        raise ValueError(f"{value} is not a finite number")
+    if len(digits) > precision:
+        raise ValueError("The decimal precision is bigger than allowed by schema")
+    if exponent + scale < 0:
+        raise ValueError("Scale provided in schema does not match the decimal")
+    unscaled = 0
+    for digit in digits:
+        unscaled = unscaled * 10 + digit
+    unscaled *= 10 ** (exponent + scale)
+    size = (unscaled.bit_length() + 8) // 8
+    return (-unscaled if sign else unscaled).to_bytes(size, "big", signed=True)
+
+
 _LOGICAL_PREPARERS = {("long", "timestamp-millis"): "_timestamp_millis", ("string", "uuid"): "_uuid_text"}
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 _RUNTIME: dict[str, Any] = {
+    "_decimal_bytes": _decimal_bytes,
     "_timestamp_millis": _timestamp_millis,
     "_uuid_text": _uuid_text,
     "_write_long": _write_long,
@@ -202,6 +224,10 @@ class _Compiler:
             return
         kind = schema["type"]
         logical = schema.get("logicalType")
+        if logical == "decimal" and kind == "bytes" and isinstance(schema.get("precision"), int):
+            scale, precision = int(schema.get("scale", 0)), int(schema["precision"])
+            self.emit(kind, f"_decimal_bytes({value}, {scale}, {precision})", namespace, indent, lines)
+            return
         if logical is not None and kind in _PRIMITIVES:
             prepare = _LOGICAL_PREPARERS.get((kind, logical))
             if prepare is None:

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
+from cdcflow.errors import TransformError
+from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent, SourceInfo
 from cdcflow.jsontext import canonical_json
 
 __all__ = [
@@ -254,8 +255,9 @@ class Source(_Plugin[ConfigT]):
         """
         return None
 
-    def decode_spark_row(self, row: Mapping[str, Any]) -> Record:
-        """One row of :meth:`spark_native_stream` as a cdcflow record."""
+    def decode_spark_row(self, row: Mapping[str, Any]) -> Record | None:
+        """One row of :meth:`spark_native_stream` as a cdcflow record, or None for a row that
+        carries no change (the tombstone cdcflow's kafka sink writes after a delete)."""
         raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
 
     def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
@@ -332,15 +334,94 @@ class SparkBatchWriter(ABC):
 
 
 class Transform(_Plugin[ConfigT]):
-    """A per-record function. Raising marks the record for the dead-letter destination."""
+    """A per-record function. Raising marks the record for the dead-letter destination.
+
+    A transform that adds, renames, drops or retypes columns states it in :meth:`transform_schema`:
+    the runtime gives every event :meth:`apply` returns the schema ``transform_schema`` made from the
+    input's, and refuses an event carrying a column that schema lacks (a
+    :class:`~cdcflow.errors.TransformError`: the record goes to the dead letters), so converters and
+    the parquet sink never drop a column silently.
+    """
 
     @abstractmethod
     def apply(self, event: ChangeEvent) -> ChangeEvent | None:
         """The transformed event, or None to drop it. Must not mutate ``event``."""
 
+    def transform_schema(self, schema: RowSchema, source: SourceInfo) -> RowSchema:
+        """The schema of what :meth:`apply` returns for events of ``schema`` from ``source``'s table.
+
+        Called once per (schema, keyspace, table) and cached, so the answer may depend on those
+        and on the config, never on one event: a column only some events get is ``optional``.
+        The default returns ``schema`` unchanged. Build the answer with
+        ``schema.with_columns(key_columns=..., value_columns=...)``; events without a schema (read
+        off their values by converters) skip this.
+        """
+        return schema
+
     def apply_schema_change(self, event: SchemaChangeEvent) -> SchemaChangeEvent | None:
         """Schema-change events pass unchanged unless a transform says otherwise."""
         return event
+
+    def transform_event(self, event: ChangeEvent) -> ChangeEvent | None:
+        """:meth:`apply`, with the output's schema derived by :meth:`transform_schema` and checked
+        against the output's columns. The runtime calls this; transforms implement the two above."""
+        result = self.apply(event)
+        schema = event.schema
+        if result is None or schema is None:
+            return result
+        same_rows = result.after is event.after and result.before is event.before and result.key is event.key
+        if result.schema is schema:
+            if type(self).transform_schema is not Transform.transform_schema:
+                derived = self._derived_schema(schema, event.source)
+                if derived is not schema:
+                    result = result.with_changes(schema=derived) if result is event else result
+                    result.schema = derived
+            elif same_rows:
+                return result  # the fast path: a transform that changes neither rows nor schema (route)
+        elif result.schema is None:
+            return result  # the transform dropped the schema: converters read one off the values
+        return result if same_rows else self._checked(event, result)
+
+    def _derived_schema(self, schema: RowSchema, source: SourceInfo) -> RowSchema:
+        cache: dict[tuple[str, str, str], RowSchema] | None = getattr(self, "_transformed_schemas", None)
+        if cache is None:
+            cache = {}
+            self._transformed_schemas = cache
+        key = (schema.fingerprint, source.keyspace, source.table)
+        derived = cache.get(key)
+        if derived is None:
+            derived = self.transform_schema(schema, source)
+            if derived.fingerprint == schema.fingerprint:
+                derived = schema
+            if len(cache) >= 10_000:
+                cache.clear()
+            cache[key] = derived
+        return derived
+
+    def _checked(self, event: ChangeEvent, result: ChangeEvent) -> ChangeEvent:
+        """``result`` if each column it carries is in its schema, or was already in ``event``
+        without being in the input's (a source's own business, not this transform's)."""
+        assert event.schema is not None and result.schema is not None
+        before_keys, before_values = _column_names(event.schema)
+        after_keys, after_values = _column_names(result.schema)
+        parts = (
+            ("key", result.key, event.key, after_keys, before_keys),
+            ("after", result.after, event.after, after_values, before_values),
+            ("before", result.before, event.before, after_values, before_values),
+        )
+        for part, row, earlier, allowed, allowed_earlier in parts:
+            if row is None or allowed.issuperset(row):
+                continue
+            unknown = sorted(
+                n for n in row if n not in allowed and (earlier is None or n not in earlier or n in allowed_earlier)
+            )
+            if unknown:
+                raise TransformError(
+                    f"transform {self.type_name!r} wrote {part} column(s) {unknown} of "
+                    f"{event.source.keyspace}.{event.source.table} that its schema does not have; "
+                    f"a transform that adds or renames columns states them in transform_schema()"
+                )
+        return result
 
 
 class Converter(_Plugin[ConfigT]):
@@ -355,7 +436,25 @@ class Converter(_Plugin[ConfigT]):
 
     @abstractmethod
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
-        """A key or value payload as the converter wrote it (the key, the envelope or the bare row)."""
+        """A key or value payload as the converter wrote it (the key, the envelope or the bare
+        row), its values as the event carried them where the converter can tell (exact numbers,
+        bytes, nested values)."""
+
+
+_names_of: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+
+
+def _column_names(schema: RowSchema) -> tuple[frozenset[str], frozenset[str]]:
+    """A schema's key and value column names, by fingerprint (checked per transformed event)."""
+    names = _names_of.get(schema.fingerprint)
+    if names is None:
+        if len(_names_of) >= 10_000:
+            _names_of.clear()
+        names = _names_of[schema.fingerprint] = (
+            frozenset(c.name for c in schema.key_columns),
+            frozenset(c.name for c in schema.value_columns),
+        )
+    return names
 
 
 class CheckpointStoreConfig(PluginConfig):

@@ -1,4 +1,8 @@
-"""The built-in converters: ``json`` (Kafka Connect's schema+payload) and ``avro`` (Confluent wire format)."""
+"""The built-in converters: ``json`` (Kafka Connect's schema+payload) and ``avro`` (Confluent wire format).
+
+Both write events' exact values the way Debezium does (``decimal_handling``: see
+:mod:`cdcflow.schemas`) and read them back into the same values (:mod:`cdcflow.wire_values`).
+"""
 
 from __future__ import annotations
 
@@ -7,24 +11,32 @@ import json
 import struct
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import fastavro
-import requests
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from cdcflow._avro_writer import AvroEncoder, avro_encoder
 from cdcflow.contract import Converter, PluginConfig, PluginContext
-from cdcflow.errors import ConverterError, SchemaRegistryError
+from cdcflow.errors import (
+    ConfigError,
+    ConverterError,
+    IncompatibleSchemaError,
+    SchemaRegistryError,
+    SchemaRegistryUnavailableError,
+)
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.jsontext import json_default, json_envelope
 from cdcflow.schemas import (
+    DecimalHandling,
     avro_envelope_row,
     avro_key_schema,
     avro_value_schema,
     connect_key_schema,
     connect_value_schema,
+    record_schema,
 )
+from cdcflow.wire_values import RowEncoder, Target, avro_decoder, connect_decoder, row_encoder
 
 __all__ = [
     "AvroConverter",
@@ -36,6 +48,11 @@ __all__ = [
     "json_default",
 ]
 
+_DECIMAL_HANDLING_HELP = (
+    "how decimals are written: precise (Debezium's VariableScaleDecimal: scale + unscaled bytes), "
+    "double (may lose digits), string (exact plain text); varints are exact unless string (text)"
+)
+
 
 def _schema_cache_key(record: Record, part: str) -> tuple[Any, ...]:
     if isinstance(record, SchemaChangeEvent):
@@ -43,14 +60,49 @@ def _schema_cache_key(record: Record, part: str) -> tuple[Any, ...]:
     fingerprint = record.schema.fingerprint if record.schema is not None else None
     if fingerprint is not None:
         return (fingerprint, None, record.envelope, part)
-    # Schemaless events are inferred from their values: cache them by the columns they carry and
-    # their values' types (a column null in one record and a number in the next has two schemas).
-    row = record.after or record.before or {}
-    shape = (
-        tuple((name, type(value)) for name, value in record.key.items()),
-        tuple((name, type(value)) for name, value in row.items()),
-    )
-    return (None, shape, record.envelope, part)
+    # Schemaless events are inferred from their values: cache them by the schema read off them.
+    return (record_schema(record).fingerprint, "inferred", record.envelope, part)
+
+
+class _PayloadWriter:
+    """An event's key or value payload with its values in the converter's form: a row encoder
+    per (schema, part), and the payload untouched when no column needs it."""
+
+    def __init__(self, decimal_handling: DecimalHandling, target: Target) -> None:
+        self.decimal_handling = decimal_handling
+        self.target = target
+
+    def encoder(self, record: Record, part: str) -> RowEncoder | None:
+        if not isinstance(record, ChangeEvent):
+            return None
+        schema = record_schema(record)
+        columns = schema.key_columns if part == "key" else schema.value_columns
+        return row_encoder(schema, columns, self.decimal_handling, self.target)
+
+    @staticmethod
+    def payload(record: Record, part: str, encode: RowEncoder | None) -> Any:
+        if encode is None:  # most tables: the payload as the record gives it
+            return record.key_payload() if part == "key" else record.value_payload()
+        try:
+            return _encoded_payload(record, part, encode)
+        except ConverterError as exc:
+            raise ConverterError(f"record for {record.destination()}: {exc}") from exc
+
+
+def _encoded_payload(record: Record, part: str, encode: RowEncoder) -> Any:
+    if part == "key":
+        return encode(record.key_payload())
+    if not isinstance(record, ChangeEvent):
+        return record.value_payload()
+    if not record.envelope:
+        return None if record.after is None else encode(record.after)
+    return {
+        "op": record.op.value,
+        "before": None if record.before is None else encode(record.before),
+        "after": None if record.after is None else encode(record.after),
+        "source": record.source.to_payload(),
+        "ts_ms": record.ts_ms,
+    }
 
 
 # --- json ----------------------------------------------------------------------------------
@@ -58,6 +110,7 @@ def _schema_cache_key(record: Record, part: str) -> tuple[Any, ...]:
 
 class JsonConverterConfig(PluginConfig):
     schemas_enable: bool = Field(default=True, description="wrap as {schema, payload} (seed 001); false: payload only")
+    decimal_handling: DecimalHandling = Field(default="precise", description=_DECIMAL_HANDLING_HELP)
 
 
 class JsonConverter(Converter[JsonConverterConfig]):
@@ -68,33 +121,52 @@ class JsonConverter(Converter[JsonConverterConfig]):
 
     def __init__(self, config: JsonConverterConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        self._schema_text: dict[tuple[Any, ...], str] = {}
+        self._writers: dict[tuple[Any, ...], tuple[str, RowEncoder | None]] = {}
+        self._payloads = _PayloadWriter(config.decimal_handling, "connect")
+        self._decoders: dict[str, Any] = {}
 
-    def _encode(self, record: Record, part: str, payload: Any) -> bytes:
-        if not self.config.schemas_enable:
-            return json_envelope(payload, None)
+    def _encode(self, record: Record, part: str) -> bytes | None:
         cache_key = _schema_cache_key(record, part)
-        schema = self._schema_text.get(cache_key)
-        if schema is None:
+        writer = self._writers.get(cache_key)
+        if writer is None:
             builder = connect_key_schema if part == "key" else connect_value_schema
-            schema = json.dumps(builder(record), separators=(",", ":"))
-            self._schema_text[cache_key] = schema
+            schema = json.dumps(builder(record, self.config.decimal_handling), separators=(",", ":"))
+            writer = self._writers[cache_key] = (schema, self._payloads.encoder(record, part))
+        schema, encode = writer
+        payload = self._payloads.payload(record, part, encode)
+        if payload is None:
+            return None
+        # The schema text is built once per table; only the payload is serialised per record.
+        return json_envelope(payload, schema if self.config.schemas_enable else None)
         # The schema text is built once per table; only the payload is serialised per record.
         return json_envelope(payload, schema)
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
-        return self._encode(record, "key", record.key_payload())
+        return self._encode(record, "key")
 
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
-        payload = record.value_payload()
-        return None if payload is None else self._encode(record, "value", payload)
+        return self._encode(record, "value")
 
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
+        """The payload, with exact values again when the document carries its schema."""
         try:
             document = json.loads(data)
         except ValueError as exc:
             raise ConverterError(f"payload on {destination} is not JSON: {exc}") from exc
-        payload = document.get("payload") if self.config.schemas_enable and isinstance(document, dict) else document
+        if not (self.config.schemas_enable and isinstance(document, dict)):
+            payload = document
+        else:
+            payload = document.get("payload")
+            schema = document.get("schema")
+            if isinstance(schema, dict) and isinstance(payload, dict):
+                key = json.dumps(schema, separators=(",", ":"), sort_keys=True)
+                decode = self._decoders.get(key)
+                if decode is None:
+                    decode = self._decoders[key] = connect_decoder(schema)
+                try:
+                    payload = decode(payload)
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise ConverterError(f"payload on {destination} does not fit its schema: {exc}") from exc
         if not isinstance(payload, dict):
             raise ConverterError(f"payload on {destination} has no object payload")
         return payload
@@ -104,51 +176,78 @@ class JsonConverter(Converter[JsonConverterConfig]):
 
 
 class SchemaRegistryClient:
-    """The part of the Confluent Schema Registry REST API the avro converter needs."""
+    """A Confluent-compatible schema registry, through confluent-kafka's client (basic auth, bearer
+    tokens, TLS, caching): registers the schemas the avro converter writes, fetches writers'
+    schemas by id. Errors become cdcflow's: :class:`~cdcflow.errors.IncompatibleSchemaError` for
+    a refused schema, :class:`~cdcflow.errors.SchemaRegistryUnavailableError` (retried) when the
+    registry cannot answer."""
 
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-        self._session = requests.Session()
-        self._session.headers["Content-Type"] = "application/vnd.schemaregistry.v1+json"
+    DEFAULT_TIMEOUT_S = 10.0
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
+
+        # confluent-kafka waits forever without a timeout; a registry that hangs must not hang us.
+        conf = {"timeout": self.DEFAULT_TIMEOUT_S, **settings}
+        self.url = str(conf.get("url", ""))
+        try:
+            self._client = ConfluentClient(conf)
+        except (ValueError, TypeError, OSError) as exc:  # OSError: an unreadable ssl.* file
+            raise SchemaRegistryError(f"schema registry settings: {exc}") from None
         self._ids: dict[tuple[str, str], int] = {}
-        self._schemas: dict[int, Any] = {}
+        self._schemas: dict[int, tuple[Any, Any]] = {}  # id -> (JSON form, parsed)
         self._lock = threading.Lock()
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
-        text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        """The id of ``schema`` under ``subject``, registering it if the subject lacks it."""
+        from confluent_kafka.schema_registry import Schema
+
+        text = json.dumps(schema, separators=(",", ":"))
         with self._lock:
             known = self._ids.get((subject, text))
         if known is not None:
             return known
-        answer = self._call("POST", f"/subjects/{subject}/versions", {"schema": text})
-        schema_id = int(answer["id"])
+        schema_id = int(
+            self._call(
+                f"registering a schema under {subject}", self._client.register_schema, subject, Schema(text, "AVRO")
+            )
+        )
         with self._lock:
             self._ids[(subject, text)] = schema_id
-            self._schemas[schema_id] = fastavro.parse_schema(schema)
+            self._schemas[schema_id] = (schema, fastavro.parse_schema(schema))
         return schema_id
 
-    def parsed_schema(self, schema_id: int) -> Any:
+    def schema(self, schema_id: int) -> tuple[Any, Any]:
+        """A writer's schema by id: its JSON form and fastavro's parsed form."""
         with self._lock:
-            parsed = self._schemas.get(schema_id)
-        if parsed is None:
-            answer = self._call("GET", f"/schemas/ids/{schema_id}", None)
-            parsed = fastavro.parse_schema(json.loads(answer["schema"]))
+            known = self._schemas.get(schema_id)
+        if known is None:
+            found = self._call(f"fetching schema {schema_id}", self._client.get_schema, schema_id)
+            document = json.loads(found.schema_str)
+            known = (document, fastavro.parse_schema(document))
             with self._lock:
-                self._schemas[schema_id] = parsed
-        return parsed
+                self._schemas[schema_id] = known
+        return known
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+    def _call(self, what: str, call: Any, *args: Any) -> Any:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentError
+
         try:
-            response = self._session.request(method, self.url + path, json=body, timeout=self.timeout_s)
-        except requests.RequestException as exc:
-            raise SchemaRegistryError(f"schema registry {self.url} unreachable: {exc}") from exc
-        if response.status_code >= 400:
-            raise SchemaRegistryError(
-                f"schema registry {self.url}{path} answered {response.status_code}: {response.text[:500]}"
-            )
-        result: dict[str, Any] = response.json()
-        return result
+            return call(*args)
+        except ConfluentError as exc:
+            status, code, message = exc.http_status_code, exc.error_code, exc.error_message
+            text = f"schema registry {self.url}: {what}: HTTP {status}, error {code}: {message}"
+            if status == 409:
+                raise IncompatibleSchemaError(text) from exc
+            if status in (401, 403, 408, 429) or status >= 500:
+                raise SchemaRegistryUnavailableError(text) from exc
+            raise SchemaRegistryError(text) from exc
+        except (OSError, ValueError) as exc:
+            raise SchemaRegistryError(f"schema registry {self.url}: {what}: {exc}") from exc
+        except Exception as exc:  # httpx's transport errors: connection refused, timeouts
+            if type(exc).__module__.startswith(("httpx", "httpcore")):
+                raise SchemaRegistryUnavailableError(f"schema registry {self.url} unreachable: {what}: {exc}") from exc
+            raise
 
 
 # --- avro ----------------------------------------------------------------------------------
@@ -157,30 +256,78 @@ _WIRE_HEADER = struct.Struct(">bI")  # magic byte 0, then the 4-byte schema id
 # What a datum that does not fit its schema raises, whichever writer encodes it.
 _DOES_NOT_FIT = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError, struct.error)
 
+SubjectNameStrategy = Literal["topic", "record", "topic_record"]
+
 
 class AvroConverterConfig(PluginConfig):
-    schema_registry_url: str = Field(description="Confluent-compatible schema registry base URL")
+    schema_registry_url: str | None = Field(
+        default=None, description="registry base URL (short for schema_registry.url)"
+    )
+    schema_registry: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="confluent-kafka SchemaRegistryClient settings: url, basic.auth.user.info, "
+        "bearer.auth.credentials.source, bearer.auth.token, bearer.auth.logical.cluster, "
+        "ssl.ca.location, ssl.certificate.location, ssl.key.location, timeout (s, default 10), cache.capacity...",
+    )
+    subject_name_strategy: SubjectNameStrategy = Field(
+        default="topic",
+        description="topic: <topic>-key/-value; record: the record's full name; topic_record: <topic>-<record name>",
+    )
+    decimal_handling: DecimalHandling = Field(default="precise", description=_DECIMAL_HANDLING_HELP)
+
+    @model_validator(mode="after")
+    def _registry_url_is_set(self) -> AvroConverterConfig:
+        if not (self.schema_registry_url or self.schema_registry.get("url")):
+            raise ValueError("the avro converter needs schema_registry_url (or schema_registry: {url: ...})")
+        return self
+
+    def registry_settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = dict(self.schema_registry)
+        if self.schema_registry_url:
+            settings.setdefault("url", self.schema_registry_url)
+        return settings
 
 
 class AvroConverter(Converter[AvroConverterConfig]):
-    """``avro``: Avro binary in the Confluent wire format, schemas registered under
-    ``<topic>-key`` and ``<topic>-value`` (the topic-name strategy)."""
+    """``avro``: Avro binary in the Confluent wire format, each schema registered under the subject
+    ``subject_name_strategy`` names (``<topic>-key`` and ``<topic>-value`` by default)."""
 
     type_name = "avro"
     config_model = AvroConverterConfig
 
     def __init__(self, config: AvroConverterConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        self.registry = SchemaRegistryClient(config.schema_registry_url)
-        self._encoders: dict[tuple[Any, ...], AvroEncoder] = {}
+        try:  # an unknown setting or a missing bearer field stops the start, naming the setting
+            self._registry = SchemaRegistryClient(config.registry_settings())
+        except SchemaRegistryError as exc:
+            where = f"{context.field_path}.schema_registry" if context.field_path else "schema_registry"
+            raise ConfigError(f"{context.pipeline_file}: {where}: {exc}") from None
+        self._encoders: dict[tuple[Any, ...], tuple[AvroEncoder, RowEncoder | None]] = {}
+        self._payloads = _PayloadWriter(config.decimal_handling, "avro")
+        self._decoders: dict[int, Any] = {}
 
-    def _encoder(self, record: Record, part: str, destination: str) -> AvroEncoder:
+    @property
+    def registry(self) -> SchemaRegistryClient:
+        return self._registry
+
+    def subject(self, destination: str, part: str, schema: dict[str, Any]) -> str:
+        """The registry subject a schema is registered under (Confluent's subject name strategies)."""
+        strategy = self.config.subject_name_strategy
+        if strategy == "topic":
+            return f"{destination}-{part}"
+        name = schema["name"] if "." in schema["name"] else f"{schema.get('namespace', '')}.{schema['name']}"
+        name = name.lstrip(".")
+        return name if strategy == "record" else f"{destination}-{name}"
+
+    def _encoder(self, record: Record, part: str, destination: str) -> tuple[AvroEncoder, RowEncoder | None]:
         cache_key = (*_schema_cache_key(record, part), destination)
         encoder = self._encoders.get(cache_key)
         if encoder is None:
-            schema = avro_key_schema(record) if part == "key" else avro_value_schema(record)
-            schema_id = self.registry.register(f"{destination}-{part}", schema)
-            encoder = self._encoders[cache_key] = avro_encoder(schema, _WIRE_HEADER.pack(0, schema_id))
+            builder = avro_key_schema if part == "key" else avro_value_schema
+            schema = builder(record, self.config.decimal_handling)
+            schema_id = self.registry.register(self.subject(destination, part, schema), schema)
+            encoder = (avro_encoder(schema, _WIRE_HEADER.pack(0, schema_id)), self._payloads.encoder(record, part))
+            self._encoders[cache_key] = encoder
         return encoder
 
     def _encode(self, encoder: AvroEncoder, part: str, destination: str, payload: Any) -> bytes:
@@ -190,44 +337,71 @@ class AvroConverter(Converter[AvroConverterConfig]):
             raise ConverterError(f"record for {destination} does not fit its Avro {part} schema: {exc}") from exc
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
-        return self._encode(self._encoder(record, "key", destination), "key", destination, record.key_payload())
+        encoder, encode = self._encoder(record, "key", destination)
+        return self._encode(encoder, "key", destination, self._payloads.payload(record, "key", encode))
 
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
-        encoder = self._encoder(record, "value", destination)
+        encoder, encode = self._encoder(record, "value", destination)
         if encoder.takes_rows and isinstance(record, ChangeEvent) and record.envelope:
-            # The compiled writer takes the envelope as a row: no dicts built per event.
-            return self._encode(encoder, "value", destination, avro_envelope_row(record))
-        payload = record.value_payload()
+            # The compiled writer takes the envelope as a row: no envelope dicts built per event.
+            try:
+                row = avro_envelope_row(record, encode)
+            except ConverterError as exc:
+                raise ConverterError(f"record for {record.destination()}: {exc}") from exc
+            return self._encode(encoder, "value", destination, row)
+        payload = self._payloads.payload(record, "value", encode)
         if payload is None:
             return None
         return self._encode(encoder, "value", destination, payload)
 
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
+        """The payload read with the writer's schema, its values as the event carried them."""
         if len(data) < _WIRE_HEADER.size or data[0] != 0:
             raise ConverterError(f"payload on {destination} is not in the Confluent Avro wire format")
         _, schema_id = _WIRE_HEADER.unpack_from(data)
-        parsed = self.registry.parsed_schema(schema_id)
+        document, parsed = self.registry.schema(schema_id)
         try:
             decoded = fastavro.schemaless_reader(io.BytesIO(data[_WIRE_HEADER.size :]), parsed, None)
         except (ValueError, EOFError, IndexError) as exc:
             raise ConverterError(f"payload on {destination} does not decode with schema {schema_id}: {exc}") from exc
         if not isinstance(decoded, dict):
             raise ConverterError(f"payload on {destination} is not an Avro record")
-        return decoded
+        decode = self._decoders.get(schema_id)
+        if decode is None:
+            decode = self._decoders[schema_id] = avro_decoder(document)
+        result: dict[str, Any] = decode(decoded)
+        return result
+
+
+CONVERTER_SHORTCUTS = ("schema_registry_url", "schema_registry", "subject_name_strategy", "decimal_handling")
+"""Converter settings a sink or source may write beside ``converter`` (``converter: avro`` with
+``schema_registry_url`` next to it)."""
 
 
 def converter_from_fields(
-    converter: str | dict[str, Any], schema_registry_url: str | None, context: PluginContext
+    converter: str | dict[str, Any],
+    schema_registry_url: str | None,
+    context: PluginContext,
+    **shortcuts: Any,
 ) -> Converter[Any]:
-    """The converter a plugin's ``converter`` (+ ``schema_registry_url``) fields name.
-
-    ``converter: avro`` with ``schema_registry_url`` beside it is the short form of
-    ``converter: {type: avro, schema_registry_url: ...}``; any registered converter type works.
-    """
+    """The converter a plugin's ``converter`` field names, with the :data:`CONVERTER_SHORTCUTS`
+    written beside it (``schema_registry_url``, ``decimal_handling``...) filled in where the
+    converter takes them and the ``converter`` section does not set them."""
     if context.factory is None:
         raise ConverterError("building a converter needs the plugin registry in the plugin context")
-    section: str | dict[str, Any] = converter
-    if isinstance(section, str) and schema_registry_url is not None:
-        section = {"type": section, "schema_registry_url": schema_registry_url}
+    section: dict[str, Any] = {"type": converter} if isinstance(converter, str) else dict(converter)
+    given = {"schema_registry_url": schema_registry_url, **shortcuts}
+    accepted = _converter_fields(section.get("type"))
+    for name, value in given.items():
+        if value is not None and value != {} and name in accepted:
+            section.setdefault(name, value)
     path = f"{context.field_path}.converter" if context.field_path else "converter"
     return context.factory.create_converter(section, replace(context, field_path=path))
+
+
+def _converter_fields(type_name: Any) -> set[str]:
+    models: dict[str, type[PluginConfig]] = {"json": JsonConverterConfig, "avro": AvroConverterConfig}
+    model = models.get(str(type_name))
+    if model is not None:
+        return set(model.model_fields)
+    return {"schema_registry_url"}  # a third-party converter gets the registry URL, as it always did

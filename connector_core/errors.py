@@ -26,6 +26,8 @@ by type, never by parsing messages.
     │   └── RecordRejectedError        the sink refuses one record for good
     ├── ConverterError
     │   └── SchemaRegistryError
+    │       ├── IncompatibleSchemaError    the registry refused a schema (409): its records go to the dead letters
+    │       └── SchemaRegistryUnavailableError (transient) unreachable, overloaded, or refusing our credentials
     ├── CheckpointError
     │   ├── CheckpointUnavailableError (transient)
     │   └── CheckpointCorruptError
@@ -61,6 +63,7 @@ __all__ = [
     "EngineUnsupportedError",
     "FieldProblem",
     "GroupUnavailableError",
+    "IncompatibleSchemaError",
     "MalformedEnvironmentReferenceError",
     "MissingEnvironmentVariableError",
     "OffsetsChangeError",
@@ -72,6 +75,7 @@ __all__ = [
     "RecordRejectedError",
     "RetriesExhaustedError",
     "SchemaRegistryError",
+    "SchemaRegistryUnavailableError",
     "SinkDeliveryError",
     "SinkError",
     "SinkUnavailableError",
@@ -230,6 +234,15 @@ class ConverterError(CdcflowError):
 
 class SchemaRegistryError(ConverterError):
     """The schema registry refused a schema or could not be reached."""
+
+
+class IncompatibleSchemaError(SchemaRegistryError):
+    """The registry refused a schema as incompatible with the subject's earlier versions (HTTP 409)."""
+
+
+class SchemaRegistryUnavailableError(SchemaRegistryError, TransientError):
+    """The registry cannot be reached, is overloaded (5xx, 429) or refuses the credentials (401,
+    403, retried in case they are being renewed)."""
 
 
 class CheckpointError(CdcflowError):

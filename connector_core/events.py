@@ -4,9 +4,10 @@ Modelled on Debezium's envelope as seed 001 ("Change Messages") specifies it: ``
 ``before``, ``after``, ``source`` and ``ts_ms``, plus a reference to the row schema the event was
 read with. Schema changes travel as :class:`SchemaChangeEvent`, their own kind.
 
-Values inside ``key``/``before``/``after`` are plain Python values (``None``, ``bool``, ``int``,
-``float``, ``str``, ``bytes``, ``list``, ``dict``): sources convert their native types, converters
-serialise them using :class:`RowSchema`.
+Values inside ``key``/``before``/``after`` are exact Python values (``None``, ``bool``, ``int`` of
+any size, ``float``, ``Decimal``, ``str``, ``bytes``, ``list``, ``dict`` for maps, tuples and user
+types): sources convert their native types without loss, converters decide how each is written
+(``decimal_handling``) using :class:`RowSchema`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "RowSchema",
     "SchemaChangeEvent",
     "SourceInfo",
+    "UserType",
     "raw_bytes_event",
 ]
 
@@ -57,41 +59,74 @@ class Column:
 
 
 @dataclass(frozen=True, slots=True)
+class UserType:
+    """A CQL user-defined type that column types name (``frozen<address>``, ``list<frozen<address>>``).
+
+    ``name`` is the type's name as column types write it, in lower case; ``fields`` its fields in
+    declaration order, each ``(name, CQL type)``. Every field of a user type may be null.
+    """
+
+    name: str
+    fields: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RowSchema:
     """The schema of one table's rows, derived from the table's metadata.
 
     Events of the same table share one instance; ``fingerprint`` lets converters cache what they
-    derive from it (an Avro schema, its registry id) without hashing per event.
+    derive from it (an Avro schema, its registry id) without hashing per event. ``user_types``
+    defines the user types the columns' types name.
     """
 
     namespace: str  # "<cluster>.<keyspace>.<table>"
     key_columns: tuple[Column, ...]
     value_columns: tuple[Column, ...]
     version: int = 1
+    user_types: tuple[UserType, ...] = ()
     fingerprint: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        canonical = json.dumps(
-            [
-                self.namespace,
-                self.version,
-                [(c.name, c.type, c.optional) for c in self.key_columns],
-                [(c.name, c.type, c.optional) for c in self.value_columns],
-            ],
-            separators=(",", ":"),
-        )
+        described: list[Any] = [
+            self.namespace,
+            self.version,
+            [(c.name, c.type, c.optional) for c in self.key_columns],
+            [(c.name, c.type, c.optional) for c in self.value_columns],
+        ]
+        if self.user_types:
+            described.append([(t.name, t.fields) for t in self.user_types])
+        canonical = json.dumps(described, separators=(",", ":"))
         object.__setattr__(self, "fingerprint", hashlib.sha1(canonical.encode()).hexdigest()[:16])
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "namespace": self.namespace,
-                "version": self.version,
-                "key": [[c.name, c.type, c.optional] for c in self.key_columns],
-                "value": [[c.name, c.type, c.optional] for c in self.value_columns],
-            },
-            separators=(",", ":"),
+    def user_type(self, name: str) -> UserType | None:
+        """The user type named ``name`` (lower case, as :func:`cdcflow.schemas.parse_cql_type` gives it)."""
+        for user_type in self.user_types:
+            if user_type.name == name:
+                return user_type
+        return None
+
+    def with_columns(
+        self, key_columns: tuple[Column, ...] | None = None, value_columns: tuple[Column, ...] | None = None
+    ) -> RowSchema:
+        """This schema with other columns (what a transform that adds, renames or drops columns returns)."""
+        return RowSchema(
+            self.namespace,
+            self.key_columns if key_columns is None else key_columns,
+            self.value_columns if value_columns is None else value_columns,
+            self.version,
+            self.user_types,
         )
+
+    def to_json(self) -> str:
+        document: dict[str, Any] = {
+            "namespace": self.namespace,
+            "version": self.version,
+            "key": [[c.name, c.type, c.optional] for c in self.key_columns],
+            "value": [[c.name, c.type, c.optional] for c in self.value_columns],
+        }
+        if self.user_types:
+            document["types"] = [[t.name, [list(f) for f in t.fields]] for t in self.user_types]
+        return json.dumps(document, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> RowSchema:
@@ -101,6 +136,7 @@ class RowSchema:
             tuple(Column(*c) for c in data["key"]),
             tuple(Column(*c) for c in data["value"]),
             data["version"],
+            tuple(UserType(name, tuple((f, t) for f, t in fields)) for name, fields in data.get("types", ())),
         )
 
 

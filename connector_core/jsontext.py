@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from decimal import Decimal
 from json.encoder import (  # type: ignore[attr-defined]
     c_make_encoder,
     encode_basestring,
@@ -22,11 +23,14 @@ __all__ = ["canonical_json", "compact_json", "json_default", "json_envelope"]
 
 
 def json_default(value: Any) -> Any:
-    """How cdcflow writes values JSON has no type for: bytes as base64, sets and tuples as lists."""
+    """How cdcflow writes values JSON has no type for: bytes as base64, sets and tuples as lists,
+    decimals as their exact plain text (``"-12345.678901234567890"``, never a float or ``1E+3``)."""
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode()
     if isinstance(value, set | frozenset | tuple):
         return list(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
     return str(value)
 
 

@@ -23,7 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from cdcflow.config import ResolvedPath
 from cdcflow.errors import ConfigError, StartupCheckError
 
-__all__ = ["LIBRDKAFKA_LOGGER", "KafkaClientConfig", "KafkaClientFileError"]
+__all__ = ["LIBRDKAFKA_LOGGER", "TOMBSTONE_HEADER", "KafkaClientConfig", "KafkaClientFileError"]
+
+TOMBSTONE_HEADER = "cdcflow.tombstone"
+"""Marks the tombstone the kafka sink writes after a delete (``tombstones_on_delete``), so a reader of
+cdcflow's topics (the kafka source) can tell it from a delete of its own: an unwrapped delete is a
+null value too."""
 
 _SASL_PROTOCOLS = {"SASL_PLAINTEXT", "SASL_SSL"}
 _SSL_PROTOCOLS = {"SSL", "SASL_SSL"}

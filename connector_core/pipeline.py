@@ -43,6 +43,7 @@ from cdcflow.metrics import PipelineMetrics
 from cdcflow.retry import Backoff
 
 __all__ = [
+    "DEAD_LETTER_STAGE_HEADER",
     "AllPartitions",
     "BucketAssignment",
     "HashAssignment",
@@ -150,7 +151,7 @@ def apply_transforms(
         for transform in transforms:
             try:
                 if isinstance(current, ChangeEvent):
-                    current = transform.apply(current)
+                    current = transform.transform_event(current)
                 elif current is not None:
                     current = transform.apply_schema_change(current)
             except Exception as exc:
@@ -164,13 +165,17 @@ def apply_transforms(
     return output, rejected
 
 
+DEAD_LETTER_STAGE_HEADER = "cdcflow.error.stage"
+"""Where a dead letter failed (``source``, ``transform:<type>``, ``convert``, ``sink``); every dead letter has it."""
+
+
 def dead_letter_record(rejected: Rejected, pipeline: str) -> Record:
     """The rejected record, carrying Kafka Connect-style error headers."""
     headers = dict(rejected.record.headers or {})
     headers.update(
         {
             "cdcflow.error.pipeline": pipeline,
-            "cdcflow.error.stage": rejected.stage,
+            DEAD_LETTER_STAGE_HEADER: rejected.stage,
             "cdcflow.error.class": type(rejected.error).__name__,
             "cdcflow.error.message": str(rejected.error)[:2000],
             "cdcflow.error.original_topic": rejected.record.destination(),

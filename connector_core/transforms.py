@@ -1,4 +1,9 @@
-"""The built-in transforms: ``filter``, ``route``, ``mask`` and ``unwrap``."""
+"""The built-in transforms: ``filter``, ``route``, ``mask`` and ``unwrap``.
+
+Each states how it changes an event's schema (:meth:`~cdcflow.contract.Transform.transform_schema`):
+``filter`` and ``route`` keep it, ``mask`` drops columns or makes hashed ones text, ``unwrap`` adds
+the ``__`` columns it writes.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,13 @@ import hashlib
 import operator
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from cdcflow.contract import PluginConfig, PluginContext, Transform
 from cdcflow.errors import TransformError
-from cdcflow.events import ChangeEvent, SchemaChangeEvent
+from cdcflow.events import ChangeEvent, Column, RowSchema, SchemaChangeEvent, SourceInfo
 
 __all__ = [
     "FilterConfig",
@@ -249,13 +254,29 @@ class MaskTransform(Transform[MaskConfig]):
     type_name = "mask"
     config_model = MaskConfig
 
-    def apply(self, event: ChangeEvent) -> ChangeEvent | None:
-        table = event.source.table
-        targets = {
+    def _targets(self, table: str) -> set[str]:
+        return {
             c.split(".", 1)[1] if "." in c else c
             for c in self.config.columns
             if "." not in c or c.split(".", 1)[0] == table
         }
+
+    def transform_schema(self, schema: RowSchema, source: SourceInfo) -> RowSchema:
+        targets = self._targets(source.table)
+        if not targets:
+            return schema
+
+        def masked(columns: tuple[Column, ...]) -> tuple[Column, ...]:
+            if self.config.mode == "drop":
+                return tuple(c for c in columns if c.name not in targets)
+            # A hash is hex text, whatever the column held.
+            return tuple(Column(c.name, "text", c.optional) if c.name in targets else c for c in columns)
+
+        return schema.with_columns(masked(schema.key_columns), masked(schema.value_columns))
+
+    def apply(self, event: ChangeEvent) -> ChangeEvent | None:
+        table = event.source.table
+        targets = self._targets(table)
         if not targets:
             return event
         if self.config.mode == "drop" and targets & set(event.key):
@@ -288,20 +309,35 @@ class UnwrapConfig(PluginConfig):
 
 
 class UnwrapTransform(Transform[UnwrapConfig]):
-    """``unwrap``: emit just the row state after the change (Debezium's ExtractNewRecordState)."""
+    """``unwrap``: emit just the row state after the change (Debezium's ExtractNewRecordState).
+
+    Its schema is the row's, plus ``__deleted`` (boolean, ``rewrite`` only: true on deletes, false
+    otherwise) and the ``__<name>`` columns of ``add_fields``.
+    """
 
     type_name = "unwrap"
     config_model = UnwrapConfig
+
+    _FIELD_TYPES: ClassVar[dict[str, str]] = {"op": "text", "table": "text", "ts_us": "bigint"}
+
+    def transform_schema(self, schema: RowSchema, source: SourceInfo) -> RowSchema:
+        added = [Column("__deleted", "boolean")] if self.config.delete_handling == "rewrite" else []
+        added += [Column(f"__{name}", self._FIELD_TYPES[name]) for name in self.config.add_fields]
+        known = {c.name for c in schema.value_columns}
+        return schema.with_columns(value_columns=schema.value_columns + tuple(c for c in added if c.name not in known))
 
     def apply(self, event: ChangeEvent) -> ChangeEvent | None:
         if not event.envelope:
             return event
         row = event.after
+        rewrite = self.config.delete_handling == "rewrite"
         if row is None:
             if self.config.delete_handling == "drop":
                 return None
-            if self.config.delete_handling == "rewrite":
+            if rewrite:
                 row = {**(event.before or event.key), "__deleted": True}
+        elif rewrite:
+            row = {**row, "__deleted": False}  # every record says whether it is a delete (Debezium's rewrite)
         if row is not None and self.config.add_fields:
             extra = {"op": event.op.value, "table": event.source.table, "ts_us": event.source.ts_us}
             row = {**row, **{f"__{name}": extra[name] for name in self.config.add_fields}}

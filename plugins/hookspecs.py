@@ -40,7 +40,22 @@ class CdcflowHookSpecs:
 
     @hookspec
     def cdcflow_transform_types(self) -> list[type[Any]]:
-        """Transform classes (subclasses of :class:`cdcflow.contract.Transform`)."""
+        """Transform classes (subclasses of :class:`cdcflow.contract.Transform`).
+
+        A transform implements ``apply(event)`` (the new event, or None to drop it) and, when it
+        adds, renames, drops or retypes columns, ``transform_schema(schema, source)``: the
+        :class:`~cdcflow.events.RowSchema` of what ``apply`` returns for events of ``schema``
+        from ``source``'s table, built with ``schema.with_columns(...)``. It is called once per
+        (schema, keyspace, table) and cached, so it must depend on nothing but those and the
+        config; a column only some events get is optional. The runtime puts that schema on every
+        event ``apply`` returns, so converters (Avro, Connect JSON) and the parquet sink describe
+        exactly the event's fields; an event carrying a column its schema lacks is refused with a
+        :class:`~cdcflow.errors.TransformError` (dead letters) instead of the column being
+        dropped silently. Example: a transform adding ``amount_bucket``::
+
+            def transform_schema(self, schema, source):
+                return schema.with_columns(value_columns=(*schema.value_columns, Column("amount_bucket", "text")))
+        """
         raise NotImplementedError
 
     @hookspec

@@ -26,7 +26,7 @@ script_of() {
 where_of() {
   case "$1" in
     kafka) echo "127.0.0.1:9092" ;;
-    registry) echo "http://127.0.0.1:8081" ;;
+    registry) echo "http://127.0.0.1:${REGISTRY_PORT:-8081}/apis/ccompat/v7 (Apicurio Registry)" ;;
     cassandra) echo "127.0.0.1:9042" ;;
     kafka-secure) echo "127.0.0.1:19092, SASL_SSL 127.0.0.1:19094" ;;
     spark-cluster) echo "spark://127.0.0.1:7077" ;;

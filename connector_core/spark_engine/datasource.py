@@ -223,7 +223,8 @@ def decode_native_batches(job: SourceJob, batches: Iterator[Any]) -> Iterator[An
     transformed, in the stream shape."""
     source, transforms = _source_side(job, open_source=False)
     for batch in batches:
-        records = (source.decode_spark_row(row) for row in batch.to_pylist())
+        decoded = (source.decode_spark_row(row) for row in batch.to_pylist())
+        records = (record for record in decoded if record is not None)
         # Column by column: building Arrow arrays from the row tuples' columns costs less than
         # Arrow building them from a dict per row.
         yield from _as_arrow_batches(_transformed_rows(job, transforms, records), size=max(batch.num_rows, 1))

@@ -1,4 +1,8 @@
-"""The ``kafka`` sink: an idempotent producer; ``flush`` returns only when every delivery report is in."""
+"""The ``kafka`` sink: an idempotent producer; ``flush`` returns only when every delivery report is in.
+
+A delete is followed by a tombstone (the same key, a null value) unless ``tombstones_on_delete`` is
+off, so a compacted topic forgets deleted keys (Debezium's relational connectors do the same).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,22 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import Field
 
 from cdcflow.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
-from cdcflow.converters import converter_from_fields
-from cdcflow.errors import ConverterError, RecordRejectedError, SinkDeliveryError, SinkUnavailableError
-from cdcflow.events import Record, SourceInfo, raw_bytes_event
-from cdcflow.kafka_client import KafkaClientConfig
+from cdcflow.converters import SubjectNameStrategy, converter_from_fields
+from cdcflow.errors import (
+    ConverterError,
+    RecordRejectedError,
+    SinkDeliveryError,
+    SinkUnavailableError,
+    TransientError,
+)
+from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
+from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
+from cdcflow.pipeline import DEAD_LETTER_STAGE_HEADER
+from cdcflow.schemas import DecimalHandling
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
+
+TOMBSTONE_HEADERS: tuple[tuple[str, str | bytes | None], ...] = ((TOMBSTONE_HEADER, "after-delete"),)
 
 log = logging.getLogger("cdcflow.sinks.kafka")
 
@@ -36,6 +50,20 @@ class KafkaSinkConfig(PluginConfig):
     )
     converter: str | dict[str, Any] = Field(default="json", description="json, avro, or {type: ..., ...}")
     schema_registry_url: str | None = Field(default=None, description="for the avro converter")
+    schema_registry: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="for the avro converter: confluent-kafka SchemaRegistryClient settings (url, "
+        "basic.auth.user.info, bearer.auth.*, ssl.*, timeout...); secrets as ${ENV}",
+    )
+    subject_name_strategy: SubjectNameStrategy | None = Field(
+        default=None, description="for the avro converter: topic (default), record or topic_record"
+    )
+    decimal_handling: DecimalHandling | None = Field(
+        default=None, description="precise (default), double or string: how decimals are written"
+    )
+    tombstones_on_delete: bool = Field(
+        default=True, description="follow each delete with a tombstone (same key, null value) for log compaction"
+    )
     topic: str | None = Field(default=None, description="write every record here instead of its own topic")
     compression: str = Field(default="lz4", pattern="^(none|gzip|snappy|lz4|zstd)$")
     linger_ms: int = Field(default=5, ge=0)
@@ -50,14 +78,22 @@ class KafkaSinkConfig(PluginConfig):
 
 class KafkaSink(Sink[KafkaSinkConfig]):
     """``kafka``: topic ``<cluster>.<keyspace>.<table>`` by default (``route`` renames it), key =
-    the primary key, value = the converter's encoding; delivery is idempotent and ``acks=all``."""
+    the primary key, value = the converter's encoding, a tombstone after each delete; delivery is
+    idempotent and ``acks=all``."""
 
     type_name = "kafka"
     config_model = KafkaSinkConfig
 
     def __init__(self, config: KafkaSinkConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        self.converter: Converter[Any] = converter_from_fields(config.converter, config.schema_registry_url, context)
+        self.converter: Converter[Any] = converter_from_fields(
+            config.converter,
+            config.schema_registry_url,
+            context,
+            schema_registry=config.schema_registry,
+            subject_name_strategy=config.subject_name_strategy,
+            decimal_handling=config.decimal_handling,
+        )
         self._producer: Producer | None = None
         self._rejected: list[Rejected] = []
         self._undelivered: list[KafkaError] = []
@@ -106,14 +142,28 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 key = self.converter.serialize_key(record, topic)
                 value = self.converter.serialize_value(record, topic)
             except ConverterError as exc:
+                if isinstance(exc, TransientError):
+                    raise  # the registry is down: retried with the batch, not a bad record
                 rejected.append(Rejected(record, exc, "convert"))
                 continue
             headers: list[tuple[str, str | bytes | None]] | None = (
                 list(record.headers.items()) if record.headers else None
             )
             self._produce(producer, topic, key, value, headers, record, rejected)
+            if value is not None and self._wants_tombstone(record):
+                self._produce(producer, topic, key, None, list(TOMBSTONE_HEADERS), record, rejected)
         producer.poll(0)
         return rejected
+
+    def _wants_tombstone(self, record: Record) -> bool:
+        return (
+            self.config.tombstones_on_delete
+            and isinstance(record, ChangeEvent)
+            and record.op is Op.DELETE
+            and bool(record.key)
+            # A dead letter (this sink as errors.dead_letter) is a record that failed, not a delete.
+            and not (record.headers and DEAD_LETTER_STAGE_HEADER in record.headers)
+        )
 
     def _produce(
         self,

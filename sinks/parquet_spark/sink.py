@@ -4,6 +4,9 @@ Layout: ``<path>/table=<destination>/event_date=<YYYY-MM-DD>/part-b<batch>-<n>.p
 partition columns are configurable). Each row is one change: the envelope columns (``op``,
 ``ts_ms``, ``source_ts_us``, ``source_partition``, ``source_position``, ``snapshot``) and the
 table's columns with their types: the row after the change, or before it for a delete (``op = d``).
+User types and tuples are structs, collections arrays and maps. A ``decimal`` or ``varint`` column
+is a Parquet ``decimal(38, s)`` where the data fixes the scale (``s`` = the largest scale its values
+have, every value fits 38 digits), else its exact text (:meth:`ParquetSink._number_types`).
 
 Exactly once per batch, with any Hadoop filesystem and any Parquet reader:
 
@@ -31,8 +34,8 @@ from pydantic import Field
 from cdcflow.config import ResolvedLocation
 from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
 from cdcflow.errors import EngineUnsupportedError, SinkError
-from cdcflow.events import Column, Record, RowSchema
-from cdcflow.schemas import SPARK_CONVERTED_AFTER_PARSING, UNTYPED_NULL, parse_cql_type, spark_ddl_type
+from cdcflow.events import Column, Record, RowSchema, UserType
+from cdcflow.schemas import UNTYPED_NULL, ParsedType, map_keys_are_values, parse_cql_type, spark_ddl_type
 
 __all__ = ["ENVELOPE_COLUMNS", "ParquetSchemaConflictError", "ParquetSink", "ParquetSinkConfig", "merge_table_columns"]
 
@@ -78,6 +81,9 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         self._pending_dates: set[tuple[str, str]] = set()  # (table folder, date) not yet marked complete
         # (destination, column) -> the type an earlier batch wrote, for a column a batch has only nulls of
         self._learned_types: dict[tuple[str, str], str] = {}
+        # (destination, column) -> the Spark type a decimal or varint column is written as
+        self._number_columns: dict[tuple[str, str], str] = {}
+        self._read_existing: set[str] = set()  # destinations whose files were asked for their types
 
     # --- the record-at-a-time contract does not apply: Spark writes whole batches ------------------
 
@@ -92,6 +98,9 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
     def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
 
+        # Standard Parquet timestamps (INT64, microseconds, UTC), not Spark's legacy INT96 default:
+        # every reader maps them to a UTC timestamp, to the millisecond Cassandra wrote.
+        batch.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         files = _HadoopFiles(batch.sparkSession, self.config.path)
         staging = f"_cdcflow/staging/{batch_id}"
         manifest = f"_cdcflow/manifests/{batch_id}.json"
@@ -106,7 +115,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             tables = self._tables_of(counts)
 
             def write_table(table: _DestinationTable) -> None:
-                typed = self._typed_rows(changes, table)
+                typed = self._typed_rows(changes, table, files)
                 # About rows_per_file rows a file: a small batch makes one file per table and date
                 # (and one write task), not one per input partition.
                 files_wanted = -(-table.rows // self.config.rows_per_file)
@@ -175,23 +184,41 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             listed.sort(key=lambda schema: (schema.namespace, schema.version, schema.fingerprint))
             columns = merge_table_columns(destination, listed, self._learned_types)
             self._learned_types.update({(destination, c.name): c.type for c in columns if c.type != UNTYPED_NULL})
-            tables.append(_DestinationTable(destination, tuple(columns), rows[destination]))
+            user_types: dict[str, UserType] = {}
+            for schema in listed:
+                user_types.update({t.name: t for t in schema.user_types if t.name not in user_types})
+            merged = RowSchema(destination, (), tuple(columns), user_types=tuple(user_types.values()))
+            tables.append(_DestinationTable(destination, merged, rows[destination]))
         return tables
 
-    def _typed_rows(self, changes: Any, table: _DestinationTable) -> Any:
+    def _typed_rows(self, changes: Any, table: _DestinationTable, files: _HadoopFiles) -> Any:
         from pyspark.sql import functions as F  # noqa: N812
 
         rows = changes.filter(F.col("destination") == table.destination)
-        columns = [c for c in table.columns if c.type != UNTYPED_NULL]
+        schema = table.schema
         image = F.coalesce(F.col("after"), F.col("before"), F.col("key"))
+        numbers = self._number_types(rows, image, table, files)
+        # A column nothing types yet (only nulls so far) is left out of this batch's files.
+        columns = [
+            c
+            for c in schema.value_columns
+            if c.type != UNTYPED_NULL and (c.type not in ("decimal", "varint") or c.name in numbers)
+        ]
         envelope = [F.col(c) for c in ENVELOPE_COLUMNS]
         names = {c.name for c in columns}
-        if table.columns:
+        if schema.value_columns:
             # Every image of the destination parses with the merged columns: a column a table
             # lacks, or a row leaves out, is null there.
-            ddl = ", ".join(f"`{c.name}` {spark_ddl_type(c.type)}" for c in columns)
+            ddl = ", ".join(f"`{c.name}` {spark_ddl_type(c.type, schema)}" for c in columns)
             parsed = rows.select(*envelope, F.from_json(image, ddl).alias("_row"))
-            table_columns = [_native(F.col("_row").getField(c.name), c.type).alias(c.name) for c in columns]
+            table_columns = []
+            for c in columns:
+                value = F.col("_row").getField(c.name)
+                if c.name in numbers:
+                    typed = value if numbers[c.name] == "string" else value.cast(numbers[c.name])
+                else:
+                    typed = _native(value, parse_cql_type(c.type), schema)
+                table_columns.append(typed.alias(c.name))
         else:  # a source without schemas: the row stays JSON text
             parsed = rows.select(*envelope, image.alias("_row"))
             table_columns = [F.col("_row").alias("row")]
@@ -199,6 +226,65 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         envelope_out = [F.col(c).alias(f"cdc_{c}" if c in names else c) for c in ENVELOPE_COLUMNS]
         date = F.to_date(F.timestamp_micros(F.col("source_ts_us"))).alias("event_date")
         return parsed.select(*envelope_out, *table_columns, date)
+
+    def _number_types(self, rows: Any, image: Any, table: _DestinationTable, files: _HadoopFiles) -> dict[str, str]:
+        """The Spark type of each top-level ``decimal`` and ``varint`` column with a known type.
+
+        A Parquet decimal has one scale: ``decimal(38, s)`` where ``s`` is the largest scale of
+        the column's values (decimals are plain text in the row JSON; a varint's scale is 0) and
+        every value has at most 38 digits at that scale, so each value is written exactly (a value
+        of a smaller scale gains trailing zeros). Otherwise the column is its values' exact text.
+        The first batch with values decides; a later batch keeps the decision while its values
+        fit and turns the column to text when they do not (logged). A restart takes the type from
+        the destination's newest file. A column with no value and no decision is left out.
+        """
+        from pyspark.sql import functions as F  # noqa: N812
+
+        destination = table.destination
+        wanted = [c.name for c in table.schema.value_columns if c.type in ("decimal", "varint")]
+        if not wanted:
+            return {}
+        if destination not in self._read_existing:
+            self._read_existing.add(destination)
+            for name, kind in _existing_types(rows.sparkSession, files, destination, self.config).items():
+                if name in wanted and (kind == "string" or kind.startswith("decimal")):
+                    self._number_columns.setdefault((destination, name), kind)
+        ddl = ", ".join(f"`{name}` string" for name in wanted)
+        text = rows.select(F.from_json(image, ddl).alias("_n")).select(
+            *(F.col("_n").getField(name).alias(name) for name in wanted)
+        )
+        measures = []
+        for name in wanted:
+            value = F.col(f"`{name}`")
+            point = F.instr(value, ".")
+            whole = F.regexp_replace(F.split(value, "[.]").getItem(0), "^-?0*", "")
+            measures += [
+                F.max(F.when(point > 0, F.length(value) - point).otherwise(F.lit(0))),  # its scale
+                F.max(F.length(whole)),  # its digits before the point
+                F.max(F.instr(F.lower(value), "e")),  # exponent notation: not plain text
+            ]
+        stats = text.agg(*measures).collect()[0]
+        types: dict[str, str] = {}
+        for index, name in enumerate(wanted):
+            scale, digits, exponent = stats[3 * index], stats[3 * index + 1], stats[3 * index + 2]
+            plain = not exponent
+            earlier = self._number_columns.get((destination, name))
+            chosen = earlier
+            if scale is not None:  # the batch has values of this column
+                needed = _decimal_type(int(scale), int(digits or 0)) if plain else "string"
+                chosen = needed if earlier is None else _keep_or_widen(earlier, needed)
+                if earlier is not None and chosen != earlier:
+                    log.warning(
+                        "destination %s: column %s was %s, its values now need %s; written as exact text from here",
+                        destination,
+                        name,
+                        earlier,
+                        needed,
+                    )
+            if chosen is not None:
+                self._number_columns[(destination, name)] = chosen
+                types[name] = chosen
+        return types
 
     def _mark_complete(self, files: _HadoopFiles, watermark_us: int | None) -> None:
         if watermark_us is None:
@@ -238,16 +324,51 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
 
 @dataclass(frozen=True)
 class _DestinationTable:
-    """What one write job of a batch writes: a destination's rows, with its merged columns."""
+    """What one write job of a batch writes: a destination's rows, with its merged columns (the
+    value columns of ``schema``, with the user types they name)."""
 
     destination: str
-    columns: tuple[Column, ...]
+    schema: RowSchema
     rows: int
+
+
+_MAX_DECIMAL_DIGITS = 38  # Spark's (and Parquet's 16-byte) decimal precision
+
+
+def _decimal_type(scale: int, whole_digits: int) -> str:
+    if whole_digits + scale > _MAX_DECIMAL_DIGITS:
+        return "string"
+    return f"decimal({_MAX_DECIMAL_DIGITS},{scale})"
+
+
+def _keep_or_widen(earlier: str, needed: str) -> str:
+    """What a column written as ``earlier`` is written as when a batch needs ``needed``: the same
+    decimal while every value fits its scale, else text from then on."""
+    if earlier in (needed, "string"):
+        return earlier
+    if needed == "string":
+        return "string"
+    earlier_scale = int(earlier.split(",")[1].rstrip(")"))
+    needed_scale = int(needed.split(",")[1].rstrip(")"))
+    return earlier if needed_scale <= earlier_scale else "string"
+
+
+def _existing_types(session: Any, files: _HadoopFiles, destination: str, config: ParquetSinkConfig) -> dict[str, str]:
+    """Column types of the destination's newest file (Spark's simple type names), or nothing."""
+    folder = _table_folder(destination, config)
+    written = sorted(
+        (f for f in files.list_files(folder) if f.endswith(".parquet") and "/_" not in f"/{f}"),
+        key=lambda f: f.rsplit("/", 1)[-1],
+    )
+    if not written:
+        return {}
+    schema = session.read.parquet(files.uri(written[-1])).schema
+    return {field.name: field.dataType.simpleString() for field in schema.fields}
 
 
 # Types a column may widen through when tables of one destination disagree: every value of a
 # lower type is exactly a value of a higher one. Anything else is a conflict.
-_WIDENING_LADDERS = (("tinyint", "smallint", "int", "bigint"), ("float", "double"))
+_WIDENING_LADDERS = (("tinyint", "smallint", "int", "bigint", "varint"), ("float", "double"))
 _SAME_VALUES = {"varchar": "text", "counter": "bigint"}
 
 
@@ -320,17 +441,86 @@ def _date_end_us(day: str) -> int:
     return int(start.timestamp() * 1_000_000) + _DAY_US
 
 
-def _native(column: Any, cql_type: str) -> Any:
+def _native(column: Any, parsed: ParsedType, schema: RowSchema) -> Any:
+    """``column`` (parsed from the row JSON) with its values in their native Spark types: bytes
+    from base64, timestamps and dates from epoch numbers, map keys from JSON object keys, at any
+    depth (inside lists, maps, tuples and user types)."""
+    converted = _conversion(parsed, schema)
+    return column if converted is None else converted(column)
+
+
+def _conversion(parsed: ParsedType, schema: RowSchema) -> Any:
+    """A function of a Spark column converting values of ``parsed``, or None when they parse as
+    they are."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    target = SPARK_CONVERTED_AFTER_PARSING.get(parse_cql_type(cql_type)[0])
-    if target == "binary":
-        return F.unbase64(column)
-    if target == "timestamp":
-        return F.timestamp_millis(column)
-    if target == "date":
-        return F.date_from_unix_date(column)
-    return column
+    name, arguments = parsed
+    if name == "blob":
+        return F.unbase64
+    if name == "timestamp":
+        return F.timestamp_millis
+    if name == "date":
+        return F.date_from_unix_date
+    if name in ("list", "set", "vector"):
+        element = _conversion(arguments[0], schema)
+        return None if element is None else (lambda c: F.transform(c, element))
+    if name == "map":
+        key_type, value_type = arguments
+        values = _conversion(value_type, schema)
+        if not map_keys_are_values(key_type):
+            entry = _fields_conversion([("key", key_type), ("value", value_type)], schema)
+            return None if entry is None else (lambda c: F.transform(c, entry))
+        keys = _map_key_conversion(key_type)
+
+        def convert_map(c: Any) -> Any:
+            if keys is not None:
+                c = F.transform_keys(c, lambda k, _: keys(k))
+            if values is not None:
+                c = F.transform_values(c, lambda _, v: values(v))
+            return c
+
+        return None if keys is None and values is None else convert_map
+    if name == "tuple":
+        return _fields_conversion([(f"f{i}", a) for i, a in enumerate(arguments)], schema)
+    user_type = schema.user_type(name)
+    if user_type is not None:
+        return _fields_conversion([(f, parse_cql_type(t)) for f, t in user_type.fields], schema)
+    return None
+
+
+def _fields_conversion(fields: list[tuple[str, ParsedType]], schema: RowSchema) -> Any:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    converted = {name: _conversion(parsed, schema) for name, parsed in fields}
+    if all(c is None for c in converted.values()):
+        return None
+
+    def convert_struct(c: Any) -> Any:
+        members = [(f(c.getField(n)) if f is not None else c.getField(n)).alias(n) for n, f in converted.items()]
+        return F.when(c.isNotNull(), F.struct(*members))
+
+    return convert_struct
+
+
+_KEY_CASTS = {"int": "int", "bigint": "bigint", "counter": "bigint", "smallint": "smallint", "tinyint": "tinyint"}
+_KEY_CASTS |= {"boolean": "boolean", "float": "float", "double": "double", "time": "bigint"}
+
+
+def _map_key_conversion(key: ParsedType) -> Any:
+    """Map keys parse as text (JSON object keys); a key of another type is cast back."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    name = key[0]
+    if name in _KEY_CASTS:
+        target = _KEY_CASTS[name]
+        return lambda k: k.cast(target)
+    if name == "timestamp":
+        return lambda k: F.timestamp_millis(k.cast("bigint"))
+    if name == "date":
+        return lambda k: F.date_from_unix_date(k.cast("int"))
+    if name == "blob":
+        return F.unbase64
+    return None  # text, uuids, inet, decimals and varints stay their exact text
 
 
 class _HadoopFiles:

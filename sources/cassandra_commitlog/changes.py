@@ -6,7 +6,8 @@ of rows; each becomes a :class:`RowChange` of its own, so no deletion is silentl
 ``after`` holds only what the mutation carried (the ``delta`` row image): a column absent from it
 was not touched, a column present as ``None`` was deleted. For a multi-cell column (non-frozen
 collection or user type) the value is what the mutation added or set; a whole-column replacement
-or deletion shows as ``replaced``, removed elements as ``removed``.
+or deletion shows as ``replaced``, removed elements as ``removed``. A non-frozen user type's field
+update holds only the fields written (a field set to null as ``None``, also named in ``removed``).
 """
 
 from __future__ import annotations
@@ -189,10 +190,16 @@ def _row_change(table: TableSchema, key: dict[str, Any], row: RowUpdate) -> RowC
             change.after[name] = None  # the whole collection deleted (or set to null)
     for name, cells in multi_cell.items():
         column = cells[0].column
-        live = [(c.path or b"", c.value) for c in cells if not c.deleted]
+        live: list[tuple[bytes, bytes | None]] = [(c.path or b"", c.value) for c in cells if not c.deleted]
         removed = [c for c in cells if c.deleted]
+        whole = name in row.complex_deletions
         try:
-            if live or name in row.complex_deletions:
+            if column.type.kind == "udt":
+                # A field update names the fields it wrote; a field set to null is a cell
+                # tombstone, so it is there too, as None (and listed in `removed`).
+                written = [(c.path or b"", None if c.deleted else c.value) for c in cells]
+                change.after[name] = column.type.collect(written, whole)
+            elif live or whole:
                 change.after[name] = column.type.collect(live)
             if removed:
                 change.removed[name] = [column.type.path_label(c.path or b"") for c in removed]

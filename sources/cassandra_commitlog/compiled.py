@@ -5,8 +5,9 @@ a mutation decoded straight to its row changes (:class:`CompiledDecoder`). The P
 (``segment``, ``mutation``, ``changes``) stays the reference: the compiled decoder *declines* any
 mutation it does not decode exactly as the reference does (a value it cannot read, an unknown
 table, a ``system_schema`` update), and the reference then decodes it, or raises the error cdcflow
-stores. What the compiled core does not decode itself (``duration``, user types, custom types,
-IPv6 addresses, decimals of more than 28 digits) is decoded by the reference's own ``CqlType``, so
+stores. What the compiled core does not decode itself (``decimal``, which must arrive as an exact
+``Decimal``, ``duration``, user types as dicts, custom types, IPv6 addresses) is decoded by the
+reference's own ``CqlType``, so
 a change there needs no change in Rust; a type it does decode (``values.rs``) must follow a change
 of the reference (``cqltypes``). ``tests/unit/test_compiled_core.py`` holds both paths equal.
 """
@@ -51,7 +52,6 @@ _COMPILED_NATIVE = frozenset(
         "date",
         "uuid",
         "timeuuid",
-        "decimal",
         "inet",
     }
 )
@@ -76,6 +76,8 @@ def type_description(cql: CqlType) -> tuple[Any, ...]:
         native = native_type_name(cql)
         if native in _COMPILED_NATIVE:
             name = native
+    elif cql.kind == "udt":
+        name = "udt"  # decoded and collected by the reference, a field update as it wrote it
     elif cql.kind in ("list", "set", "map"):
         name = cql.kind
     elif cql.kind == "tuple":

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cdcflow.events import Column, RowSchema
-from cdcflow.sources.cql.cqltypes import CqlType, build_type
+from cdcflow.sources.cql.cqltypes import CqlType, build_type, user_types_of
 
 __all__ = ["ColumnSchema", "SchemaCatalog", "TableSchema", "load_schema_catalog"]
 
@@ -66,11 +66,30 @@ class TableSchema:
         return f"CREATE TABLE {self.keyspace}.{self.table} ({', '.join(lines)}) WITH cdc = {str(self.cdc).lower()}"
 
     def row_schema(self, cluster: str) -> RowSchema:
-        key = tuple(Column(c.name, c.type_text, optional=False) for c in self.partition_key + self.clustering)
+        """The events' schema of this table (built once per table version: every update asks)."""
+        cached = _row_schemas.get(id(self))
+        if cached is not None and cached[0] is self and cached[1] == cluster:
+            return cached[2]
+        if len(_row_schemas) >= 4096:
+            _row_schemas.clear()
+        schema = self._build_row_schema(cluster)
+        _row_schemas[id(self)] = (self, cluster, schema)
+        return schema
+
+    def _build_row_schema(self, cluster: str) -> RowSchema:
+        key_columns = self.partition_key + self.clustering
+        key = tuple(Column(c.name, c.type_text, optional=False) for c in key_columns)
         regular = sorted(self.columns.values(), key=lambda c: c.name)
         return RowSchema(
-            f"{cluster}.{self.keyspace}.{self.table}", key, key + tuple(Column(c.name, c.type_text) for c in regular)
+            f"{cluster}.{self.keyspace}.{self.table}",
+            key,
+            key + tuple(Column(c.name, c.type_text) for c in regular),
+            user_types=user_types_of(c.type for c in (*key_columns, *regular)),
         )
+
+
+# id(table) -> (the table, cluster, its row schema); the entry holds the table, so the id stays its own.
+_row_schemas: dict[int, tuple[TableSchema, str, RowSchema]] = {}
 
 
 @dataclass(slots=True)

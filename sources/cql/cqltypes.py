@@ -1,10 +1,15 @@
 """CQL types as the commit log stores them: how long a value is, and what it decodes to.
 
-Decoded values are what cdcflow's events carry (see ``cdcflow.schemas``): ``timestamp`` as
-epoch milliseconds, ``date`` as days since the epoch, ``uuid``/``timeuuid``/``inet`` as text,
-``decimal`` as a float (seed 001 maps it to double), ``duration`` as ``<months>mo<days>d<nanos>ns``,
-tuples as ``{"f0": ..., "f1": ...}`` and user types as their JSON text, since events name a UDT
-column by its type name and converters carry such columns as text.
+Decoded values are what cdcflow's events carry, exactly (see ``cdcflow.schemas`` for how
+converters write them): ``decimal`` as a ``Decimal`` with its scale, ``varint`` as an ``int`` of any
+size, ``timestamp`` as epoch milliseconds, ``date`` as days since the epoch,
+``uuid``/``timeuuid``/``inet`` as text, ``duration`` as ``<months>mo<days>d<nanos>ns``, tuples as
+``{"f0": ..., "f1": ...}``, user types as ``{field: value}`` (a frozen value has every field; a
+field update of a non-frozen one only the fields it wrote), maps as dicts, or as lists of
+``{"key": k, "value": v}`` when their keys are collections, tuples or user types (not hashable).
+The same values come from storage (:meth:`CqlType.decode`, :meth:`CqlType.collect`) and from the
+driver (:func:`from_driver`); the decimal, varint and user-type forms are made in one place each
+(:func:`decode_decimal`, :func:`decode_varint`, :func:`user_type_value`).
 
 Only a few types have a fixed length in storage (``valueLengthIfFixed`` in Cassandra); all others,
 ``date``, ``time``, ``smallint`` and ``tinyint`` included, are stored with a vint length prefix.
@@ -14,25 +19,30 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import json
 import struct
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from cdcflow.converters import json_default
+from cdcflow.events import UserType
 from cdcflow.schemas import parse_cql_type
+from cdcflow.wire_values import int_from_twos_complement, unscaled_to_decimal
 
 __all__ = [
     "CqlType",
     "ValueDecodeError",
     "build_type",
+    "decode_decimal",
+    "decode_varint",
     "from_driver",
+    "map_value",
     "native_type_name",
     "read_signed_vint",
     "read_unsigned_vint",
+    "user_type_value",
+    "user_types_of",
 ]
 
 Decode = Callable[[bytes], Any]
@@ -118,17 +128,38 @@ def _inet(raw: bytes) -> str | None:
     return str(ipaddress.ip_address(raw))
 
 
-def _varint(raw: bytes) -> int | None:
-    return int.from_bytes(raw, "big", signed=True) if raw else None
+def decode_varint(raw: bytes) -> int | None:
+    """A ``varint``: big-endian two's complement of any length."""
+    return int_from_twos_complement(raw) if raw else None
 
 
-def _decimal(raw: bytes) -> float | None:
+def decode_decimal(raw: bytes) -> Decimal | None:
+    """A ``decimal``: an int32 scale, then the unscaled value as a varint; exact, scale kept."""
     if not raw:
         return None
     if len(raw) < 4:
         raise ValueDecodeError(f"decimal takes at least 4 bytes, found {len(raw)}")
     scale = _I32.unpack_from(raw)[0]
-    return float(Decimal(int.from_bytes(raw[4:], "big", signed=True)).scaleb(-scale))
+    return unscaled_to_decimal(scale, int_from_twos_complement(raw[4:]))
+
+
+def user_type_value(names: Sequence[str], values: Iterable[tuple[int, Any]], whole: bool) -> dict[str, Any]:
+    """A user type's value from ``(field index, value)`` pairs: with every field (``None`` where
+    there is none) when ``whole`` (a frozen value, or a non-frozen one written as a whole), else
+    only the fields given (a field update: absent fields were not touched)."""
+    fields: dict[str, Any] = dict.fromkeys(names) if whole else {}
+    for index, value in values:
+        if 0 <= index < len(names):
+            fields[names[index]] = value
+    return fields
+
+
+def map_value(pairs: Iterable[tuple[Any, Any]], keys_are_values: bool) -> dict[Any, Any] | list[dict[str, Any]]:
+    """A map's value: a dict, or ``[{"key": k, "value": v}, ...]`` when its keys are collections,
+    tuples or user types (dicts and lists cannot be dict keys)."""
+    if keys_are_values:
+        return dict(pairs)
+    return [{"key": k, "value": v} for k, v in pairs]
 
 
 def _duration(raw: bytes) -> str | None:
@@ -162,10 +193,10 @@ _NATIVE: dict[str, tuple[int, Decode]] = {
     "int": (4, _fixed(_I32)),
     "bigint": (8, _fixed(_I64)),
     "counter": (-1, _fixed(_I64)),
-    "varint": (-1, _varint),
+    "varint": (-1, decode_varint),
     "float": (4, _fixed(_F32)),
     "double": (8, _fixed(_F64)),
-    "decimal": (-1, _decimal),
+    "decimal": (-1, decode_decimal),
     "timestamp": (8, _fixed(_I64)),
     "date": (-1, _date),
     "time": (-1, _fixed(_I64)),
@@ -195,23 +226,37 @@ class CqlType:
     field_names: tuple[str, ...] = ()
     field_types: tuple[CqlType, ...] = field(default=(), repr=False)
 
-    def collect(self, cells: Sequence[tuple[bytes, bytes]]) -> Any:
-        """The value of a multi-cell column from its live cells, as (path, value) pairs."""
+    def collect(self, cells: Sequence[tuple[bytes, bytes | None]], whole: bool = True) -> Any:
+        """The value of a multi-cell column from its cells, as (path, value) pairs.
+
+        ``whole``: the cells replace the column's value (it was overwritten, or the row read
+        whole); otherwise they are an update of some elements. That matters for user types: an
+        update names only the fields it wrote, and a field set to null is a cell without a value
+        (``None``). For collections only live cells are given.
+        """
         if self.kind == "list":
-            return [self.value.decode(v) for _, v in cells] if self.value else []
+            return [self.value.decode(v) for _, v in cells if v is not None] if self.value else []
         if self.kind == "set":
             return [self.path.decode(p) for p, _ in cells] if self.path else []
         if self.kind == "map":
             assert self.path is not None and self.value is not None
-            return {self.path.decode(p): self.value.decode(v) for p, v in cells}
+            path, value = self.path, self.value
+            return map_value(
+                ((path.decode(p), value.decode(v)) for p, v in cells if v is not None), self.keys_are_values
+            )
         if self.kind == "udt":
-            fields: dict[str, Any] = dict.fromkeys(self.field_names)
-            for p, v in cells:
-                index = _I16.unpack(p)[0]
-                if 0 <= index < len(self.field_types):
-                    fields[self.field_names[index]] = self.field_types[index].decode(v)
-            return json.dumps(fields, default=json_default, separators=(",", ":"), sort_keys=False)
+            types = self.field_types
+            fields = (
+                (index, None if v is None or index >= len(types) else types[index].decode(v))
+                for index, v in ((_I16.unpack(p)[0], v) for p, v in cells)
+            )
+            return user_type_value(self.field_names, fields, whole)
         raise ValueDecodeError(f"{self.text} is not a multi-cell type")
+
+    @property
+    def keys_are_values(self) -> bool:
+        """A map whose keys are single values (dict keys in events)."""
+        return self.path is not None and self.path.kind == "native"
 
     def path_label(self, path: bytes) -> Any:
         """How a delta event names one element of a multi-cell column (set element, map key, field)."""
@@ -262,21 +307,25 @@ def from_driver(value: Any, cql: CqlType) -> Any:
         return [from_driver(v, cql.path) for v in value]
     if kind == "map":
         assert cql.path is not None and cql.value is not None
-        return {from_driver(k, cql.path): from_driver(v, cql.value) for k, v in value.items()}
+        pairs = ((from_driver(k, cql.path), from_driver(v, cql.value)) for k, v in value.items())
+        return map_value(pairs, cql.keys_are_values)
     if kind == "tuple":
         return {f"f{i}": from_driver(v, t) for i, (v, t) in enumerate(zip(value, cql.field_types, strict=False))}
     if kind == "udt":
-        fields = {
-            name: from_driver(value.get(name) if isinstance(value, dict) else getattr(value, name, None), member)
-            for name, member in zip(cql.field_names, cql.field_types, strict=True)
-        }
-        return json.dumps(fields, default=json_default, separators=(",", ":"))
+        fields = (
+            (index, from_driver(value.get(name) if isinstance(value, dict) else getattr(value, name, None), member))
+            for index, (name, member) in enumerate(zip(cql.field_names, cql.field_types, strict=True))
+        )
+        return user_type_value(cql.field_names, fields, whole=True)
     return value
 
 
 def _native_from_driver(value: Any, name: str) -> Any:
     if name == "timestamp" and isinstance(value, dt.datetime):
-        return (value.replace(tzinfo=None) - _EPOCH) // dt.timedelta(milliseconds=1)
+        # The driver builds the datetime from milliseconds / 1000.0: far from 1970 it is a few
+        # microseconds off, so round to the nearest millisecond (what was stored) instead of down.
+        micros = (value.replace(tzinfo=None) - _EPOCH) // dt.timedelta(microseconds=1)
+        return (micros + 500) // 1000
     if name == "date":
         days = getattr(value, "days_from_epoch", None)
         return days if days is not None else (value - _EPOCH_DATE).days
@@ -286,9 +335,12 @@ def _native_from_driver(value: Any, name: str) -> Any:
             return nanos
         return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000_000 + value.microsecond * 1000
     if name == "decimal":
-        return float(value)
-    if name in ("uuid", "timeuuid", "inet"):
+        return value if isinstance(value, Decimal) else Decimal(str(value))
+    if name in ("uuid", "timeuuid"):
         return str(value)
+    if name == "inet":
+        # Written as the storage decoder writes it: the driver prints IPv4-mapped IPv6 its own way.
+        return str(ipaddress.ip_address(str(value)))
     if name == "duration":
         return f"{value.months}mo{value.days}d{value.nanoseconds}ns"
     return value
@@ -372,12 +424,15 @@ def _build(
         key = _build(arguments[0], None, user_types, False)
         value = _build(arguments[1], None, user_types, False)
 
-        def decode_map(raw: bytes) -> dict[Any, Any]:
+        keys_are_values = key.kind == "native"
+
+        def decode_map(raw: bytes) -> dict[Any, Any] | list[dict[str, Any]]:
             items = _frozen_collection(raw)
-            return {
-                _decode_optional(key, items[i]): _decode_optional(value, items[i + 1])
+            pairs = (
+                (_decode_optional(key, items[i]), _decode_optional(value, items[i + 1]))
                 for i in range(0, len(items) - 1, 2)
-            }
+            )
+            return map_value(pairs, keys_are_values)
 
         return CqlType(text, "map", -1, decode_map, multi_cell, path=key, value=value)
     if name == "tuple":
@@ -397,13 +452,10 @@ def _build(
         members = tuple(_build(parse_cql_type(t), t, user_types, False) for t in field_texts)
         names = tuple(field_names)
 
-        def decode_udt(raw: bytes) -> str:
+        def decode_udt(raw: bytes) -> dict[str, Any]:
             items, _ = _elements(raw, "user type")
-            values = {
-                n: _decode_optional(m, items[i]) if i < len(items) else None
-                for i, (n, m) in enumerate(zip(names, members, strict=True))
-            }
-            return json.dumps(values, default=json_default, separators=(",", ":"))
+            values = ((i, _decode_optional(m, items[i])) for i, m in enumerate(members) if i < len(items))
+            return user_type_value(names, values, whole=True)
 
         return CqlType(text, "udt", -1, decode_udt, multi_cell, field_names=names, field_types=members)
     # A custom type ('org.apache...') or a type cdcflow does not know: keep the bytes.
@@ -435,3 +487,25 @@ def _vector(text: str, element: CqlType, dimension: int) -> CqlType:
         return values
 
     return CqlType(text, "vector", -1, decode_variable, value=element)
+
+
+def user_types_of(types: Iterable[CqlType]) -> tuple[UserType, ...]:
+    """The user types these column types name, nested ones too, each once: what a
+    :class:`~cdcflow.events.RowSchema` needs to describe the columns' values."""
+    found: dict[str, UserType] = {}
+
+    def visit(cql: CqlType | None) -> None:
+        if cql is None:
+            return
+        if cql.kind == "udt":
+            name = parse_cql_type(cql.text)[0]
+            if name not in found:
+                found[name] = UserType(
+                    name, tuple((n, t.text) for n, t in zip(cql.field_names, cql.field_types, strict=True))
+                )
+        for member in (cql.path, cql.value, *cql.field_types):
+            visit(member)
+
+    for cql in types:
+        visit(cql)
+    return tuple(found.values())

@@ -19,9 +19,9 @@ from pydantic import Field
 
 from cdcflow.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
 from cdcflow.converters import converter_from_fields
-from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError
+from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError, TransientError
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
-from cdcflow.kafka_client import KafkaClientConfig
+from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
 
@@ -35,6 +35,9 @@ class KafkaSourceConfig(PluginConfig):
     group_id: str | None = Field(default=None, description="consumer group; default cdcflow-<pipeline>")
     converter: str | dict[str, Any] = Field(default="json", description="how the values were written")
     schema_registry_url: str | None = None
+    schema_registry: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="confluent-kafka SchemaRegistryClient settings, for avro"
+    )
     start: Literal["earliest", "latest"] = Field(
         default="earliest", description="where a partition with no committed offset starts"
     )
@@ -60,7 +63,9 @@ class KafkaSource(Source[KafkaSourceConfig]):
 
     def __init__(self, config: KafkaSourceConfig, context: PluginContext) -> None:
         super().__init__(config, context)
-        self.converter: Converter[Any] = converter_from_fields(config.converter, config.schema_registry_url, context)
+        self.converter: Converter[Any] = converter_from_fields(
+            config.converter, config.schema_registry_url, context, schema_registry=config.schema_registry
+        )
         self.group_id = config.group_id or f"cdcflow-{context.pipeline}"
         self._consumer: Consumer | None = None
         # partition id -> (offset read up to, timestamp of the last record before it), for watermarks
@@ -159,6 +164,8 @@ class KafkaSource(Source[KafkaSourceConfig]):
                     break
                 position = offset + 1
                 self._read_up_to[partition.id] = (position, message.timestamp()[1] * 1000)
+                if message.value() is None and _is_cdcflow_tombstone(message.headers()):
+                    continue  # the tombstone after a delete this source read already
                 yield self._decode(partition, message)
         finally:
             consumer.unassign()
@@ -183,6 +190,8 @@ class KafkaSource(Source[KafkaSourceConfig]):
             key = self.converter.deserialize(topic, raw_key) if raw_key is not None else {}
             value = self.converter.deserialize(topic, raw_value) if raw_value is not None else None
         except ConverterError as exc:
+            if isinstance(exc, TransientError):
+                raise  # the registry is unreachable: read again later, nothing is wrong with the record
             raise SourceDataError(f"{partition_id} offset {offset}: {exc}") from exc
         position = {"offset": offset}
         if value is not None and "op" in value and "source" in value:
@@ -210,9 +219,15 @@ class KafkaSource(Source[KafkaSourceConfig]):
         reader = session.readStream.format("kafka")
         for name, value in options.items():
             reader = reader.option(name, value)
-        return reader.load().selectExpr("topic", "partition", "offset", "timestamp", "key", "value")
+        return (
+            reader.option("includeHeaders", "true")
+            .load()
+            .selectExpr("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+        )
 
-    def decode_spark_row(self, row: Mapping[str, Any]) -> Record:
+    def decode_spark_row(self, row: Mapping[str, Any]) -> Record | None:
+        if row["value"] is None and _is_cdcflow_tombstone(row.get("headers")):
+            return None
         topic, number = row["topic"], row["partition"]
         timestamp = row["timestamp"]
         ts_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else 0
@@ -259,6 +274,15 @@ class KafkaSource(Source[KafkaSourceConfig]):
         except KafkaException as exc:
             # The checkpoint store already holds these offsets; the group catches up at the next commit.
             self.context.logger.warning("committing offsets to group %s failed: %s", self.group_id, exc)
+
+
+def _is_cdcflow_tombstone(headers: Any) -> bool:
+    """A null value the kafka sink wrote after a delete (``cdcflow.tombstone``): nothing new."""
+    for header in headers or ():
+        name = header[0] if isinstance(header, tuple | list) else header["key"]
+        if name == TOMBSTONE_HEADER:
+            return True
+    return False
 
 
 def _event_from_envelope(

@@ -43,7 +43,7 @@ from typing import Any
 from cdcflow.contract import Rejected
 from cdcflow.converters import json_default
 from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
-from cdcflow.sources.cql.cqltypes import CqlType, from_driver
+from cdcflow.sources.cql.cqltypes import CqlType, from_driver, user_type_value, user_types_of
 from cdcflow.sources.scylla_cdc.exceptions import LogRowError
 
 __all__ = [
@@ -123,8 +123,11 @@ class LogLayout:
         object.__setattr__(self, "user_type_columns", frozenset(n for n in multi if self.types[n].kind == "udt"))
         key = tuple(Column(name, self.types[name].text, optional=False) for name in self.key_columns)
         values = tuple(Column(name, self.types[name].text) for name in self.value_columns)
+        user_types = user_types_of(self.types[name] for name in (*self.key_columns, *self.value_columns))
         object.__setattr__(
-            self, "row_schema", RowSchema(f"{self.cluster}.{self.keyspace}.{self.table}", key, key + values)
+            self,
+            "row_schema",
+            RowSchema(f"{self.cluster}.{self.keyspace}.{self.table}", key, key + values, user_types=user_types),
         )
         # The driver already returns event values for most native types (int, text, double...).
         object.__setattr__(
@@ -252,6 +255,8 @@ def _coalesced_delta(layout: LogLayout, rows: Sequence[LogRow], headers: dict[st
     after = _key(layout, rows[0], layout.key_columns)
     for name, raw in values.items():
         after[name] = layout.value(name, raw)
+    for name in layout.user_type_columns - deleted:
+        _user_type_field_update(layout, name, after, removed.get(name, set()))
     replaced = [n for n in layout.value_columns if n in deleted and n in layout.multi_cell_columns]
     if replaced:
         headers["cdc.replaced"] = replaced
@@ -260,6 +265,20 @@ def _coalesced_delta(layout: LogLayout, rows: Sequence[LogRow], headers: dict[st
     if ttl:
         headers["cdc.ttl"] = ttl
     return after
+
+
+def _user_type_field_update(layout: LogLayout, name: str, after: dict[str, Any], nulled: set[Any]) -> None:
+    """A non-frozen user type's field update (issue 13): the log's value has every field, null
+    where the write did not touch it; the event carries only the fields written, and those set to
+    null (``cdc$deleted_elements_X``, field indexes) as ``None``. A value written whole
+    (``cdc$deleted_X``) keeps every field; the caller leaves those out."""
+    if name not in after and not nulled:
+        return
+    written = after.get(name) or {}
+    names = layout.types[name].field_names
+    indexes = {int(i) for i in nulled}
+    fields = [(i, written.get(f)) for i, f in enumerate(names) if written.get(f) is not None or i in indexes]
+    after[name] = user_type_value(names, fields, whole=False)
 
 
 def _removed_labels(layout: LogLayout, name: str, items: set[Any]) -> list[Any]:

@@ -43,7 +43,7 @@ def _row_schema(layout: LogLayout, types: Mapping[str, CqlType]) -> RowSchema:
     values = tuple(
         Column(name, types[name].text if name in lists else layout.types[name].text) for name in layout.value_columns
     )
-    return RowSchema(layout.row_schema.namespace, key, key + values, layout.row_schema.version)
+    return layout.row_schema.with_columns(value_columns=key + values)  # keeps its user types
 
 
 class ScyllaRowEvents:

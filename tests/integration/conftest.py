@@ -16,7 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_BOOTSTRAP = os.environ.get("CDCFLOW_KAFKA", "127.0.0.1:9092")
-REGISTRY_URL = os.environ.get("CDCFLOW_REGISTRY", "http://127.0.0.1:8081")
+# Apicurio Registry's Confluent-compatible API, as scripts/schema_registry.sh runs it (REGISTRY_PORT).
+REGISTRY_URL = os.environ.get(
+    "CDCFLOW_REGISTRY", f"http://127.0.0.1:{os.environ.get('REGISTRY_PORT', '8081')}/apis/ccompat/v7"
+)
 
 
 def _service(script: str, action: str) -> subprocess.CompletedProcess[str]:

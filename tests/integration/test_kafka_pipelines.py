@@ -11,6 +11,7 @@ import pytest
 from cdcflow.contract import PluginContext
 from cdcflow.converters import AvroConverter, AvroConverterConfig
 from tests.integration.kafka_helpers import (
+    Received,
     assert_per_key_order,
     check_against_datagen,
     datagen,
@@ -57,16 +58,38 @@ def test_datagen_to_kafka_json_delivers_every_event_once_in_key_order(
 
     topics = topics_with_prefix(kafka_bootstrap, topic_prefix)
     assert topics == [f"{topic_prefix}.table_0", f"{topic_prefix}.table_1"]
-    received = read_topics(kafka_bootstrap, topics)
-    payloads = [json.loads(r.value)["payload"] for r in received]
+    everything = read_topics(kafka_bootstrap, topics)
+    assert_tombstone_after_each_delete(everything)
+    received = [r for r in everything if r.value is not None]
+    payloads = [json.loads(r.value)["payload"] for r in received]  # type: ignore[arg-type]
     counts = Counter(event_id(p) for p in payloads)
     assert set(counts) == set(range(DATAGEN["count"]))
     assert max(counts.values()) == 1
     check_against_datagen(datagen(DATAGEN), payloads)
     for r, p in zip(received, payloads, strict=True):
-        assert json.loads(r.key)["payload"] == {"id": (p["after"] or p["before"])["id"]}
+        assert json.loads(r.key)["payload"] == {"id": (p["after"] or p["before"])["id"]}  # type: ignore[arg-type]
         assert r.topic.endswith(p["source"]["table"])
     assert_per_key_order(list(zip(received, payloads, strict=True)))
+
+
+def assert_tombstone_after_each_delete(received: list[Received]) -> None:
+    """tombstones_on_delete (on by default): each delete is followed, in its partition, by a
+    record with the same key and a null value, and there is no other null value."""
+    by_partition: dict[tuple[str, int], list[Received]] = {}
+    for record in sorted(received, key=lambda r: (r.topic, r.partition, r.offset)):
+        by_partition.setdefault((record.topic, record.partition), []).append(record)
+    deletes = tombstones = 0
+    for records in by_partition.values():
+        for index, record in enumerate(records):
+            if record.value is None:
+                tombstones += 1
+                continue
+            if json.loads(record.value)["payload"]["op"] == "d":
+                deletes += 1
+                following = records[index + 1]
+                assert following.value is None and following.key == record.key
+                assert following.headers == {"cdcflow.tombstone": b"after-delete"}
+    assert deletes == tombstones > 0
 
 
 @pytest.mark.registry
@@ -103,7 +126,7 @@ def test_datagen_to_kafka_avro_in_confluent_wire_format(
         PluginContext("reader", tmp_path / "reader.yaml"),
     )
     topics = topics_with_prefix(kafka_bootstrap, topic_prefix)
-    received = read_topics(kafka_bootstrap, topics)
+    received = [r for r in read_topics(kafka_bootstrap, topics) if r.value is not None]  # tombstones aside
     assert all(r.value is not None and r.value[0] == 0 for r in received)  # magic byte
     payloads = [decoder.deserialize(r.topic, r.value) for r in received if r.value is not None]
     counts = Counter(event_id(p) for p in payloads)
@@ -171,7 +194,9 @@ def test_kafka_to_kafka_copies_every_event_and_commits_the_group(
     assert all(tp.offset == ends[(tp.topic, tp.partition)] for tp in committed), "group never caught up"
 
     copied = read_topics(kafka_bootstrap, topics_with_prefix(kafka_bootstrap, f"copy-{topic_prefix}"))
-    payloads = [json.loads(r.value)["payload"] for r in copied]
+    # The source skipped the tombstones it read; the copy's sink wrote its own after each delete.
+    assert_tombstone_after_each_delete(copied)
+    payloads = [json.loads(r.value)["payload"] for r in copied if r.value is not None]
     counts = Counter(event_id(p) for p in payloads)
     assert set(counts) == set(range(DATAGEN["count"])) and max(counts.values()) == 1
     check_against_datagen(datagen(DATAGEN), payloads)
@@ -194,6 +219,7 @@ def test_two_worker_processes_split_the_partitions(tmp_path: Path, kafka_bootstr
     payloads = [
         json.loads(r.value)["payload"]
         for r in read_topics(kafka_bootstrap, topics_with_prefix(kafka_bootstrap, topic_prefix))
+        if r.value is not None
     ]
     counts = Counter(event_id(p) for p in payloads)
     assert set(counts) == set(range(DATAGEN["count"])) and max(counts.values()) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import io
 import uuid
+from decimal import Decimal
 from typing import Any
 
 import fastavro
@@ -13,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdcflow._avro_writer import UnsupportedAvroSchemaError, compile_avro_writer
-from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
+from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo, UserType
 from cdcflow.schemas import avro_key_schema, avro_value_schema
+from cdcflow.wire_values import row_encoder
 
 _NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True)
 _LONGS = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -125,24 +127,32 @@ EVERY_CQL_TYPE = {
     "a_blob": ("blob", b"\x00\xff"),
     "a_ts": ("timestamp", 1_700_000_000_123),
     "a_uuid": ("uuid", "5a2b7c4e-7d3f-4a8b-9c1d-2e3f4a5b6c7d"),
+    "a_decimal": ("decimal", Decimal("-12345.678901234567890")),
+    "a_varint": ("varint", -(2**100) + 7),
     "a_list": ("list<int>", [1, 2, 3]),
     "a_set": ("set<text>", ["x", "y"]),
     "a_map": ("map<text, bigint>", {"k": 1}),
-    "a_map_int_keys": ("map<int, text>", [{"key": 1, "value": "one"}]),
+    "a_map_int_keys": ("map<int, text>", {1: "one"}),
+    "a_map_of_decimals": ("map<int, decimal>", {1: Decimal("1.5"), 2: Decimal("-2E+3")}),
     "a_tuple": ("tuple<int, text>", {"f0": 1, "f1": None}),
     "a_vector": ("vector<float, 2>", [0.5, 1.5]),
     "a_frozen": ("frozen<list<frozen<set<int>>>>", [[1], [2, 3]]),
-    "a_udt": ("address", '{"street":"x"}'),
+    "a_udt": ("frozen<address>", {"street": "x", "zip": None, "cost": Decimal("0.10")}),
+    "a_udt_update": ("address", {"zip": 12345}),  # a field update: only the fields written
+    "a_udts": ("list<frozen<address>>", [{"street": "y", "zip": 1, "cost": None}]),
 }
+USER_TYPES = (UserType("address", (("street", "text"), ("zip", "int"), ("cost", "decimal"))),)
 
 
 @pytest.mark.parametrize("op", [Op.CREATE, Op.UPDATE, Op.DELETE])
 @pytest.mark.parametrize("envelope", [True, False])
-def test_events_of_every_cql_type_encode_as_fastavro_does(op: Op, envelope: bool) -> None:
+@pytest.mark.parametrize("decimal_handling", ["precise", "double", "string"])
+def test_events_of_every_cql_type_encode_as_fastavro_does(op: Op, envelope: bool, decimal_handling: str) -> None:
     schema = RowSchema(
         "c.ks.t",
         (Column("id", "bigint", optional=False),),
         (Column("id", "bigint", optional=False), *(Column(n, t) for n, (t, _) in EVERY_CQL_TYPE.items())),
+        user_types=USER_TYPES,
     )
     row = {"id": 7, **{n: v for n, (_, v) in EVERY_CQL_TYPE.items()}}
     partial = {"id": 7, "a_text": None}  # a delta image: columns not carried are absent
@@ -156,11 +166,35 @@ def test_events_of_every_cql_type_encode_as_fastavro_does(op: Op, envelope: bool
         schema=schema,
         envelope=envelope,
     )
+    mode: Any = decimal_handling
+    encode = row_encoder(schema, schema.value_columns, mode, "avro")
+    assert encode is not None
     value = event.value_payload()
     if value is None:
         return
-    for avro_schema, datum in ((avro_value_schema(event), value), (avro_key_schema(event), event.key_payload())):
+    if envelope:
+        value = {**value, **{part: value[part] and encode(value[part]) for part in ("before", "after")}}
+    else:
+        value = encode(value)
+    for avro_schema, datum in (
+        (avro_value_schema(event, mode), value),
+        (avro_key_schema(event, mode), event.key_payload()),
+    ):
+        fastavro.parse_schema(avro_schema)  # named types are defined once, then referred to
         assert _compiled_bytes(avro_schema, datum) == _fastavro_bytes(avro_schema, datum)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.decimals(allow_nan=False, allow_infinity=False), st.integers(0, 40))
+def test_bytes_decimals_encode_as_fastavro_does(value: Decimal, scale: int) -> None:
+    schema = {"type": "bytes", "logicalType": "decimal", "precision": 200, "scale": scale}
+    try:
+        expected = _fastavro_bytes(schema, value)
+    except ValueError:  # more digits after the point than the scale: both refuse
+        with pytest.raises(ValueError):
+            _compiled_bytes(schema, value)
+        return
+    assert _compiled_bytes(schema, value) == expected
 
 
 def test_a_datum_that_does_not_fit_raises_and_a_general_union_is_left_to_fastavro() -> None:

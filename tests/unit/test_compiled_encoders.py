@@ -29,7 +29,8 @@ from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
 from cdcflow.jsontext import json_default
 from cdcflow.native import native_module
 from cdcflow.schemas import avro_envelope_row, avro_value_schema
-from tests.unit.test_avro_writer import EVERY_CQL_TYPE
+from cdcflow.wire_values import row_encoder
+from tests.unit.test_avro_writer import EVERY_CQL_TYPE, USER_TYPES
 
 NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
@@ -290,12 +291,19 @@ def test_floats_are_written_as_repr_writes_them(value: float) -> None:
 
 
 @pytest.mark.parametrize("op", [Op.CREATE, Op.UPDATE, Op.DELETE])
-def test_an_envelope_given_as_a_row_encodes_as_its_payload_does(op: Op) -> None:
+@pytest.mark.parametrize("decimal_handling", ["precise", "double", "string"])
+def test_an_envelope_given_as_a_row_encodes_as_its_payload_does(op: Op, decimal_handling: str) -> None:
+    # Every CQL type, in the converter's form (Debezium's variable-scale decimal records, varints
+    # as bytes decimals, user types as nested records, maps with collection keys as entries).
     schema = RowSchema(
         "c.ks.t",
         (Column("id", "bigint", optional=False),),
         (Column("id", "bigint", optional=False), *(Column(n, t) for n, (t, _) in EVERY_CQL_TYPE.items())),
+        user_types=USER_TYPES,
     )
+    mode: Any = decimal_handling
+    encode = row_encoder(schema, schema.value_columns, mode, "avro")
+    assert encode is not None
     row = {"id": 7, **{n: v for n, (_, v) in EVERY_CQL_TYPE.items()}}
     event = ChangeEvent(
         op=op,
@@ -306,11 +314,14 @@ def test_an_envelope_given_as_a_row_encodes_as_its_payload_does(op: Op) -> None:
         ts_ms=1_700_000_000_002,
         schema=schema,
     )
-    value_schema = avro_value_schema(event)
+    value_schema = avro_value_schema(event, mode)
+    payload = event.value_payload()
+    assert payload is not None
+    payload = {**payload, **{part: payload[part] and encode(payload[part]) for part in ("before", "after")}}
     assert NATIVE is not None
     writer = NATIVE.AvroWriter(value_schema, logical_type_preparers(), rows=True)
-    assert writer.encode(avro_envelope_row(event)) == _fastavro(value_schema, event.value_payload())
+    assert writer.encode(avro_envelope_row(event, encode)) == _fastavro(value_schema, payload)
     with pytest.raises(ValueError, match="a row of 4 values for a record of 5 fields"):
-        writer.encode(avro_envelope_row(event)[:4])
+        writer.encode(avro_envelope_row(event, encode)[:4])
     with pytest.raises(TypeError):  # rows only where asked for: a tuple is no record otherwise
-        _compiled(value_schema, avro_envelope_row(event))
+        _compiled(value_schema, avro_envelope_row(event, encode))

@@ -32,7 +32,9 @@ def test_envelope_schema_and_payload() -> None:
     assert payload["op"] == "c" and payload["before"] is None and payload["ts_ms"] == 99
     assert base64.b64decode(payload["after"]["blob"]) == b"\x00\xff"
     assert payload["source"]["ts_ms"] == 1_700_000_000_123 and json.loads(payload["source"]["position"])["pos"] == 12
-    assert converter.deserialize("c1.ks.t", converter.serialize_value(event, "x") or b"") == payload
+    # Read back with its schema, the payload has the event's values again (bytes, not base64).
+    read_back = converter.deserialize("c1.ks.t", converter.serialize_value(event, "x") or b"")
+    assert read_back == {**payload, "after": event.after}
     key = json.loads(converter.serialize_key(event, "c1.ks.t") or b"")
     assert key["payload"] == {"id": 7} and key["schema"]["fields"][0] == {
         "type": "int32",

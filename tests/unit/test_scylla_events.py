@@ -137,10 +137,13 @@ def test_a_user_type_of_null_fields_only_marks_the_column_touched() -> None:
     assert nulled.after == {"pk": 0, "ck": 0, "u": None}
     assert nulled.headers == {"cdc.replaced": '["u"]'}
     [field_removed] = events(table, [row(0, 1, pk=0, ck=0, u=ut(None, None, None), **{"cdc$deleted_elements_u": {1}})])
-    assert field_removed.after == {"pk": 0, "ck": 0}
+    # Issue 13: a field update carries the fields it wrote, a field set to null as None.
+    assert field_removed.after == {"pk": 0, "ck": 0, "u": {"b": None}}
     assert field_removed.headers == {"cdc.removed": json.dumps({"u": ["b"]})}
+    [field_set] = events(table, [row(0, 1, pk=0, ck=0, u=ut(None, 7, None))])
+    assert field_set.after == {"pk": 0, "ck": 0, "u": {"b": 7}}
     [overwritten] = events(table, [row(0, 1, pk=0, ck=0, u=ut(1, None, None), **{"cdc$deleted_u": True})])
-    assert overwritten.after == {"pk": 0, "ck": 0, "u": '{"a":1,"b":null,"c":null}'}
+    assert overwritten.after == {"pk": 0, "ck": 0, "u": {"a": 1, "b": None, "c": None}}
 
 
 def test_parts_of_one_collection_in_two_rows_are_merged() -> None:

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use super::values::{int, int128, read_unsigned_vint, CqlType, Decline, R};
+use super::values::{int, int128, read_unsigned_vint, CqlType, Decline, Kind, R};
 use crate::objects::RecordClass;
 
 const TIMESTAMP_EPOCH_US: u64 = 1_442_880_000_000_000;
@@ -864,7 +864,19 @@ impl MutationDecoder {
                 .filter(|c| !c.deleted)
                 .map(|c| (c.path.map(|p| p.of(data)).unwrap_or(&[]), c.value.of(data)))
                 .collect();
-            if !live.is_empty() || complex_deletions.iter().any(|(c, _)| c == column) {
+            let whole = complex_deletions.iter().any(|(c, _)| c == column);
+            if let Kind::UserType = spec.cql.kind {
+                // A field update names the fields it wrote; a field set to null is a cell
+                // tombstone, so it is there too, as None (as the reference's row_changes).
+                let written: Vec<(&[u8], Option<&[u8]>)> = group
+                    .iter()
+                    .map(|c| {
+                        let path = c.path.map(|p| p.of(data)).unwrap_or(&[]);
+                        (path, if c.deleted { None } else { Some(c.value.of(data)) })
+                    })
+                    .collect();
+                after.set_item(spec.name.bind(py), spec.cql.collect_user_type(py, &written, whole)?)?;
+            } else if !live.is_empty() || whole {
                 after.set_item(spec.name.bind(py), spec.cql.collect(py, &live)?)?;
             }
             if group.iter().any(|c| c.deleted) {

@@ -2,10 +2,10 @@
 //!
 //! This is the one place that says what each CQL type decodes to in the compiled core. It mirrors
 //! `cdcflow.sources.cql.cqltypes` (the reference) for the types decoded here; every other type
-//! (`decimal`, `inet`, `duration`, user types, custom types, `empty`) is handed to the reference's
-//! own decoder, so a change to how the reference represents them needs no change here. A type
-//! moved from the reference to Rust must keep its exact result: `tests/unit/test_compiled_core.py`
-//! holds the two equal over every type.
+//! (`decimal`, an exact Python `Decimal`; IPv6 `inet`; `duration`; user types, as dicts; custom
+//! types; `empty`) is handed to the reference's own decoder, so a change to how the reference
+//! represents them needs no change here. A type moved from the reference to Rust must keep its
+//! exact result: `tests/unit/test_compiled_core.py` holds the two equal over every type.
 //!
 //! Every function here returns `Err(Decline)` instead of raising: the caller then lets the
 //! reference decode the whole mutation, which raises the error cdcflow reports.
@@ -44,8 +44,6 @@ pub enum Kind {
     Date,
     /// uuid and timeuuid, as their canonical text.
     Uuid,
-    /// A float today (seed 001 maps decimal to double): `float(Decimal(unscaled).scaleb(-scale))`.
-    Decimal,
     /// Its text: IPv4 here, IPv6 (whose text has several spellings) by the reference.
     Inet,
     List,
@@ -55,7 +53,10 @@ pub enum Kind {
     Vector {
         dimension: usize,
     },
-    /// Decoded by the reference: its `CqlType.decode` (and `collect`/`path_label` for user types).
+    /// A user type: decoded by the reference (a dict); a non-frozen one's cells are collected by the
+    /// reference too, deleted ones included (`collect_user_type`: a field update names what it wrote).
+    UserType,
+    /// Decoded by the reference: its `CqlType.decode` (and `collect`/`path_label`).
     Reference,
 }
 
@@ -109,13 +110,13 @@ impl CqlType {
             "double" => Kind::Double,
             "date" => Kind::Date,
             "uuid" | "timeuuid" => Kind::Uuid,
-            "decimal" => Kind::Decimal,
             "inet" => Kind::Inet,
             "list" if value.is_some() && path.is_some() => Kind::List,
             "set" if path.is_some() => Kind::Set,
             "map" if path.is_some() && value.is_some() => Kind::Map,
             "tuple" => Kind::Tuple,
             "vector" if value.is_some() && dimension > 0 => Kind::Vector { dimension },
+            "udt" => Kind::UserType,
             "reference" => Kind::Reference,
             other => {
                 return Err(PyValueError::new_err(format!("unknown CQL type description {other:?}")));
@@ -167,7 +168,6 @@ impl CqlType {
                 Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
                 Err(_) => Err(Decline("uuid of the wrong length")),
             },
-            Kind::Decimal => decimal(py, raw, &self.reference),
             Kind::Inet => match <[u8; 4]>::try_from(raw) {
                 Ok([a, b, c, d]) => Ok(PyString::new(py, &format!("{a}.{b}.{c}.{d}")).into_any()),
                 Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
@@ -242,7 +242,7 @@ impl CqlType {
                 }
                 Ok(list.into_any())
             }
-            Kind::Reference => self.reference_decode(py, raw),
+            Kind::Reference | Kind::UserType => self.reference_decode(py, raw),
         }
     }
 
@@ -290,6 +290,26 @@ impl CqlType {
                 Ok(self.reference.bind(py).getattr("collect")?.call1((pairs,))?)
             }
         }
+    }
+
+    /// A non-frozen user type's value from every cell of the row (a deleted one as `None`: a field
+    /// set to null), `whole` when the column was replaced: `CqlType.collect(cells, whole)`, which
+    /// gives only the fields written unless the value is whole.
+    pub fn collect_user_type<'py>(
+        &self,
+        py: Python<'py>,
+        cells: &[(&[u8], Option<&[u8]>)],
+        whole: bool,
+    ) -> R<Bound<'py, PyAny>> {
+        let pairs = PyList::empty(py);
+        for (path, value) in cells {
+            let value = match value {
+                Some(value) => PyBytes::new(py, value).into_any(),
+                None => py.None().into_bound(py),
+            };
+            pairs.append(PyTuple::new(py, [PyBytes::new(py, path).into_any(), value])?)?;
+        }
+        Ok(self.reference.bind(py).getattr("collect")?.call1((pairs, whole))?)
     }
 
     /// How a delta event names one removed element of a multi-cell column: `CqlType.path_label`.
@@ -341,38 +361,6 @@ fn varint<'py>(py: Python<'py>, raw: &[u8], reference: &Py<PyAny>) -> R<Bound<'p
         return Ok(int(py, value));
     }
     // Wider than 64 bits: the reference builds the Python int.
-    Ok(reference.bind(py).getattr("decode")?.call1((PyBytes::new(py, raw),))?)
-}
-
-/// `float(Decimal(unscaled).scaleb(-scale))`: exact as long as the coefficient has at most 28
-/// digits (the default context's precision, so `scaleb` does not round) and the exponent stays
-/// far from the context's limits; then both are the correctly rounded double of
-/// `unscaled × 10^-scale`, which Rust's float parsing also gives. Anything else: the reference.
-fn decimal<'py>(py: Python<'py>, raw: &[u8], reference: &Py<PyAny>) -> R<Bound<'py, PyAny>> {
-    if raw.is_empty() {
-        return Ok(py.None().into_bound(py));
-    }
-    if raw.len() < 4 {
-        return Err(Decline("decimal shorter than its scale"));
-    }
-    let scale = i32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
-    let digits = &raw[4..];
-    const MAX_COEFFICIENT: i128 = 10_000_000_000_000_000_000_000_000_000; // 10^28
-    if digits.len() <= 12 && scale.unsigned_abs() <= 900_000 {
-        let mut unscaled: i128 = match digits.first() {
-            Some(first) if first & 0x80 != 0 => -1,
-            _ => 0,
-        };
-        for byte in digits {
-            unscaled = (unscaled << 8) | *byte as i128;
-        }
-        if unscaled.abs() < MAX_COEFFICIENT {
-            let text = format!("{unscaled}e{}", -(scale as i64));
-            if let Ok(value) = text.parse::<f64>() {
-                return Ok(float(py, value));
-            }
-        }
-    }
     Ok(reference.bind(py).getattr("decode")?.call1((PyBytes::new(py, raw),))?)
 }
 
