@@ -344,7 +344,7 @@ def commitlog(args: argparse.Namespace) -> None:
 # --- Kafka ------------------------------------------------------------------------------------------
 
 _BOOTSTRAP = "127.0.0.1:9092"
-_REGISTRY = "http://127.0.0.1:8081"
+_REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"  # Apicurio (scripts/schema_registry.sh)
 
 
 def _create_topics(topics: list[str], partitions: int = 3) -> None:

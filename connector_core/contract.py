@@ -473,6 +473,14 @@ class CheckpointStore(_Plugin[StoreConfigT]):
     def load(self) -> dict[str, Checkpoint]:
         """The committed checkpoints of this pipeline, by partition id."""
 
+    def load_settled(self) -> dict[str, Checkpoint]:
+        """The checkpoints whose commits have settled, without waiting for a commit still under way
+        (a worker group's member mid-commit, or one that died mid-commit): possibly older than
+        :meth:`load`, never newer. For periodic looks from a delivery loop (is the whole pipeline
+        done, what has every process committed) that may answer "not yet" but must not wait on a
+        dead member's commit, which only a rebalance this loop takes part in ends."""
+        return self.load()
+
     @abstractmethod
     def commit(self, checkpoints: Mapping[str, Checkpoint]) -> None:
         """Durably record these partitions' checkpoints; others keep theirs. All or nothing per partition."""

@@ -538,7 +538,9 @@ class PipelineRunner:
 def _committed_offsets_in(store: CheckpointStore[Any]) -> Callable[[], dict[str, Offset]]:
     """The source's view of what every process of the pipeline committed: the store, read anew
     (it is opened before the source, and the source reads it from the loop's thread)."""
-    return lambda: {pid: checkpoint.offset for pid, checkpoint in store.load().items()}
+    # Settled commits only: the gates it serves wait a little longer on an older view, whereas a
+    # full load can wait on a dead group member's open commit while the loop owes a rebalance.
+    return lambda: {pid: checkpoint.offset for pid, checkpoint in store.load_settled().items()}
 
 
 def build_runner(

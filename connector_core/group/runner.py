@@ -213,7 +213,9 @@ class GroupPipelineRunner(PipelineRunner):
         if not self.listed_partition_ids or self.clock() - self._drain_checked_at < _GLOBAL_DRAIN_CHECK_S:
             return False
         self._drain_checked_at = self.clock()
-        committed = self.store.load()
+        # Settled commits: a full load would wait on the open commit of a member that died, which
+        # only ends once its buckets are claimed, in a rebalance that waits on this loop.
+        committed = self.store.load_settled()
         listed = {p.id: p for p in self.source.partitions()}
         for pid, partition in listed.items():
             state = self._states.get(pid)

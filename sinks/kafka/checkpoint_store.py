@@ -127,7 +127,12 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
     def load(self) -> dict[str, Checkpoint]:
         return self._load(lambda partition_id: True)
 
-    def _load(self, wanted: Callable[[str], bool]) -> dict[str, Checkpoint]:
+    def load_settled(self) -> dict[str, Checkpoint]:
+        # Up to each partition's last stable offset: what follows an open transaction is left for a
+        # later look.
+        return self._load(lambda partition_id: True, past_open_transactions=False)
+
+    def _load(self, wanted: Callable[[str], bool], past_open_transactions: bool = True) -> dict[str, Checkpoint]:
         consumer = Consumer(
             self._settings(
                 {
@@ -141,7 +146,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
             )
         )
         try:
-            latest = self._read_to_end(consumer, wanted)
+            latest = self._read_to_end(consumer, wanted, past_open_transactions)
         except KafkaException as exc:
             raise CheckpointUnavailableError(f"cannot read offsets topic {self.config.topic}: {exc}") from exc
         finally:
@@ -169,7 +174,9 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         )
         return {tp.partition: future.result().offset for tp, future in futures.items()}
 
-    def _read_to_end(self, consumer: Consumer, wanted: Callable[[str], bool]) -> dict[str, bytes | None]:
+    def _read_to_end(
+        self, consumer: Consumer, wanted: Callable[[str], bool], past_open_transactions: bool
+    ) -> dict[str, bytes | None]:
         metadata = consumer.list_topics(self.config.topic, timeout=self.config.timeout_s)
         numbers = sorted(metadata.topics[self.config.topic].partitions)
         ends = self._high_watermarks(numbers)
@@ -203,7 +210,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    if (message.offset() or 0) >= ends[number]:
+                    if (message.offset() or 0) >= ends[number] or not past_open_transactions:
                         remaining.discard(number)
                     else:
                         blocked_at[number] = message.offset() or 0

@@ -45,6 +45,42 @@ def test_checkpoints_round_trip_keep_the_newest_and_reset(kafka_bootstrap: str, 
         other.close()
 
 
+def test_a_settled_load_does_not_wait_on_a_commit_left_open(kafka_bootstrap: str, topic_prefix: str) -> None:
+    # A group member killed mid-commit leaves a transaction open in every partition it wrote to;
+    # a read_committed read stops there until the broker aborts it or its bucket is claimed.
+    from confluent_kafka import Producer
+
+    topic = f"{topic_prefix}-offsets"
+    writer = store(kafka_bootstrap, topic, "orders")
+    writer.commit({"p/0": Checkpoint({"seq": 1}, 10, 100)})
+    writer.close()
+    dead = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"{topic_prefix}-dead",
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    for partition in range(KafkaCheckpointConfig(type="kafka", bootstrap_servers=kafka_bootstrap).partitions):
+        dead.produce(topic, key=b'["orders","p/1"]', value=b'{"offset": {"seq": 7}}', partition=partition)
+    dead.flush(30)
+    # Short timeouts: waiting past the open transaction would end in CheckpointUnavailableError.
+    reader = KafkaCheckpointStore(
+        KafkaCheckpointConfig(
+            type="kafka", bootstrap_servers=kafka_bootstrap, topic=topic, timeout_s=2, transaction_timeout_s=1
+        ),
+        PluginContext("orders", Path("p.yaml")),
+    )
+    reader.open()
+    try:
+        assert reader.load_settled() == {"p/0": Checkpoint({"seq": 1}, 10, 100)}
+    finally:
+        reader.close()
+        dead.abort_transaction(30)
+
+
 def test_pipeline_resumes_from_kafka_checkpoints_and_dead_letters_go_to_a_topic(
     tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
 ) -> None:

@@ -23,6 +23,7 @@ import requests
 
 from tests.integration.group_helpers import (
     Group,
+    Member,
     committed_history,
     datagen_group_pipeline,
     delivered,
@@ -75,6 +76,19 @@ def mid_stream(group: Group, member_name: str) -> bool:
     return bool(mine) and any(p["state"] == "RUNNING" and p["offset"]["seq"] > 0 for p in mine)
 
 
+def a_member_mid_stream(group: Group, members: list[Member], timeout_s: float = 60) -> Member:
+    """One of ``members`` that is delivering (the assignment decides which: a member whose buckets
+    hold no partition has nothing to be interrupted in)."""
+    found: list[Member] = []
+
+    def one_delivers() -> bool:
+        found[:] = [m for m in members if m.process.poll() is None and mid_stream(group, m.name)][:1]
+        return bool(found)
+
+    group.wait_until(one_delivers, timeout_s, "a member to deliver")
+    return found[0]
+
+
 def moved_partitions(group: Group, member_name: str) -> int:
     member = group.members[member_name]
     pipeline = member.get("/")["pipelines"][0]
@@ -87,11 +101,11 @@ def test_sigkill_one_of_three_loses_nothing(group_of, kafka_bootstrap: str, topi
     group = group_of("faust", 12, f"count: {count}, partitions: {PARTITIONS}, rate: 1000")
     members = [group.start(f"w{i}") for i in range(3)]
     group.wait_until(lambda: group.owns_all(members, 12), 120, "three members to share 12 buckets")
-    group.wait_until(lambda: mid_stream(group, "w1"), 60, "w1 to deliver")
-    moved = moved_partitions(group, "w1")
+    victim = a_member_mid_stream(group, members)
+    moved = moved_partitions(group, victim.name)
 
-    members[1].signal(signal.SIGKILL)
-    survivors = [members[0], members[2]]
+    victim.signal(signal.SIGKILL)
+    survivors = [m for m in members if m is not victim]
     took = group.wait_until(
         lambda: group.owns_all(survivors, 12), SESSION_TIMEOUT_S + 5, "the survivors to own every bucket"
     )
@@ -122,11 +136,11 @@ def test_sigterm_and_a_joining_worker_move_partitions_without_duplicates(  # typ
         group = group_of(coordinator, buckets, f"count: {count}, partitions: {PARTITIONS}, rate: 800", prefix)
         members = [group.start(f"w{i}") for i in range(3)]
         group.wait_until(lambda: group.owns_all(members, buckets), 120, "three members to share the buckets")
-        group.wait_until(lambda: mid_stream(group, "w1"), 60, "w1 to deliver")
+        leaving = a_member_mid_stream(group, members)
 
-        members[1].signal(signal.SIGTERM)
-        assert group.wait_for_exit(members[1], 60) == 0, members[1].log_text()[-3000:]
-        survivors = [members[0], members[2]]
+        leaving.signal(signal.SIGTERM)
+        assert group.wait_for_exit(leaving, 60) == 0, leaving.log_text()[-3000:]
+        survivors = [m for m in members if m is not leaving]
         group.wait_until(lambda: group.owns_all(survivors, buckets), 30, "the survivors to own every bucket")
 
         joiner = group.start("w3")
@@ -152,19 +166,21 @@ def test_a_frozen_worker_is_fenced(group_of, kafka_bootstrap: str, topic_prefix:
         group = group_of(coordinator, buckets, f"count: {count}, partitions: {PARTITIONS}, rate: 800", prefix)
         members = [group.start(f"w{i}") for i in range(2)]
         group.wait_until(lambda: group.owns_all(members, buckets), 120, "two members to share the buckets")
-        group.wait_until(lambda: mid_stream(group, "w1"), 60, "w1 to deliver")
+        frozen = a_member_mid_stream(group, members)
+        [survivor] = [m for m in members if m is not frozen]
 
-        members[1].signal(signal.SIGSTOP)  # frozen past its session timeout: the group expels it
+        frozen.signal(signal.SIGSTOP)  # frozen past its session timeout: the group expels it
         try:
-            group.wait_until(lambda: group.owns_all([members[0]], buckets), 60, "w0 to take every bucket")
-            # w0 has claimed w1's buckets and committed their checkpoints at least once since.
+            group.wait_until(lambda: group.owns_all([survivor], buckets), 60, "the survivor to take every bucket")
+            # The survivor has claimed the frozen one's buckets and committed their checkpoints at
+            # least once since.
             time.sleep(1.5)
         finally:
-            members[1].signal(signal.SIGCONT)
+            frozen.signal(signal.SIGCONT)
         for member in members:
             assert group.wait_for_exit(member) == 0, member.log_text()[-3000:]
 
-        frozen_log = members[1].log_text()
+        frozen_log = frozen.log_text()
         assert "claimed by another worker" in frozen_log or "lost buckets" in frozen_log, frozen_log[-3000:]
         history = committed_history(kafka_bootstrap, f"group-{prefix}")
         assert len(history) == PARTITIONS
