@@ -42,12 +42,23 @@ class MemoryFencingStore(FencingCheckpointStore[MemoryFencingConfig]):
     type_name = "memory-fencing"
     config_model = MemoryFencingConfig
     shared: ClassVar[Claims] = Claims()
+    # Set: a full load waits for it, as a read_committed read waits at a dead member's open
+    # transaction (which only the claim of its buckets, in a rebalance, aborts).
+    open_transaction: ClassVar[threading.Event | None] = None
+    settled_loads: ClassVar[int] = 0
 
     def __init__(self, config: MemoryFencingConfig, context: PluginContext) -> None:
         super().__init__(config, context)
         self.mine: dict[int, int] = {}
 
     def load(self) -> dict[str, Checkpoint]:
+        if self.open_transaction is not None:
+            self.open_transaction.wait()
+        with self.shared.lock:
+            return dict(self.shared.committed)
+
+    def load_settled(self) -> dict[str, Checkpoint]:
+        type(self).settled_loads += 1
         with self.shared.lock:
             return dict(self.shared.committed)
 
@@ -104,15 +115,17 @@ def registry() -> PluginRegistry:
     RecordingSink.durable.clear()
     RecordingSink.calls.clear()
     MemoryFencingStore.shared = Claims()
+    MemoryFencingStore.open_transaction = None
+    MemoryFencingStore.settled_loads = 0
     return registry
 
 
-def member(tmp_path: Path, registry: PluginRegistry) -> GroupPipelineRunner:
+def member(tmp_path: Path, registry: PluginRegistry, source: str = "partitions: 8, rate: 4000") -> GroupPipelineRunner:
     import yaml
 
     data = yaml.safe_load(
         "name: g\n"
-        "source: {type: datagen, partitions: 8, rate: 4000}\n"
+        f"source: {{type: datagen, {source}}}\n"
         "sink: {type: recording}\n"
         "checkpoint: {type: memory-fencing}\n"
         f"engine: {{poll_interval_ms: 10, max_records_per_read: 50, group: {GROUP}}}\n"
@@ -180,6 +193,29 @@ def test_a_commit_fenced_by_a_new_owner_drops_the_bucket(tmp_path: Path, registr
             "the other buckets to go on committing",
         )
     finally:
+        runner.stop.set()
+        thread.join(30)
+
+
+def test_a_member_done_with_its_partitions_answers_a_revoke_while_a_commit_is_left_open(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    # Its partitions finished, the member looks every second whether the whole pipeline is done.
+    # That look must not wait on a dead member's open commit: the rebalance that ends it waits on
+    # this member's revoke.
+    MemoryFencingStore.open_transaction = threading.Event()
+    runner = member(tmp_path, registry, "partitions: 8, count: 80")
+    mine = next(b for b in range(BUCKETS) if partitions_of(b))
+    runner.request("assign", frozenset({mine}))
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        wait(lambda: set(runner.snapshot["partitions"]) == set(partitions_of(mine)), "its partitions to start")
+        wait(lambda: MemoryFencingStore.settled_loads >= 2, "the member to look whether the pipeline is done")
+        assert runner.request("revoke", frozenset({mine})).wait(10)
+        assert mine not in runner.buckets.owned
+    finally:
+        MemoryFencingStore.open_transaction.set()
         runner.stop.set()
         thread.join(30)
 
