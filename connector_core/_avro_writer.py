@@ -27,7 +27,9 @@ __all__ = [
     "UnsupportedAvroSchemaError",
     "avro_encoder",
     "compile_avro_writer",
+    "epoch_millis",
     "logical_type_preparers",
+    "uuid_text",
 ]
 
 AvroWriter = Callable[[bytearray, Any], None]
@@ -106,7 +108,7 @@ def _write_null(buffer: bytearray, value: None) -> None:
         raise TypeError(f"{value!r} is not null")
 
 
-def _timestamp_millis(value: Any) -> Any:
+def epoch_millis(value: Any) -> Any:
     # fastavro takes datetimes for timestamp-millis; cdcflow's own values are already epoch millis.
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
@@ -115,7 +117,7 @@ def _timestamp_millis(value: Any) -> Any:
     return value
 
 
-def _uuid_text(value: Any) -> Any:
+def uuid_text(value: Any) -> Any:
     return str(value) if isinstance(value, uuid.UUID) else value
 
 
@@ -144,8 +146,8 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 _RUNTIME: dict[str, Any] = {
     "_decimal_bytes": _decimal_bytes,
-    "_timestamp_millis": _timestamp_millis,
-    "_uuid_text": _uuid_text,
+    "_timestamp_millis": epoch_millis,
+    "_uuid_text": uuid_text,
     "_write_long": _write_long,
     "_write_int": _write_int,
     "_write_string": _write_string,
@@ -360,8 +362,8 @@ def logical_type_preparers() -> dict[tuple[str, str], Callable[[Any, Any], Any]]
     for name, prepare in LOGICAL_WRITERS.items():
         base, _, logical = name.partition("-")
         preparers[(base, logical)] = prepare
-    preparers[("long", "timestamp-millis")] = lambda datum, schema: _timestamp_millis(datum)
-    preparers[("string", "uuid")] = lambda datum, schema: _uuid_text(datum)
+    preparers[("long", "timestamp-millis")] = lambda datum, schema: epoch_millis(datum)
+    preparers[("string", "uuid")] = lambda datum, schema: uuid_text(datum)
     return preparers
 
 

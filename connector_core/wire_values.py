@@ -16,12 +16,11 @@ The number forms (:func:`decimal_to_unscaled`, :func:`unscaled_to_decimal`,
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import uuid
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
+from cdcflow._avro_writer import epoch_millis, uuid_text
 from cdcflow.errors import ConverterError
 from cdcflow.events import Column, RowSchema
 from cdcflow.schemas import (
@@ -233,20 +232,6 @@ def row_encoder(
 
 # --- decoders: what a consumer reads -> event values -----------------------------------------------
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def _epoch_millis(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
-    return value
-
-
-def _uuid_text(value: Any) -> Any:
-    return str(value) if isinstance(value, uuid.UUID) else value
-
 
 def _decimal_of_scale_zero(value: Any) -> Any:
     if isinstance(value, Decimal):
@@ -306,9 +291,9 @@ class _AvroDecoders:
         kind = schema.get("type")
         logical = schema.get("logicalType")
         if logical == "timestamp-millis":
-            return _epoch_millis
+            return epoch_millis
         if logical == "uuid":
-            return _uuid_text
+            return uuid_text
         if logical == "decimal" and int(schema.get("scale", 0)) == 0:
             return _decimal_of_scale_zero
         if kind in ("record", "error", "enum", "fixed"):
