@@ -44,6 +44,9 @@ class AvroEncoder:
 
     encode: Callable[[Any], bytes]
     takes_rows: bool = False
+    # The compiled core's writer and the prefix, for encoders of compact batches (cdcflow.batches).
+    native: Any = None
+    prefix: bytes = b""
 
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -386,7 +389,7 @@ def avro_encoder(schema: Any, prefix: bytes = b"") -> AvroEncoder:
                 encoded: bytes = compiled.encode(datum, prefix)
                 return encoded
 
-            return AvroEncoder(encode_compiled, takes_rows=True)
+            return AvroEncoder(encode_compiled, takes_rows=True, native=compiled, prefix=prefix)
     try:
         write = compile_avro_writer(schema)
     except UnsupportedAvroSchemaError:

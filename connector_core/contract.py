@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cdcflow.batches import EncodedMessages, EventBatch
 from cdcflow.errors import TransformError
 from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent, SourceInfo
 from cdcflow.jsontext import canonical_json
@@ -227,6 +228,15 @@ class Source(_Plugin[ConfigT]):
         like a record a sink refused, so nothing is dropped silently.
         """
 
+    def read_event_batches(
+        self, partition: Partition, start: Offset, end: Offset, batch_size: int
+    ) -> Iterator[EventBatch] | None:
+        """``read(partition, start, end)`` as compact batches of at most ``batch_size`` events
+        (:mod:`cdcflow.batches`), or None when this source has no compact form (the default) or
+        cannot give one for this range. The events, in order, must be exactly what ``read`` yields
+        for the range; the runtime asks only when every stage after the source takes batches."""
+        return None
+
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
         """Event time (µs since the epoch) below which ``partition`` is complete at ``offset``."""
         return None
@@ -315,6 +325,12 @@ class Sink(_Plugin[ConfigT]):
         durable: the pipeline then replays from its last checkpoint, so nothing is lost.
         """
 
+    def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
+        """:meth:`write` for a compact batch, or None to decline it (the default): the runtime then
+        writes the batch's :meth:`~cdcflow.batches.EventBatch.records`. Same guarantees as
+        ``write``; a record refused for good comes back as ``batch.record(i)``."""
+        return None
+
     def on_watermark(self, watermark_us: int) -> None:
         """Every record with an event time below ``watermark_us`` has been written. Sinks that
         order writes or close time partitions act on it; others ignore it."""
@@ -357,6 +373,13 @@ class Transform(_Plugin[ConfigT]):
         off their values by converters) skip this.
         """
         return schema
+
+    def apply_to_event_batch(self, batch: EventBatch) -> EventBatch | None:
+        """:meth:`apply` over a compact batch, or None when this transform needs the events as
+        Python objects (the default): the runtime then builds them and calls :meth:`apply` per
+        event. Implement it only where the result is exactly what ``apply`` gives for every event
+        and no event is dropped (``route`` renames a table's topic once per batch)."""
+        return None
 
     def apply_schema_change(self, event: SchemaChangeEvent) -> SchemaChangeEvent | None:
         """Schema-change events pass unchanged unless a transform says otherwise."""
@@ -433,6 +456,15 @@ class Converter(_Plugin[ConfigT]):
     @abstractmethod
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
         """None is a tombstone."""
+
+    def serialize_event_batch(
+        self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
+    ) -> EncodedMessages | None:
+        """A compact batch as Kafka messages (``destinations[i]`` is where ``batch.tables[i]``
+        goes; with ``tombstones`` a keyed delete is followed by its tombstone), or None when this
+        converter cannot encode it without Python objects (the default; also when an event does not
+        fit its schema, so that the caller's per-record path rejects just that one)."""
+        return None
 
     @abstractmethod
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import io
 import json
 import struct
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ import fastavro
 from pydantic import Field, model_validator
 
 from cdcflow._avro_writer import AvroEncoder, avro_encoder
+from cdcflow.batches import EncodedMessages, EventBatch
 from cdcflow.contract import Converter, PluginConfig, PluginContext
 from cdcflow.errors import (
     ConfigError,
@@ -353,6 +355,29 @@ class AvroConverter(Converter[AvroConverterConfig]):
         if payload is None:
             return None
         return self._encode(encoder, "value", destination, payload)
+
+    def serialize_event_batch(
+        self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
+    ) -> EncodedMessages | None:
+        plans: list[tuple[Any, ...] | None] = []
+        for index, table in enumerate(batch.tables):
+            first = batch.first_of_table(index)
+            if first is None:
+                plans.append(None)
+                continue
+            # One event per table stands for its schema: what the registry and the caches key on.
+            sample = batch.record(first)
+            key, key_rows = self._encoder(sample, "key", destinations[index])
+            value, value_rows = self._encoder(sample, "value", destinations[index])
+            if key.native is None or value.native is None or key_rows is not None or value_rows is not None:
+                return None  # values the converter rewrites (decimals, user types): per record
+            head = (table.version, table.system, table.cluster, table.keyspace, table.table)
+            plans.append((key.native, key.prefix, value.native, value.prefix, head))
+        try:
+            tables, events, keys, values = batch.events.encode_avro(plans, tombstones)
+        except ValueError:
+            return None  # an event that does not fit its schema: the per-record path rejects it
+        return EncodedMessages(tables, events, keys, values)
 
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
         """The payload read with the writer's schema, its values as the event carried them."""

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from cdcflow.batches import EventBatch
 from cdcflow.contract import PluginConfig, PluginContext, Transform
 from cdcflow.errors import TransformError
 from cdcflow.events import ChangeEvent, Column, RowSchema, SchemaChangeEvent, SourceInfo
@@ -230,6 +231,10 @@ class RouteTransform(Transform[RouteConfig]):
 
     def apply(self, event: ChangeEvent) -> ChangeEvent | None:
         return event.with_changes(topic=self._route(event.destination()))
+
+    def apply_to_event_batch(self, batch: EventBatch) -> EventBatch:
+        # A route depends on the destination only: once per table, not per event.
+        return batch.with_topics([self._route(table.destination()) for table in batch.tables])
 
     def apply_schema_change(self, event: SchemaChangeEvent) -> SchemaChangeEvent | None:
         return event.with_changes(topic=self._route(event.destination()))

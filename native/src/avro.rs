@@ -938,6 +938,175 @@ impl AvroWriter {
     }
 }
 
+/// A value the compiled core holds itself (a compact batch's), written without a Python object.
+#[derive(Clone, Copy)]
+pub enum Datum<'a> {
+    Null,
+    Bool(bool),
+    Long(i64),
+    Double(f64),
+    Text(&'a str),
+}
+
+/// What a compact row holds: anything that reads as a [`Datum`].
+pub trait AsDatum {
+    fn as_datum(&self) -> Datum<'_>;
+}
+
+impl AsDatum for Datum<'_> {
+    fn as_datum(&self) -> Datum<'_> {
+        *self
+    }
+}
+
+impl AvroWriter {
+    pub(crate) fn root(&self) -> usize {
+        self.root
+    }
+
+    /// The fields of the record `node` is, through a `[T]` union.
+    fn record_fields(&self, node: usize) -> Result<&[Field], String> {
+        match &self.nodes[node] {
+            Node::Record { fields, .. } => Ok(fields),
+            _ => Err("not a record".into()),
+        }
+    }
+
+    /// `values` as the record `node` (field `i` takes `values[i]`): what the reference writes for
+    /// a row with those values in field order.
+    pub(crate) fn write_record<T: AsDatum>(&self, out: &mut Vec<u8>, node: usize, values: &[T]) -> Result<(), String> {
+        let fields = self.record_fields(node)?;
+        if fields.len() != values.len() {
+            return Err(format!(
+                "a row of {} values for a record of {} fields",
+                values.len(),
+                fields.len()
+            ));
+        }
+        for (field, value) in fields.iter().zip(values) {
+            self.write_datum(out, field.node, value.as_datum())?;
+        }
+        Ok(())
+    }
+
+    /// A row or null as the `[null, record]` (or plain record) `node`.
+    fn write_optional_record<T: AsDatum>(
+        &self,
+        out: &mut Vec<u8>,
+        node: usize,
+        row: Option<&[T]>,
+    ) -> Result<(), String> {
+        match (&self.nodes[node], row) {
+            (Node::Nullable { null_index, .. }, None) => {
+                out.push(2 * null_index);
+                Ok(())
+            }
+            (Node::Nullable { null_index, other }, Some(values)) => {
+                out.push(2 * (1 - null_index));
+                self.write_record(out, *other, values)
+            }
+            (Node::Single { branch }, Some(values)) => {
+                out.push(0);
+                self.write_record(out, *branch, values)
+            }
+            (Node::Record { .. }, Some(values)) => self.write_record(out, node, values),
+            _ => Err("a null row for a record that takes none".into()),
+        }
+    }
+
+    /// A change event as the root `Envelope` record (`op`, `before`, `after`, `source`, `ts_ms`,
+    /// as `cdcflow.schemas.avro_envelope_row` gives it).
+    pub(crate) fn write_envelope<T: AsDatum>(
+        &self,
+        out: &mut Vec<u8>,
+        op: &str,
+        before: Option<&[T]>,
+        after: Option<&[T]>,
+        source: &[Datum<'_>],
+        ts_ms: i64,
+    ) -> Result<(), String> {
+        let fields = self.record_fields(self.root)?;
+        if fields.len() != 5 {
+            return Err("the value schema is not a change-event envelope".into());
+        }
+        self.write_datum(out, fields[0].node, Datum::Text(op))?;
+        self.write_optional_record(out, fields[1].node, before)?;
+        self.write_optional_record(out, fields[2].node, after)?;
+        self.write_record(out, fields[3].node, source)?;
+        self.write_datum(out, fields[4].node, Datum::Long(ts_ms))
+    }
+
+    /// One value as `node`, exactly as `write` writes the Python value it stands for; an Err for
+    /// a schema construct this path does not take (the caller falls back to Python objects).
+    fn write_datum(&self, out: &mut Vec<u8>, node: usize, datum: Datum<'_>) -> Result<(), String> {
+        match (&self.nodes[node], datum) {
+            (Node::Primitive(Primitive::Null), Datum::Null) => Ok(()),
+            (Node::Primitive(Primitive::Boolean), Datum::Bool(b)) => {
+                out.push(b as u8);
+                Ok(())
+            }
+            (Node::Primitive(Primitive::Long), Datum::Long(n)) => {
+                write_long(out, n);
+                Ok(())
+            }
+            (Node::Primitive(Primitive::Int), Datum::Long(n)) if n >= i32::MIN as i64 && n <= i32::MAX as i64 => {
+                write_long(out, n);
+                Ok(())
+            }
+            (Node::Primitive(Primitive::Double), Datum::Double(x)) => {
+                out.extend_from_slice(&x.to_le_bytes());
+                Ok(())
+            }
+            (Node::Primitive(Primitive::Double), Datum::Long(n)) => {
+                out.extend_from_slice(&(n as f64).to_le_bytes());
+                Ok(())
+            }
+            (Node::Primitive(Primitive::Float), Datum::Double(x)) => {
+                let single = x as f32;
+                if single.is_infinite() && !x.is_infinite() {
+                    return Err("float too large to pack with f format".into());
+                }
+                out.extend_from_slice(&single.to_le_bytes());
+                Ok(())
+            }
+            (Node::Primitive(Primitive::String), Datum::Text(text)) => {
+                write_long(out, text.len() as i64);
+                out.extend_from_slice(text.as_bytes());
+                Ok(())
+            }
+            (Node::Nullable { null_index, .. }, Datum::Null) => {
+                out.push(2 * null_index);
+                Ok(())
+            }
+            (Node::Nullable { null_index, other }, value) => {
+                out.push(2 * (1 - null_index));
+                self.write_datum(out, *other, value)
+            }
+            (Node::Single { branch }, value) => {
+                out.push(0);
+                self.write_datum(out, *branch, value)
+            }
+            (
+                Node::Logical {
+                    base,
+                    passes: Passes::Int,
+                    ..
+                },
+                Datum::Long(n),
+            ) => self.write_datum(out, *base, Datum::Long(n)),
+            (
+                Node::Logical {
+                    base,
+                    passes: Passes::Str,
+                    ..
+                },
+                Datum::Text(t),
+            ) => self.write_datum(out, *base, Datum::Text(t)),
+            _ => Err("a value the compact path does not write for this schema".into()),
+        }
+    }
+}
+
 #[pymethods]
 impl AvroWriter {
     /// Compiles ``schema`` (the JSON form: dicts, lists, names). ``preparers`` maps

@@ -3,7 +3,9 @@
 //!
 //! * `commitlog`: commit-log entry framing and CRCs, mutations decoded straight to row changes;
 //! * `avro`: Avro binary encoding compiled per schema (byte for byte what fastavro writes);
-//! * `json`: JSON text as cdcflow's `compact_json` writes it (Kafka Connect JSON payloads).
+//! * `json`: JSON text as cdcflow's `compact_json` writes it (Kafka Connect JSON payloads);
+//! * `batch`: change events in compact form, encoded to Kafka messages without Python objects;
+//! * `datagen`: the `datagen` source's events built straight into a compact batch.
 //!
 //! Nothing here may take the process down on any input: every decoder returns an error value or
 //! declines to the reference, and PyO3 turns a panic into a Python exception.
@@ -11,7 +13,9 @@
 use pyo3::prelude::*;
 
 mod avro;
+mod batch;
 mod commitlog;
+mod datagen;
 mod json;
 mod objects;
 
@@ -23,6 +27,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(commitlog::frame_section, m)?)?;
     m.add_class::<avro::AvroWriter>()?;
     m.add_class::<json::JsonEncoder>()?;
+    m.add_class::<batch::EventBatch>()?;
+    m.add_class::<datagen::DatagenPlan>()?;
     m.add_function(wrap_pyfunction!(json::float_text, m)?)?;
     Ok(())
 }

@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import Field
 
+from cdcflow.batches import EventBatch
 from cdcflow.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.converters import SubjectNameStrategy, converter_from_fields
 from cdcflow.errors import (
@@ -152,6 +153,25 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             self._produce(producer, topic, key, value, headers, record, rejected)
             if value is not None and self._wants_tombstone(record):
                 self._produce(producer, topic, key, None, list(TOMBSTONE_HEADERS), record, rejected)
+        producer.poll(0)
+        return rejected
+
+    def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
+        producer = self._producer
+        assert producer is not None, "open() first"
+        topics = [self.config.topic or table.destination() for table in batch.tables]
+        encoded = self.converter.serialize_event_batch(batch, topics, self.config.tombstones_on_delete)
+        if encoded is None:
+            return None
+        rejected: list[Rejected] = []
+        produce = producer.produce
+        for table, event, key, value in zip(*encoded, strict=True):
+            headers = None if value is not None else list(TOMBSTONE_HEADERS)
+            try:
+                produce(topics[table], value=value, key=key, headers=headers)
+            except (BufferError, KafkaException):
+                # Backpressure or a refusal: the per-record path, with the event built for it.
+                self._produce(producer, topics[table], key, value, headers, batch.record(event), rejected)
         producer.poll(0)
         return rejected
 

@@ -16,8 +16,10 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from cdcflow.batches import BatchTable, EventBatch
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
 from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
+from cdcflow.native import native_module
 
 __all__ = ["DatagenConfig", "DatagenSource", "expected_event_ids"]
 
@@ -89,6 +91,11 @@ class DatagenSource(Source[DatagenConfig]):
         self._keys_per_partition = max(1, config.keys // config.partitions)
         self._payload_starts = config.event_size + 1
         self._partition_ids = [f"datagen-{p}" for p in range(config.partitions)]
+        self._plan: Any = False  # the compiled generator: built on first use (None: not available)
+        self._batch_tables = [
+            BatchTable(schema, "datagen", config.cluster, config.keyspace, name)
+            for schema, name in zip(self._schemas, self._table_names, strict=True)
+        ]
 
     def _row_schema(self, table: str) -> RowSchema:
         key = (Column("id", "bigint", optional=False),)
@@ -159,6 +166,53 @@ class DatagenSource(Source[DatagenConfig]):
         index = partition.info["index"]
         for seq in range(start["seq"] + 1, end["seq"] + 1):
             yield self.event(index, seq, self._time_of(seq, start, end, 0))
+
+    def read_event_batches(
+        self, partition: Partition, start: Offset, end: Offset, batch_size: int
+    ) -> Iterator[EventBatch] | None:
+        plan = self._compiled_plan()
+        first, last = start["seq"] + 1, end["seq"]
+        span = (start["seq"], start["ts_us"], end["seq"], end["ts_us"])
+        if plan is None or (self.config.rate is None and abs(span[3] - span[1]) * (span[2] - span[0]) >= 1 << 53):
+            return None  # times the compiled generator would not round as event() does
+        return self._compact_batches(plan, partition.info["index"], first, last, span, start["epoch_us"], batch_size)
+
+    def _compact_batches(
+        self,
+        plan: Any,
+        index: int,
+        first: int,
+        last: int,
+        span: tuple[int, int, int, int],
+        epoch_us: int,
+        batch_size: int,
+    ) -> Iterator[EventBatch]:
+        for low in range(first, last + 1, batch_size):
+            high = min(last, low + batch_size - 1)
+            ts_ms = int(time.time() * 1000)
+            events = plan.batch(index, self._partition_ids[index], low, high, span, epoch_us, self.config.rate, ts_ms)
+            yield EventBatch(events, self._batch_tables)
+
+    def _compiled_plan(self) -> Any:
+        """The compiled core's generator for this config (built once), None without the core."""
+        if self._plan is False:
+            native = native_module()
+            config = self.config
+            # Event ids and keys as 64-bit ints, as the compiled generator holds them.
+            fits = config.keys < 1 << 40 and config.partitions * (1 + (config.count or 0)) < 1 << 62
+            self._plan = None
+            if native is not None and fits:
+                thresholds = [(limit, op.value) for limit, op in self._op_thresholds]
+                self._plan = native.DatagenPlan(
+                    self._seed_mix,
+                    config.partitions,
+                    self._keys_per_partition,
+                    config.tables,
+                    thresholds,
+                    self._payload_pool,
+                    config.event_size,
+                )
+        return self._plan
 
     # --- event synthesis ---------------------------------------------------------------------
 
