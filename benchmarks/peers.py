@@ -703,14 +703,15 @@ def spark(args: argparse.Namespace) -> None:
         subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(fill)], check=True, capture_output=True)
     if not args.soak:
         print(f"{args.events:,} events in {topic} (cdcflow json envelopes, datagen payloads of {args.event_size} B)")
-    # cdcflow's kafka source on Spark hands max_records_per_read to the connector as maxOffsetsPerTrigger.
+    # Both jobs' micro-batches hold per_batch records: cdcflow's kafka source hands
+    # max_records_per_batch to Spark's connector as maxOffsetsPerTrigger, as the plain job sets it.
     per_trigger = args.per_batch
 
     pipeline = work / "to-parquet.yaml"
     pipeline.write_text(
         f"name: {prefix}-parquet\n"
         f"source: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', topics: ['{topic}'],"
-        f" converter: {json_converter}}}\n"
+        f" converter: {json_converter}, max_records_per_batch: {args.per_batch}}}\n"
         "sink: {type: parquet, path: out}\n"
         "checkpoint: {type: file, path: ckpt}\n"
         f"engine: {{type: spark, master: '{args.master}', trigger_interval_ms: 0,"

@@ -270,6 +270,14 @@ class Source(_Plugin[ConfigT]):
         carries no change (the tombstone cdcflow's kafka sink writes after a delete)."""
         raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
 
+    def decode_spark_batch(self, batch: Any) -> Any | None:
+        """A whole Arrow record batch of :meth:`spark_native_stream` rows in the spark engine's
+        stream shape (``cdcflow.spark_engine.rows.stream_arrow_batch``), decoded in one go by the
+        compiled core; None (the default, or for a batch it cannot decode exactly as
+        :meth:`decode_spark_row` would) decodes it row by row. The engine asks only when no
+        transform runs and the sink takes the stream rows themselves (``parquet``)."""
+        return None
+
     def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
         """The offsets Spark's connector logged for :meth:`spark_native_stream`, as cdcflow
         offsets by partition id (what ``cdcflow offsets show`` prints)."""

@@ -222,7 +222,14 @@ def decode_native_batches(job: SourceJob, batches: Iterator[Any]) -> Iterator[An
     """``mapInArrow`` body for a source's native Spark stream: its rows, decoded by the source,
     transformed, in the stream shape."""
     source, transforms = _source_side(job, open_source=False)
+    whole_batches = not transforms and not job.with_record
     for batch in batches:
+        if whole_batches:
+            rows = source.decode_spark_batch(batch)
+            if rows is not None:  # decoded by the compiled core, exactly as row by row
+                if rows.num_rows:
+                    yield rows
+                continue
         decoded = (source.decode_spark_row(row) for row in batch.to_pylist())
         records = (record for record in decoded if record is not None)
         # Column by column: building Arrow arrays from the row tuples' columns costs less than

@@ -10,12 +10,20 @@ table with that schema; sinks that want the cdcflow record back (every other sin
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from typing import Any
 
 from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
 from cdcflow.jsontext import compact_json
 
-__all__ = ["STREAM_COLUMNS", "STREAM_SCHEMA_DDL", "record_from_row", "record_to_row"]
+__all__ = [
+    "STREAM_COLUMNS",
+    "STREAM_SCHEMA_DDL",
+    "record_from_row",
+    "record_to_row",
+    "stream_arrow_batch",
+    "stream_arrow_schema",
+]
 
 STREAM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),  # change | schema_change
@@ -53,6 +61,31 @@ def stream_arrow_schema() -> Any:
         "map<string,string>": pa.map_(pa.string(), pa.string()),
     }
     return pa.schema([(name, types[kind]) for name, kind in STREAM_COLUMNS])
+
+
+def stream_arrow_batch(built: Sequence[Any]) -> Any:
+    """The record batch of change rows the compiled core built as Arrow buffers: the columns
+    ``op`` to ``row_schema`` (in :data:`STREAM_COLUMNS` order; a string column as ``(offsets,
+    data, validity or None, null count)``, int64 and boolean columns as their raw values), then
+    the row count; ``kind`` is ``change``, and ``ddl``, ``headers`` and ``record`` are null."""
+    import pyarrow as pa
+
+    schema = stream_arrow_schema()
+    *columns, rows = built
+    given = iter(columns)
+    arrays = []
+    for field in schema:
+        if field.name == "kind":
+            arrays.append(pa.array(["change"] * rows, type=field.type))
+        elif field.name in ("ddl", "headers", "record"):
+            arrays.append(pa.nulls(rows, type=field.type))
+        elif field.type == pa.string():
+            offsets, data, validity, nulls = next(given)
+            buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
+            arrays.append(pa.Array.from_buffers(field.type, rows, buffers, null_count=nulls))
+        else:
+            arrays.append(pa.Array.from_buffers(field.type, rows, [None, pa.py_buffer(next(given))], null_count=0))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _json(value: Any) -> str | None:

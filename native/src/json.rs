@@ -98,7 +98,19 @@ fn write_str(out: &mut Vec<u8>, text: &Bound<'_, PyString>) -> PyResult<()> {
         return Err(PyErr::fetch(text.py()));
     }
     let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) };
+    write_text(out, bytes);
+    Ok(())
+}
+
+/// UTF-8 text quoted as the C encoder quotes it without ensure_ascii: `"`, `\` and control
+/// characters escaped, everything else as it is.
+pub fn write_text(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
+    if !bytes.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.extend_from_slice(bytes); // most text: nothing to escape
+        out.push(b'"');
+        return;
+    }
     let mut start = 0;
     for (index, byte) in bytes.iter().enumerate() {
         let escaped: &[u8] = match byte {
@@ -125,7 +137,6 @@ fn write_str(out: &mut Vec<u8>, text: &Bound<'_, PyString>) -> PyResult<()> {
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
-    Ok(())
 }
 
 fn write_int(out: &mut Vec<u8>, value: &Bound<'_, PyAny>) -> PyResult<()> {

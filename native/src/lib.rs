@@ -5,7 +5,8 @@
 //! * `avro`: Avro binary encoding compiled per schema (byte for byte what fastavro writes);
 //! * `json`: JSON text as cdcflow's `compact_json` writes it (Kafka Connect JSON payloads);
 //! * `batch`: change events in compact form, encoded to Kafka messages without Python objects;
-//! * `datagen`: the `datagen` source's events built straight into a compact batch.
+//! * `datagen`: the `datagen` source's events built straight into a compact batch;
+//! * `envelopes`: Kafka messages of JSON change envelopes straight into the spark engine's rows.
 //!
 //! Nothing here may take the process down on any input: every decoder returns an error value or
 //! declines to the reference, and PyO3 turns a panic into a Python exception.
@@ -16,6 +17,7 @@ mod avro;
 mod batch;
 mod commitlog;
 mod datagen;
+mod envelopes;
 mod json;
 mod objects;
 
@@ -29,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<json::JsonEncoder>()?;
     m.add_class::<batch::EventBatch>()?;
     m.add_class::<datagen::DatagenPlan>()?;
+    m.add_function(wrap_pyfunction!(envelopes::json_envelope_rows, m)?)?;
     m.add_function(wrap_pyfunction!(json::float_text, m)?)?;
     Ok(())
 }

@@ -18,10 +18,12 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from pydantic import Field
 
 from cdcflow.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
-from cdcflow.converters import converter_from_fields
+from cdcflow.converters import JsonConverter, converter_from_fields
 from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError, TransientError
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
+from cdcflow.native import native_module
+from cdcflow.schemas import UNTYPED_NULL
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
 
@@ -232,6 +234,51 @@ class KafkaSource(Source[KafkaSourceConfig]):
         timestamp = row["timestamp"]
         ts_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else 0
         return self.decode(topic, f"{topic}:{number}", row["key"], row["value"], row["offset"], ts_ms)
+
+    def decode_spark_batch(self, batch: Any) -> Any | None:
+        native = native_module()
+        converter = self.converter
+        # Schemaless JSON envelopes only: values typed by a Connect schema or Avro go row by row.
+        if native is None or not isinstance(converter, JsonConverter) or converter.config.schemas_enable:
+            return None
+        import pyarrow as pa
+
+        from cdcflow.spark_engine.rows import stream_arrow_batch  # the spark engine's own module: only there
+
+        wanted = {
+            "topic": pa.string(),
+            "partition": pa.int32(),
+            "offset": pa.int64(),
+            "key": pa.binary(),
+            "value": pa.binary(),
+        }
+        arrays = {}
+        for name, kind in wanted.items():
+            array = batch.column(name)
+            if array.type != kind:
+                return None  # another Arrow layout (large offsets): row by row
+            # Unsigned byte views of Arrow's buffers (no copy), as the compiled core reads them.
+            views = [None if b is None else memoryview(b).cast("B") for b in array.buffers()]
+            arrays[name] = (views[0], views[1], views[2] if len(views) > 2 else None, array.offset)
+        # A null value is a tombstone cdcflow wrote after a delete when its headers say so.
+        nulls = batch.column("value").is_null().to_pylist() if batch.column("value").null_count else None
+        skip = bytearray(batch.num_rows)
+        if nulls is not None:
+            headers = batch.column("headers")
+            for row, null in enumerate(nulls):
+                if null and _is_cdcflow_tombstone(headers[row].as_py()):
+                    skip[row] = 1
+        built = native.json_envelope_rows(
+            batch.num_rows,
+            arrays["topic"],
+            arrays["partition"],
+            arrays["offset"],
+            arrays["key"],
+            arrays["value"],
+            bytes(skip),
+            UNTYPED_NULL,
+        )
+        return None if built is None else stream_arrow_batch(built)
 
     def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
         # Spark's Kafka connector logs {"topic": {"partition number": next offset}}.

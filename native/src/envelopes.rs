@@ -1,0 +1,791 @@
+//! Kafka messages holding cdcflow's JSON change envelopes (the `json` converter without schemas),
+//! turned straight into the spark engine's stream rows (`cdcflow.spark_engine.rows`): what the
+//! `kafka` source's `decode_spark_row`, `infer_row_schema` and `record_to_row` give for each
+//! message, without a Python object per value. Anything this path does not reproduce exactly (a
+//! value that is not such an envelope, a number beyond 64 bits, a non-finite float, a duplicate
+//! key, text that is not UTF-8) declines the whole batch, which the Python path then decodes
+//! (and rejects what it must) as always.
+
+use std::borrow::Cow;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::json::{float_repr, write_text};
+
+const MAX_DEPTH: usize = 64;
+
+enum Json<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    /// Borrowed from the message where it has no escapes.
+    Str(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    /// Members in their order (no key twice).
+    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+}
+
+/// Why this path declines a batch (never shown: the Python path gives the real answer).
+struct Decline;
+
+type Parsed<T> = Result<T, Decline>;
+
+struct Parser<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn parse(text: &'a [u8]) -> Parsed<Json<'a>> {
+        let mut parser = Parser { text, at: 0 };
+        let value = parser.value(0)?;
+        parser.space();
+        if parser.at != text.len() {
+            return Err(Decline);
+        }
+        Ok(value)
+    }
+
+    fn space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.text.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &[u8], value: Json<'a>) -> Parsed<Json<'a>> {
+        if self.text[self.at..].starts_with(word) {
+            self.at += word.len();
+            Ok(value)
+        } else {
+            Err(Decline)
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Parsed<Json<'a>> {
+        if depth > MAX_DEPTH {
+            return Err(Decline);
+        }
+        self.space();
+        match self.text.get(self.at) {
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => Ok(Json::Str(self.string()?)),
+            Some(b't') => self.literal(b"true", Json::Bool(true)),
+            Some(b'f') => self.literal(b"false", Json::Bool(false)),
+            Some(b'n') => self.literal(b"null", Json::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => Err(Decline), // NaN and Infinity, which Python reads, are left to Python
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Parsed<Json<'a>> {
+        self.at += 1;
+        let mut members: Vec<(Cow<'a, str>, Json<'a>)> = Vec::new();
+        self.space();
+        if self.text.get(self.at) == Some(&b'}') {
+            self.at += 1;
+            return Ok(Json::Object(members));
+        }
+        loop {
+            self.space();
+            if self.text.get(self.at) != Some(&b'"') {
+                return Err(Decline);
+            }
+            let key = self.string()?;
+            if members.iter().any(|(k, _)| *k == key) {
+                return Err(Decline);
+            }
+            self.space();
+            if self.text.get(self.at) != Some(&b':') {
+                return Err(Decline);
+            }
+            self.at += 1;
+            let value = self.value(depth + 1)?;
+            members.push((key, value));
+            self.space();
+            match self.text.get(self.at) {
+                Some(b',') => self.at += 1,
+                Some(b'}') => {
+                    self.at += 1;
+                    return Ok(Json::Object(members));
+                }
+                _ => return Err(Decline),
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Parsed<Json<'a>> {
+        self.at += 1;
+        let mut items = Vec::new();
+        self.space();
+        if self.text.get(self.at) == Some(&b']') {
+            self.at += 1;
+            return Ok(Json::Array(items));
+        }
+        loop {
+            items.push(self.value(depth + 1)?);
+            self.space();
+            match self.text.get(self.at) {
+                Some(b',') => self.at += 1,
+                Some(b']') => {
+                    self.at += 1;
+                    return Ok(Json::Array(items));
+                }
+                _ => return Err(Decline),
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Parsed<u32> {
+        let digits = self.text.get(self.at..self.at + 4).ok_or(Decline)?;
+        let text = std::str::from_utf8(digits).map_err(|_| Decline)?;
+        let value = u32::from_str_radix(text, 16).map_err(|_| Decline)?;
+        if !digits.iter().all(u8::is_ascii_hexdigit) {
+            return Err(Decline);
+        }
+        self.at += 4;
+        Ok(value)
+    }
+
+    fn string(&mut self) -> Parsed<Cow<'a, str>> {
+        self.at += 1;
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let start = self.at;
+            let rest = &self.text[start..];
+            self.at += rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(rest.len());
+            let run = &self.text[start..self.at];
+            match self.text.get(self.at) {
+                Some(b'"') if out.is_empty() => {
+                    // No escape: the text as it is in the message.
+                    self.at += 1;
+                    return std::str::from_utf8(run).map(Cow::Borrowed).map_err(|_| Decline);
+                }
+                Some(b'"') => {
+                    out.extend_from_slice(run);
+                    self.at += 1;
+                    return String::from_utf8(out).map(Cow::Owned).map_err(|_| Decline);
+                }
+                Some(b'\\') => {
+                    out.extend_from_slice(run);
+                    self.at += 1;
+                    let escape = *self.text.get(self.at).ok_or(Decline)?;
+                    self.at += 1;
+                    let plain = match escape {
+                        b'"' => b'"',
+                        b'\\' => b'\\',
+                        b'/' => b'/',
+                        b'b' => 0x08,
+                        b'f' => 0x0c,
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'u' => {
+                            let mut code = self.hex4()?;
+                            if (0xD800..0xDC00).contains(&code) {
+                                // A high surrogate makes a character only with the low one after it.
+                                if self.text.get(self.at..self.at + 2) != Some(b"\\u") {
+                                    return Err(Decline);
+                                }
+                                self.at += 2;
+                                let low = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&low) {
+                                    return Err(Decline);
+                                }
+                                code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+                            } else if (0xDC00..0xE000).contains(&code) {
+                                return Err(Decline);
+                            }
+                            let character = char::from_u32(code).ok_or(Decline)?;
+                            let mut buffer = [0u8; 4];
+                            out.extend_from_slice(character.encode_utf8(&mut buffer).as_bytes());
+                            continue;
+                        }
+                        _ => return Err(Decline),
+                    };
+                    out.push(plain);
+                }
+                _ => return Err(Decline), // a control character (strict JSON) or the end
+            }
+        }
+    }
+
+    fn number(&mut self) -> Parsed<Json<'a>> {
+        let start = self.at;
+        let digits = |parser: &mut Parser<'_>| {
+            let from = parser.at;
+            while parser.text.get(parser.at).is_some_and(u8::is_ascii_digit) {
+                parser.at += 1;
+            }
+            parser.at - from
+        };
+        if self.text.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        let first = self.at;
+        if digits(self) == 0 || (self.text[first] == b'0' && self.at - first > 1) {
+            return Err(Decline);
+        }
+        let mut integral = true;
+        if self.text.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            integral = false;
+            if digits(self) == 0 {
+                return Err(Decline);
+            }
+        }
+        if let Some(b'e' | b'E') = self.text.get(self.at) {
+            self.at += 1;
+            integral = false;
+            if let Some(b'+' | b'-') = self.text.get(self.at) {
+                self.at += 1;
+            }
+            if digits(self) == 0 {
+                return Err(Decline);
+            }
+        }
+        let text = std::str::from_utf8(&self.text[start..self.at]).map_err(|_| Decline)?;
+        if integral {
+            // Python reads any size; beyond 64 bits the schema says varint: left to Python.
+            return text.parse::<i64>().map(Json::Int).map_err(|_| Decline);
+        }
+        match text.parse::<f64>() {
+            Ok(value) if value.is_finite() => Ok(Json::Float(value)),
+            _ => Err(Decline),
+        }
+    }
+}
+
+impl<'a> Json<'a> {
+    fn get(&self, name: &str) -> Option<&Json<'a>> {
+        match self {
+            Json::Object(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn is_truthy_object(&self) -> bool {
+        matches!(self, Json::Object(members) if !members.is_empty())
+    }
+}
+
+/// `compact_json`: keys in their order, UTF-8, floats as `repr` writes them.
+fn write_compact(out: &mut Vec<u8>, value: &Json) {
+    match value {
+        Json::Null => out.extend_from_slice(b"null"),
+        Json::Bool(true) => out.extend_from_slice(b"true"),
+        Json::Bool(false) => out.extend_from_slice(b"false"),
+        Json::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Json::Float(x) => float_repr(out, *x),
+        Json::Str(text) => write_text(out, text.as_bytes()),
+        Json::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_compact(out, item);
+            }
+            out.push(b']');
+        }
+        Json::Object(members) => {
+            out.push(b'{');
+            for (index, (key, item)) in members.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_text(out, key.as_bytes());
+                out.push(b':');
+                write_compact(out, item);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// A string as `json.dumps` writes it with `ensure_ascii=True`: only printable ASCII as it is.
+fn write_ascii_text(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let unit = |out: &mut Vec<u8>, code: u32| {
+        out.extend_from_slice(b"\\u");
+        for shift in [12, 8, 4, 0] {
+            out.push(HEX[((code >> shift) & 0xF) as usize]);
+        }
+    };
+    out.push(b'"');
+    for character in text.chars() {
+        match character {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            '\u{08}' => out.extend_from_slice(b"\\b"),
+            '\u{0c}' => out.extend_from_slice(b"\\f"),
+            ' '..='~' => out.push(character as u8),
+            _ => {
+                let code = character as u32;
+                if code >= 0x10000 {
+                    let offset = code - 0x10000;
+                    unit(out, 0xD800 | (offset >> 10));
+                    unit(out, 0xDC00 | (offset & 0x3FF));
+                } else {
+                    unit(out, code);
+                }
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+/// `canonical_json`: keys sorted, ASCII.
+fn write_canonical(out: &mut Vec<u8>, value: &Json) {
+    match value {
+        Json::Str(text) => write_ascii_text(out, text),
+        Json::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(b']');
+        }
+        Json::Object(members) => {
+            let mut sorted: Vec<&(Cow<'_, str>, Json<'_>)> = members.iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0)); // UTF-8 byte order is code point order
+            out.push(b'{');
+            for (index, (key, item)) in sorted.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_ascii_text(out, key);
+                out.push(b':');
+                write_canonical(out, item);
+            }
+            out.push(b'}');
+        }
+        scalar => write_compact(out, scalar),
+    }
+}
+
+/// `inferred_type`: the CQL type a schemaless value is written as.
+fn inferred_type<'a>(value: &Json, untyped_null: &'a str) -> &'a str {
+    match value {
+        Json::Null => untyped_null,
+        Json::Bool(_) => "boolean",
+        Json::Int(_) => "bigint",
+        Json::Float(_) => "double",
+        Json::Str(_) | Json::Array(_) | Json::Object(_) => "text",
+    }
+}
+
+/// `RowSchema.to_json()` of the schema `infer_row_schema` reads off an event's key and row.
+fn write_inferred_schema(out: &mut Vec<u8>, namespace: &str, key: &Json, row: &Json, untyped_null: &str) {
+    let columns = |out: &mut Vec<u8>, members: &Json, optional: bool| {
+        out.push(b'[');
+        if let Json::Object(members) = members {
+            for (index, (name, value)) in members.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                out.push(b'[');
+                write_ascii_text(out, name);
+                out.push(b',');
+                write_ascii_text(out, inferred_type(value, untyped_null));
+                out.extend_from_slice(if optional { b",true]" } else { b",false]" });
+            }
+        }
+        out.push(b']');
+    };
+    out.extend_from_slice(b"{\"namespace\":");
+    write_ascii_text(out, namespace);
+    out.extend_from_slice(b",\"version\":1,\"key\":");
+    columns(out, key, false);
+    out.extend_from_slice(b",\"value\":");
+    columns(out, row, true);
+    out.push(b'}');
+}
+
+/// A text field of the envelope's `source` block: absent means `default`; anything but a string
+/// is left to Python.
+fn source_text<'a>(source: &'a Json<'_>, name: &str, default: &'a str) -> Parsed<&'a str> {
+    match source.get(name) {
+        None => Ok(default),
+        Some(Json::Str(text)) => Ok(text),
+        Some(_) => Err(Decline),
+    }
+}
+
+/// Arrow `string` column data: int32 offsets, UTF-8 bytes, and a validity bitmap when nullable.
+#[derive(Default)]
+struct TextColumn {
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+    valid: Vec<u8>,
+    nulls: usize,
+}
+
+impl TextColumn {
+    fn push_bit(&mut self, present: bool) {
+        let row = self.offsets.len().saturating_sub(1);
+        if row & 7 == 0 {
+            self.valid.push(0);
+        }
+        if present {
+            *self.valid.last_mut().unwrap_or(&mut 0) |= 1 << (row % 8);
+        } else {
+            self.nulls += 1;
+        }
+    }
+
+    fn start(&mut self) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+    }
+
+    /// Appends what `write` writes as the next value.
+    fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Parsed<()> {
+        self.start();
+        self.push_bit(true);
+        write(&mut self.data);
+        self.offsets.push(i32::try_from(self.data.len()).map_err(|_| Decline)?);
+        Ok(())
+    }
+
+    fn push(&mut self, text: &str) -> Parsed<()> {
+        self.push_with(|data| data.extend_from_slice(text.as_bytes()))
+    }
+
+    fn push_null(&mut self) {
+        self.start();
+        self.push_bit(false);
+        self.offsets.push(*self.offsets.last().unwrap_or(&0));
+    }
+
+    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let offsets: Vec<u8> = if self.offsets.is_empty() {
+            0i32.to_le_bytes().to_vec()
+        } else {
+            self.offsets.iter().flat_map(|o| o.to_le_bytes()).collect()
+        };
+        let valid = if self.nulls == 0 {
+            py.None().into_bound(py)
+        } else {
+            PyBytes::new(py, &self.valid).into_any()
+        };
+        PyTuple::new(
+            py,
+            [
+                PyBytes::new(py, &offsets).into_any(),
+                PyBytes::new(py, &self.data).into_any(),
+                valid,
+                self.nulls.into_pyobject(py)?.into_any(),
+            ],
+        )
+    }
+}
+
+/// The stream row columns this path fills, in `STREAM_COLUMNS` order (the others are constant:
+/// kind `change`, no ddl, no headers, no pickled record).
+#[derive(Default)]
+struct Columns {
+    op: TextColumn,
+    destination: TextColumn,
+    system: TextColumn,
+    cluster: TextColumn,
+    keyspace: TextColumn,
+    table: TextColumn,
+    partition: TextColumn,
+    position: TextColumn,
+    ts_us: Vec<i64>,
+    snapshot: Vec<bool>,
+    ts_ms: Vec<i64>,
+    key: TextColumn,
+    before: TextColumn,
+    after: TextColumn,
+    schema: TextColumn,
+}
+
+fn push_image(column: &mut TextColumn, value: Option<&Json<'_>>) -> Parsed<()> {
+    match value {
+        None | Some(Json::Null) => {
+            column.push_null();
+            Ok(())
+        }
+        Some(row @ Json::Object(_)) => column.push_with(|data| write_compact(data, row)),
+        Some(_) => Err(Decline),
+    }
+}
+
+/// One message, appended to `columns`; on Err the columns hold part of it (the batch is dropped).
+fn decode_one(
+    columns: &mut Columns,
+    topic: &str,
+    partition: i64,
+    offset: i64,
+    key: Option<&[u8]>,
+    value: &[u8],
+    untyped_null: &str,
+) -> Parsed<()> {
+    let key = match key {
+        None => Json::Object(Vec::new()),
+        Some(bytes) => Parser::parse(bytes)?,
+    };
+    let value = Parser::parse(value)?;
+    if !matches!(key, Json::Object(_)) {
+        return Err(Decline);
+    }
+    let (Some(op), Some(source)) = (value.get("op"), value.get("source")) else {
+        return Err(Decline); // a bare row, not an envelope
+    };
+    let op = match op {
+        Json::Str(text) if matches!(text.as_ref(), "c" | "u" | "d" | "r") => text.as_ref(),
+        _ => return Err(Decline),
+    };
+    if !matches!(source, Json::Object(_)) {
+        return Err(Decline);
+    }
+    let partition_id = format!("{topic}:{partition}");
+    let system = source_text(source, "connector", "kafka")?;
+    let cluster = source_text(source, "name", "")?;
+    let keyspace = source_text(source, "keyspace", "")?;
+    let table = source_text(source, "table", "")?;
+    let source_partition = source_text(source, "partition", &partition_id)?;
+    let position = match source.get("position") {
+        Some(Json::Str(text)) => match Parser::parse(text.as_bytes())? {
+            parsed @ Json::Object(_) => Some(parsed),
+            _ => return Err(Decline),
+        },
+        Some(_) => return Err(Decline),
+        None => None,
+    };
+    let ts_us = match source.get("ts_us") {
+        None => 0,
+        Some(Json::Int(n)) => *n,
+        Some(_) => return Err(Decline),
+    };
+    let snapshot = match source.get("snapshot") {
+        None => false,
+        Some(Json::Bool(b)) => *b,
+        Some(_) => return Err(Decline),
+    };
+    let ts_ms = match value.get("ts_ms") {
+        Some(Json::Int(n)) if *n != 0 => *n,
+        _ => return Err(Decline), // Python stamps the time it reads it: not reproducible here
+    };
+    let empty = Json::Object(Vec::new());
+    let row = match (value.get("after"), value.get("before")) {
+        (Some(after), _) if after.is_truthy_object() => after,
+        (_, Some(before)) if before.is_truthy_object() => before,
+        _ => &empty,
+    };
+
+    columns.op.push(op)?;
+    columns.destination.push(topic)?;
+    columns.system.push(system)?;
+    columns.cluster.push(cluster)?;
+    columns.keyspace.push(keyspace)?;
+    columns.table.push(table)?;
+    columns.partition.push(source_partition)?;
+    match &position {
+        Some(parsed) => columns.position.push_with(|data| write_canonical(data, parsed))?,
+        None => columns.position.push(&format!("{{\"offset\":{offset}}}"))?,
+    }
+    columns.ts_us.push(ts_us);
+    columns.snapshot.push(snapshot);
+    columns.ts_ms.push(ts_ms);
+    columns.key.push_with(|data| write_compact(data, &key))?;
+    push_image(&mut columns.before, value.get("before"))?;
+    push_image(&mut columns.after, value.get("after"))?;
+    let namespace = format!("{cluster}.{keyspace}.{table}");
+    columns
+        .schema
+        .push_with(|data| write_inferred_schema(data, &namespace, &key, row, untyped_null))
+}
+
+/// An Arrow array's buffers as Python gives them (`array.buffers()` and `array.offset`), held
+/// for the call.
+struct ArrowInput {
+    validity: Option<PyBuffer<u8>>,
+    offsets: Option<PyBuffer<u8>>,
+    data: Option<PyBuffer<u8>>,
+    offset: usize,
+}
+
+fn buffer_of(object: Option<&Bound<'_, PyAny>>) -> PyResult<Option<PyBuffer<u8>>> {
+    match object {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => {
+            let buffer = PyBuffer::<u8>::get(o)?;
+            if !buffer.is_c_contiguous() {
+                return Err(PyBufferError::new_err("an Arrow buffer that is not contiguous"));
+            }
+            Ok(Some(buffer))
+        }
+    }
+}
+
+fn bytes_of(buffer: &Option<PyBuffer<u8>>) -> &[u8] {
+    match buffer {
+        // SAFETY: the buffer is held (so valid) while `ArrowInput` lives; Arrow buffers are
+        // immutable once built, and nothing writes them during the call.
+        Some(b) => unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) },
+        None => &[],
+    }
+}
+
+impl ArrowInput {
+    fn new(parts: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        // (validity, offsets or values, data or None, array offset)
+        Ok(ArrowInput {
+            validity: buffer_of(Some(&parts.get_item(0)?))?,
+            offsets: buffer_of(Some(&parts.get_item(1)?))?,
+            data: buffer_of(Some(&parts.get_item(2)?))?,
+            offset: parts.get_item(3)?.extract()?,
+        })
+    }
+
+    fn is_valid(&self, row: usize) -> bool {
+        let bits = bytes_of(&self.validity);
+        let at = self.offset + row;
+        bits.is_empty() || bits.get(at / 8).is_some_and(|b| b & (1 << (at % 8)) != 0)
+    }
+
+    /// Row `row` of a binary or string array (int32 offsets), None when null.
+    fn bytes(&self, row: usize) -> PyResult<Option<&[u8]>> {
+        if !self.is_valid(row) {
+            return Ok(None);
+        }
+        let offsets = bytes_of(&self.offsets);
+        let at = (self.offset + row) * 4;
+        let bound = |i: usize| -> PyResult<usize> {
+            let raw: [u8; 4] = offsets
+                .get(i..i + 4)
+                .and_then(|s| s.try_into().ok())
+                .ok_or_else(|| PyValueError::new_err("Arrow offsets shorter than the array"))?;
+            usize::try_from(i32::from_le_bytes(raw)).map_err(|_| PyValueError::new_err("a negative Arrow offset"))
+        };
+        let (start, end) = (bound(at)?, bound(at + 4)?);
+        bytes_of(&self.data)
+            .get(start..end)
+            .map(Some)
+            .ok_or_else(|| PyValueError::new_err("Arrow data shorter than its offsets"))
+    }
+
+    /// Row `row` of an int32 or int64 array (`width` bytes a value).
+    fn integer(&self, row: usize, width: usize) -> PyResult<i64> {
+        let values = bytes_of(&self.offsets);
+        let at = (self.offset + row) * width;
+        let raw = values
+            .get(at..at + width)
+            .ok_or_else(|| PyValueError::new_err("Arrow values shorter than the array"))?;
+        Ok(match width {
+            4 => i32::from_le_bytes(raw.try_into().unwrap_or_default()) as i64,
+            _ => i64::from_le_bytes(raw.try_into().unwrap_or_default()),
+        })
+    }
+}
+
+fn bits_of(values: &[bool]) -> Vec<u8> {
+    let mut bits = vec![0u8; values.len().div_ceil(8)];
+    for (index, value) in values.iter().enumerate() {
+        if *value {
+            bits[index / 8] |= 1 << (index % 8);
+        }
+    }
+    bits
+}
+
+fn longs_of(values: &[i64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The stream rows of a record batch of Kafka messages, built as Arrow buffers. `topic`, `key`
+/// and `value` are string/binary arrays and `partition` (int32) and `offset` (int64) integer
+/// arrays, each given as `(validity, offsets or values, data or None, array offset)` of
+/// `array.buffers()`; `skip` has a byte per row, 1 for a cdcflow tombstone (no change). Returns
+/// the columns `op` to `row_schema` in `STREAM_COLUMNS` order, each a string column as
+/// `(offsets, data, validity or None, null count)` or the raw little-endian int64 / bit-packed
+/// boolean values, or None when any message is one this path does not decode exactly as the
+/// Python path does.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn json_envelope_rows<'py>(
+    py: Python<'py>,
+    rows: usize,
+    topic: &Bound<'py, PyTuple>,
+    partition: &Bound<'py, PyTuple>,
+    offset: &Bound<'py, PyTuple>,
+    key: &Bound<'py, PyTuple>,
+    value: &Bound<'py, PyTuple>,
+    skip: &[u8],
+    untyped_null: &str,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let (topics, partitions, offsets) = (
+        ArrowInput::new(topic)?,
+        ArrowInput::new(partition)?,
+        ArrowInput::new(offset)?,
+    );
+    let (keys, values) = (ArrowInput::new(key)?, ArrowInput::new(value)?);
+    if skip.len() != rows {
+        return Err(PyValueError::new_err("a skip flag per row"));
+    }
+    let mut columns = Columns::default();
+    for (row, skipped) in skip.iter().enumerate() {
+        if *skipped != 0 {
+            continue;
+        }
+        let Some(message) = values.bytes(row)? else {
+            return Ok(None); // a null value that is no cdcflow tombstone: a bare delete
+        };
+        let Some(name) = topics.bytes(row)? else {
+            return Ok(None);
+        };
+        let Ok(name) = std::str::from_utf8(name) else {
+            return Ok(None);
+        };
+        let decoded = decode_one(
+            &mut columns,
+            name,
+            partitions.integer(row, 4)?,
+            offsets.integer(row, 8)?,
+            keys.bytes(row)?,
+            message,
+            untyped_null,
+        );
+        if decoded.is_err() {
+            return Ok(None);
+        }
+    }
+    let count = columns.ts_us.len();
+    let items: Vec<Bound<'py, PyAny>> = vec![
+        columns.op.into_py(py)?.into_any(),
+        columns.destination.into_py(py)?.into_any(),
+        columns.system.into_py(py)?.into_any(),
+        columns.cluster.into_py(py)?.into_any(),
+        columns.keyspace.into_py(py)?.into_any(),
+        columns.table.into_py(py)?.into_any(),
+        columns.partition.into_py(py)?.into_any(),
+        columns.position.into_py(py)?.into_any(),
+        PyBytes::new(py, &longs_of(&columns.ts_us)).into_any(),
+        PyBytes::new(py, &bits_of(&columns.snapshot)).into_any(),
+        PyBytes::new(py, &longs_of(&columns.ts_ms)).into_any(),
+        columns.key.into_py(py)?.into_any(),
+        columns.before.into_py(py)?.into_any(),
+        columns.after.into_py(py)?.into_any(),
+        columns.schema.into_py(py)?.into_any(),
+        count.into_pyobject(py)?.into_any(),
+    ];
+    Ok(Some(PyTuple::new(py, items)?))
+}

@@ -1,0 +1,262 @@
+"""The compiled core's Kafka JSON envelopes -> spark engine rows (Arrow buffers) give exactly the
+rows the Python path gives (``decode_spark_row``, ``infer_row_schema``, ``record_to_row``), or
+decline the batch.
+
+Random envelopes (values of every JSON type, text with escapes, unicode and astral characters,
+floats at repr's edges, integers at and beyond 64 bits, missing and mistyped source fields,
+positions, tombstones) written with random ``json.dumps`` settings, and random bytes: whenever the
+compiled path answers, its record batch equals the Python path's. cdcflow's own envelopes (the
+kafka sink's ``json`` converter) are always answered. Skipped without the compiled core.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cdcflow.sources.kafka.source as kafka_source
+from cdcflow.config import parse_pipeline
+from cdcflow.contract import PluginContext
+from cdcflow.converters import JsonConverter, JsonConverterConfig
+from cdcflow.kafka_client import TOMBSTONE_HEADER
+from cdcflow.native import native_module
+from cdcflow.plugins import PluginRegistry
+from cdcflow.sources.datagen import DatagenConfig, DatagenSource
+from cdcflow.spark_engine.datasource import SourceJob, decode_native_batches
+from cdcflow.spark_engine.rows import stream_arrow_schema
+
+NATIVE = native_module()
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
+
+_KAFKA_ROWS = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> SourceJob:
+    folder = tmp_path_factory.mktemp("spark-rows")
+    data = {
+        "name": "rows",
+        "source": {
+            "type": "kafka",
+            "bootstrap_servers": "127.0.0.1:1",
+            "topics": ["t"],
+            "converter": {"type": "json", "schemas_enable": False},
+        },
+        "sink": {"type": "parquet", "path": str(folder / "out")},
+        "checkpoint": {"type": "file", "path": str(folder / "ckpt")},
+        "engine": {"type": "spark"},
+    }
+    registry = PluginRegistry.from_entry_points()
+    spec = parse_pipeline(data, folder / "p.yaml", registry)
+    return SourceJob(
+        pipeline=spec.name,
+        pipeline_file=spec.file,
+        source=spec.source,
+        transforms=spec.transforms,
+        errors=spec.errors,
+        dead_letter=spec.dead_letter,
+        max_records_per_read=1000,
+        partition_refresh_ms=1000,
+        with_record=False,
+    )
+
+
+def _batch(messages: list[tuple[bytes | None, bytes | None, bool]]) -> Any:
+    when = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    rows = [
+        {
+            "topic": f"topic-{n % 2}",
+            "partition": n % 3,
+            "offset": 1000 + n,
+            "timestamp": when,
+            "key": key,
+            "value": value,
+            "headers": [{"key": TOMBSTONE_HEADER, "value": b"after-delete"}] if tombstone else [],
+        }
+        for n, (key, value, tombstone) in enumerate(messages)
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=_KAFKA_ROWS)
+
+
+def _both(job: SourceJob, batch: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """(compiled, Python) record batches for ``batch``: compiled None when it declined."""
+    from cdcflow.spark_engine.datasource import _source_side
+
+    source, _ = _source_side(job, open_source=False)
+    compiled = source.decode_spark_batch(batch)
+    with monkeypatch.context() as patched:
+        patched.setattr(kafka_source, "native_module", lambda: None)
+        python = pa.Table.from_batches(list(decode_native_batches(job, iter([batch]))), schema=stream_arrow_schema())
+    return compiled, python
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(2**63, 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.1, -0.0, 1e16, 1e-7, 123456789012345680.0, 5e-324, 1.7976931348623157e308]),
+    _TEXT,
+)
+_VALUES = st.recursive(
+    _SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3), max_leaves=6
+)
+_ROWS = st.dictionaries(_TEXT, _VALUES, max_size=5)
+_SOURCE = st.fixed_dictionaries(
+    {},
+    optional={
+        "connector": st.one_of(st.just("cassandra"), _TEXT, st.none()),
+        "name": st.just("cluster"),
+        "keyspace": _TEXT,
+        "table": _TEXT,
+        "partition": st.one_of(_TEXT, st.integers()),
+        "position": st.one_of(_ROWS.map(json.dumps), st.just("[1]"), st.integers()),
+        "ts_us": st.one_of(st.integers(0, 2**62), st.floats()),
+        "snapshot": st.one_of(st.booleans(), st.integers(0, 1)),
+        "version": _TEXT,
+    },
+)
+_ENVELOPES = st.fixed_dictionaries(
+    {"op": st.sampled_from(["c", "u", "d", "r", "x"]), "source": _SOURCE},
+    optional={
+        "before": st.one_of(st.none(), _ROWS, st.just([])),
+        "after": st.one_of(st.none(), _ROWS),
+        "ts_ms": st.one_of(st.integers(1, 2**50), st.just(0)),
+    },
+)
+_DUMPS = st.fixed_dictionaries(
+    {
+        "ensure_ascii": st.booleans(),
+        "separators": st.sampled_from([(",", ":"), (", ", ": ")]),
+        "indent": st.sampled_from([None, 1]),
+    }
+)
+
+
+def _text(document: Any, dumps: dict[str, Any]) -> bytes:
+    return json.dumps(document, **dumps).encode()
+
+
+_MESSAGES = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.tuples(_ROWS, _DUMPS).map(lambda d: _text(*d)), st.binary(max_size=8)),
+        st.one_of(
+            st.tuples(_ENVELOPES, _DUMPS).map(lambda d: _text(*d)),
+            st.tuples(_ROWS, _DUMPS).map(lambda d: _text(*d)),
+            st.none(),
+            st.binary(max_size=16),
+        ),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(messages=_MESSAGES)
+def test_compiled_rows_equal_the_python_rows_or_decline(
+    job: SourceJob, messages: list[tuple[bytes | None, bytes | None, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = _batch([(k, v, t and v is None) for k, v, t in messages])
+    try:
+        compiled, python = _both(job, batch, monkeypatch)
+    except Exception:  # the Python path rejects a message (not JSON...): the compiled one must decline
+        from cdcflow.spark_engine.datasource import _source_side
+
+        assert _source_side(job, open_source=False)[0].decode_spark_batch(batch) is None
+        return
+    if compiled is not None:
+        assert pa.Table.from_batches([compiled]).equals(python)
+
+
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+_GOOD_SCALARS = st.one_of(st.none(), st.booleans(), _INT64, st.floats(allow_nan=False, allow_infinity=False), _TEXT)
+_GOOD_VALUES = st.recursive(
+    _GOOD_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3), max_leaves=6
+)
+_GOOD_ROWS = st.dictionaries(_TEXT, _GOOD_VALUES, max_size=5)
+_GOOD_ENVELOPES = st.fixed_dictionaries(
+    {
+        "op": st.sampled_from(["c", "u", "d", "r"]),
+        "source": st.fixed_dictionaries(
+            {},
+            optional={
+                "connector": _TEXT,
+                "name": _TEXT,
+                "keyspace": _TEXT,
+                "table": _TEXT,
+                "partition": _TEXT,
+                "position": _GOOD_ROWS.map(json.dumps),
+                "ts_us": _INT64,
+                "snapshot": st.booleans(),
+                "version": _GOOD_VALUES,
+            },
+        ),
+        "ts_ms": st.integers(1, 2**62),
+    },
+    optional={"before": st.one_of(st.none(), _GOOD_ROWS), "after": st.one_of(st.none(), _GOOD_ROWS)},
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    messages=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.tuples(_GOOD_ROWS, _DUMPS).map(lambda d: _text(*d))),
+            st.tuples(_GOOD_ENVELOPES, _DUMPS).map(lambda d: _text(*d)),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_envelopes_within_64_bit_numbers_are_all_decoded_by_the_compiled_core(
+    job: SourceJob, messages: list[tuple[bytes | None, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled, python = _both(job, _batch([(k, v, False) for k, v in messages]), monkeypatch)
+    assert compiled is not None
+    assert pa.Table.from_batches([compiled]).equals(python)
+
+
+def test_cdcflows_own_envelopes_are_decoded_by_the_compiled_core(
+    job: SourceJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = PluginContext("rows", Path("rows.yaml"))
+    converter = JsonConverter(JsonConverterConfig.model_validate({"type": "json", "schemas_enable": False}), context)
+    source = DatagenSource(
+        DatagenConfig.model_validate({"type": "datagen", "count": 300, "partitions": 1, "event_size": 40}), context
+    )
+    (partition,) = source.partitions()
+    start = source.initial_offset(partition)
+    events = list(source.read(partition, start, source.latest_offset(partition, start, 300)))
+    messages: list[tuple[bytes | None, bytes | None, bool]] = []
+    for event in events:
+        messages.append((converter.serialize_key(event, "t"), converter.serialize_value(event, "t"), False))
+        if event.op.value == "d":
+            messages.append((converter.serialize_key(event, "t"), None, True))  # the sink's tombstone
+    compiled, python = _both(job, _batch(messages), monkeypatch)
+    assert compiled is not None and compiled.num_rows == len(events)
+    assert pa.Table.from_batches([compiled]).equals(python)
