@@ -333,6 +333,12 @@ class Sink(_Plugin[ConfigT]):
         durable: the pipeline then replays from its last checkpoint, so nothing is lost.
         """
 
+    @property
+    def takes_event_batches(self) -> bool:
+        """Whether :meth:`write_event_batch` can take batches at all (the runtime then reads them);
+        by default, whether the sink implements it."""
+        return type(self).write_event_batch is not Sink.write_event_batch
+
     def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
         """:meth:`write` for a compact batch, or None to decline it (the default): the runtime then
         writes the batch's :meth:`~cdcflow.batches.EventBatch.records`. Same guarantees as
@@ -464,6 +470,12 @@ class Converter(_Plugin[ConfigT]):
     @abstractmethod
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
         """None is a tombstone."""
+
+    @property
+    def serializes_event_batches(self) -> bool:
+        """Whether :meth:`serialize_event_batch` can encode batches at all; by default, whether the
+        converter implements it."""
+        return type(self).serialize_event_batch is not Converter.serialize_event_batch
 
     def serialize_event_batch(
         self, batch: EventBatch, destinations: Sequence[str], tombstones: bool

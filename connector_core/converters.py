@@ -29,6 +29,7 @@ from cdcflow.errors import (
 )
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.jsontext import json_default, json_envelope
+from cdcflow.native import native_module
 from cdcflow.schemas import (
     DecimalHandling,
     avro_envelope_row,
@@ -355,6 +356,10 @@ class AvroConverter(Converter[AvroConverterConfig]):
         if payload is None:
             return None
         return self._encode(encoder, "value", destination, payload)
+
+    @property
+    def serializes_event_batches(self) -> bool:
+        return native_module() is not None  # batches are encoded by the compiled core's writers
 
     def serialize_event_batch(
         self, batch: EventBatch, destinations: Sequence[str], tombstones: bool

@@ -166,6 +166,9 @@ def apply_transforms(
     return output, rejected
 
 
+_DECLINES_BEFORE_RECORDS = 3
+"""Compact batches a stage declines in a row before the runner reads records instead (cdcflow.batches)."""
+
 DEAD_LETTER_STAGE_HEADER = "cdcflow.error.stage"
 """Where a dead letter failed (``source``, ``transform:<type>``, ``convert``, ``sink``); every dead letter has it."""
 
@@ -233,9 +236,10 @@ class PipelineRunner:
         self.metrics.lag_seconds = self.checkpoint_lag_seconds
         # Compact batches (cdcflow.batches) only when every stage after the source has a batch
         # form; any stage may still decline one batch, which then goes on as records.
-        self._takes_batches = type(self.sink).write_event_batch is not Sink.write_event_batch and all(
+        self._takes_batches = self.sink.takes_event_batches and all(
             type(t).apply_to_event_batch is not Transform.apply_to_event_batch for t in self.transforms
         )
+        self._batches_declined_in_a_row = 0
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -438,6 +442,9 @@ class PipelineRunner:
         return read
 
     def _deliver_batch(self, batch: EventBatch) -> None:
+        if not self._takes_batches:  # given up on batches within this read range
+            self._write([*batch.records()])
+            return
         transformed: EventBatch | None = batch
         for transform in self.transforms:
             if transformed is not None:
@@ -445,7 +452,18 @@ class PipelineRunner:
         rejected = None if transformed is None else self.sink.write_event_batch(transformed)
         if rejected is None:  # a stage needs Python objects for this batch
             self._write([*batch.records()])
+            self._batches_declined_in_a_row += 1
+            if self._batches_declined_in_a_row == _DECLINES_BEFORE_RECORDS:
+                # Building objects from a batch costs more than reading them: a stage that keeps
+                # declining (a table whose values the converter rewrites) gets records from now on.
+                self._takes_batches = False
+                log.info(
+                    "pipeline %s: a stage declined %d batches in a row; reading records",
+                    self.spec.name,
+                    _DECLINES_BEFORE_RECORDS,
+                )
             return
+        self._batches_declined_in_a_row = 0
         self._handle_rejected(rejected)
         self.metrics.events_out.inc(len(batch))
         self.metrics.batches.inc()

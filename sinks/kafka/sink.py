@@ -156,6 +156,10 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         producer.poll(0)
         return rejected
 
+    @property
+    def takes_event_batches(self) -> bool:
+        return self.converter.serializes_event_batches
+
     def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
         producer = self._producer
         assert producer is not None, "open() first"

@@ -168,14 +168,20 @@ def test_route_on_a_batch_routes_as_on_each_event() -> None:
 # --- the delivery loop ------------------------------------------------------------------------------
 
 
-class BatchSink(Sink[PluginConfig]):
-    """Takes every other batch as a batch and declines the rest; keeps what reached it and how."""
+class BatchSinkConfig(PluginConfig):
+    decline_every: int = 2  # 1: declines every batch
+
+
+class BatchSink(Sink[BatchSinkConfig]):
+    """Declines every ``decline_every``-th batch and takes the rest as batches; keeps what reached
+    it and how, and how many batches it was offered."""
 
     type_name = "batch-recording"
-    config_model = PluginConfig
+    config_model = BatchSinkConfig
     delivered: ClassVar[list[tuple[str, Record]]] = []
+    offered_in_all: ClassVar[int] = 0
 
-    def __init__(self, config: PluginConfig, context: PluginContext) -> None:
+    def __init__(self, config: BatchSinkConfig, context: PluginContext) -> None:
         super().__init__(config, context)
         self.offered = 0
 
@@ -185,7 +191,8 @@ class BatchSink(Sink[PluginConfig]):
 
     def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
         self.offered += 1
-        if self.offered % 2 == 0:
+        type(self).offered_in_all += 1
+        if self.offered % self.config.decline_every == 0:
             return None
         self.delivered.extend(("batch", r) for r in batch.records())
         return []
@@ -194,15 +201,16 @@ class BatchSink(Sink[PluginConfig]):
         return []
 
 
-def _run(tmp_path: Path, transforms: list[dict[str, Any]]) -> list[tuple[str, Record]]:
+def _run(tmp_path: Path, transforms: list[dict[str, Any]], decline_every: int = 2) -> list[tuple[str, Record]]:
     registry = PluginRegistry.from_entry_points()
     registry.register(SimpleNamespace(cdcflow_sink_types=lambda: [BatchSink]), "tests")
     BatchSink.delivered = []
+    BatchSink.offered_in_all = 0
     data = {
         "name": "compact",
         "source": {"type": "datagen", "count": 1000, "partitions": 2, "event_size": 8},
         "transforms": transforms,
-        "sink": {"type": "batch-recording"},
+        "sink": {"type": "batch-recording", "decline_every": decline_every},
         "checkpoint": {"type": "file", "path": str(tmp_path / "ckpt"), "interval_ms": 1},
         "engine": {"max_records_per_read": 150, "batch_size": 40, "poll_interval_ms": 1},
     }
@@ -228,3 +236,11 @@ def test_batches_a_stage_declines_still_arrive_once_and_in_order(tmp_path: Path)
 def test_a_transform_without_a_batch_form_gets_every_event_as_an_object(tmp_path: Path) -> None:
     delivered = _run(tmp_path, [{"type": "filter", "tables": ["table_1"]}])
     assert delivered and {way for way, _ in delivered} == {"records"}
+
+
+def test_a_sink_that_keeps_declining_gets_records_read_directly(tmp_path: Path) -> None:
+    delivered = _run(tmp_path, [], decline_every=1)
+    assert BatchSink.offered_in_all == 3  # then the runner stops building batches it would unpack
+    assert {way for way, _ in delivered} == {"records"}
+    ids = sorted(r.after["seq"] if r.after else r.before["seq"] for _, r in delivered if isinstance(r, ChangeEvent))  # type: ignore[index]
+    assert ids == list(range(1000))
