@@ -84,6 +84,10 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         # (destination, column) -> the Spark type a decimal or varint column is written as
         self._number_columns: dict[tuple[str, str], str] = {}
         self._read_existing: set[str] = set()  # destinations whose files were asked for their types
+        # The last grouped batch's (destination, row schema) -> rows and its tables: a batch like it
+        # is written in one job (see _write_as_last_batch).
+        self._last_groups: dict[tuple[str, str], int] = {}
+        self._last_tables: list[_DestinationTable] | None = None
 
     # --- the record-at-a-time contract does not apply: Spark writes whole batches ------------------
 
@@ -107,33 +111,19 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         self._undo_earlier_attempt(files, staging, manifest)
         self._finish_compactions(files)
 
-        changes = batch.filter(F.col("kind") == "change").persist()
-        try:
-            started = time.monotonic()
-            counts = changes.groupBy("destination", "row_schema").count().collect()
-            log.debug("batch %d: read and grouped in %.1fs", batch_id, time.monotonic() - started)
-            tables = self._tables_of(counts)
-
-            def write_table(table: _DestinationTable) -> None:
-                typed = self._typed_rows(changes, table, files)
-                # About rows_per_file rows a file: a small batch makes one file per table and date
-                # (and one write task), not one per input partition.
-                files_wanted = -(-table.rows // self.config.rows_per_file)
-                if files_wanted < typed.rdd.getNumPartitions():
-                    typed = typed.coalesce(files_wanted)
-                writer = typed.write.mode("append").option("compression", self.config.compression)
-                partition_columns = [c for c in self.config.partition_by if c == "event_date"]
-                if partition_columns:
-                    writer = writer.partitionBy(*partition_columns)
-                writer.parquet(files.uri(f"{staging}/{_table_folder(table.destination, self.config)}"))
-
-            # One Spark job per destination (jobs that shared a folder would delete each other's
-            # _temporary at commit), side by side: a small batch is not a queue of job start-ups.
-            with ThreadPoolExecutor(max_workers=max(1, min(len(tables), _PARALLEL_TABLE_WRITES))) as pool:
-                for done in [pool.submit(write_table, table) for table in tables]:
-                    done.result()
-        finally:
-            changes.unpersist()
+        started = time.monotonic()
+        tables = self._write_as_last_batch(batch, files, staging)
+        if tables is None:
+            changes = batch.filter(F.col("kind") == "change").persist()
+            try:
+                counts = changes.groupBy("destination", "row_schema").count().collect()
+                log.debug("batch %d: read and grouped in %.1fs", batch_id, time.monotonic() - started)
+                tables = self._tables_of(counts)
+                self._last_groups = {(g["destination"], g["row_schema"]): g["count"] for g in counts}
+                self._last_tables = tables
+                self._write_tables(changes, tables, files, staging)
+            finally:
+                changes.unpersist()
 
         log.debug("batch %d: written in %.1fs", batch_id, time.monotonic() - started)
         staged = sorted(f for f in files.list_files(staging) if f.endswith(".parquet"))
@@ -149,6 +139,56 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         if self.config.compact_min_files is not None:
             self._compact(batch.sparkSession, files, {_date_folder(t) for t in moves.values()}, batch_id)
         log.debug("batch %d: %d files in %d tables", batch_id, len(moves), len(tables))
+
+    def _write_tables(
+        self, changes: Any, tables: Sequence[_DestinationTable], files: _HadoopFiles, staging: str
+    ) -> None:
+        def write_table(table: _DestinationTable) -> None:
+            typed = self._typed_rows(changes, table, files)
+            # About rows_per_file rows a file: a small batch makes one file per table and date
+            # (and one write task), not one per input partition.
+            files_wanted = -(-table.rows // self.config.rows_per_file)
+            if files_wanted < typed.rdd.getNumPartitions():
+                typed = typed.coalesce(files_wanted)
+            writer = typed.write.mode("append").option("compression", self.config.compression)
+            partition_columns = [c for c in self.config.partition_by if c == "event_date"]
+            if partition_columns:
+                writer = writer.partitionBy(*partition_columns)
+            writer.parquet(files.uri(f"{staging}/{_table_folder(table.destination, self.config)}"))
+
+        # One Spark job per destination (jobs that shared a folder would delete each other's
+        # _temporary at commit), side by side: a small batch is not a queue of job start-ups.
+        with ThreadPoolExecutor(max_workers=max(1, min(len(tables), _PARALLEL_TABLE_WRITES))) as pool:
+            for done in [pool.submit(write_table, table) for table in tables]:
+                done.result()
+
+    def _write_as_last_batch(self, batch: Any, files: _HadoopFiles, staging: str) -> list[_DestinationTable] | None:
+        """Write the batch in one Spark job when the last batch had a single destination whose
+        row schemas need no decision from the data (no decimals): most pipelines, batch after
+        batch. Every row is checked against those schemas in the same job, and a row of another
+        destination or schema fails the job (nothing is staged), so that the batch is written
+        the grouping way. None when it was not written."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        last = self._last_tables
+        if last is None or len(last) != 1 or any(c.type in ("decimal", "varint") for c in last[0].schema.value_columns):
+            return None
+        (table,) = last
+        known = sorted(schema for destination, schema in self._last_groups if destination == table.destination)
+        expected = (F.col("destination") == table.destination) & F.col("row_schema").isin(known)
+        changes = batch.filter(F.col("kind") == "change").filter(
+            F.when(expected, F.lit(True)).otherwise(F.raise_error(F.lit(_SCHEMAS_CHANGED)))
+        )
+        try:
+            self._write_tables(changes, [table], files, staging)
+        except Exception as exc:
+            if _SCHEMAS_CHANGED not in str(exc):
+                raise
+            log.debug("a batch with other destinations or row schemas: grouping it")
+            files.delete(staging)
+            self._last_tables = None
+            return None
+        return [table]
 
     def _undo_earlier_attempt(self, files: _HadoopFiles, staging: str, manifest: str) -> None:
         files.delete(staging)
@@ -331,6 +371,8 @@ class _DestinationTable:
     schema: RowSchema
     rows: int
 
+
+_SCHEMAS_CHANGED = "cdcflow: a row of a destination or row schema the last batch did not have"
 
 _MAX_DECIMAL_DIGITS = 38  # Spark's (and Parquet's 16-byte) decimal precision
 
