@@ -129,20 +129,55 @@ class JsonConverter(Converter[JsonConverterConfig]):
         self._decoders: dict[str, Any] = {}
 
     def _encode(self, record: Record, part: str) -> bytes | None:
+        schema, encode = self._writer(record, part)
+        payload = self._payloads.payload(record, part, encode)
+        if payload is None:
+            return None
+        # The schema text is built once per table; only the payload is serialised per record.
+        return json_envelope(payload, schema if self.config.schemas_enable else None)
+
+    def _writer(self, record: Record, part: str) -> tuple[str, RowEncoder | None]:
         cache_key = _schema_cache_key(record, part)
         writer = self._writers.get(cache_key)
         if writer is None:
             builder = connect_key_schema if part == "key" else connect_value_schema
             schema = json.dumps(builder(record, self.config.decimal_handling), separators=(",", ":"))
             writer = self._writers[cache_key] = (schema, self._payloads.encoder(record, part))
-        schema, encode = writer
-        payload = self._payloads.payload(record, part, encode)
-        if payload is None:
-            return None
-        # The schema text is built once per table; only the payload is serialised per record.
-        return json_envelope(payload, schema if self.config.schemas_enable else None)
-        # The schema text is built once per table; only the payload is serialised per record.
-        return json_envelope(payload, schema)
+        return writer
+
+    @property
+    def serializes_event_batches(self) -> bool:
+        return native_module() is not None  # batches are written by the compiled core
+
+    def serialize_event_batch(
+        self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
+    ) -> EncodedMessages | None:
+        plans: list[tuple[Any, ...] | None] = []
+        for index, table in enumerate(batch.tables):
+            first = batch.first_of_table(index)
+            if first is None:
+                plans.append(None)
+                continue
+            sample = batch.record(first)  # stands for its table's schema, as the caches key on it
+            key_schema, key_rows = self._writer(sample, "key")
+            value_schema, value_rows = self._writer(sample, "value")
+            if key_rows is not None or value_rows is not None:
+                return None  # values the converter rewrites (decimals, user types): per record
+            with_schemas = self.config.schemas_enable
+            plans.append(
+                (
+                    key_schema if with_schemas else None,
+                    value_schema if with_schemas else None,
+                    [c.name for c in table.schema.key_columns],
+                    [c.name for c in table.schema.value_columns],
+                    (table.version, table.system, table.cluster, table.keyspace, table.table),
+                )
+            )
+        try:
+            tables, events, keys, values = batch.events.encode_json(plans, tombstones)
+        except ValueError:
+            return None  # an event its columns do not describe: the per-record path decides
+        return EncodedMessages(tables, events, keys, values)
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
         return self._encode(record, "key")

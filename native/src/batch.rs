@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::avro::{AvroWriter, Datum};
+use crate::json::{write_float, write_text};
 
 /// One column value, exactly as the source read it.
 pub enum Value {
@@ -162,6 +163,124 @@ impl EventBatch {
     }
 }
 
+/// What one table's events are written with as Kafka Connect JSON: the key's and the value's
+/// schema text (None: payload only), the key's and the row's column names, the source block's
+/// fixed fields.
+struct JsonPlan {
+    key_schema: Option<String>,
+    value_schema: Option<String>,
+    key_names: Vec<String>,
+    value_names: Vec<String>,
+    version: String,
+    system: String,
+    cluster: String,
+    keyspace: String,
+    table: String,
+}
+
+/// `(key schema, value schema, key names, value names, (version, system, cluster, keyspace, table))`.
+type JsonPlanTuple = (
+    Option<String>,
+    Option<String>,
+    Vec<String>,
+    Vec<String>,
+    (String, String, String, String, String),
+);
+
+/// A value as `compact_json` writes the Python value it stands for.
+fn write_json_datum(out: &mut Vec<u8>, datum: Datum<'_>) {
+    match datum {
+        Datum::Null => out.extend_from_slice(b"null"),
+        Datum::Bool(true) => out.extend_from_slice(b"true"),
+        Datum::Bool(false) => out.extend_from_slice(b"false"),
+        Datum::Long(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Datum::Double(x) => write_float(out, x),
+        Datum::Text(text) => write_text(out, text.as_bytes()),
+    }
+}
+
+/// `{"name":value,...}` for a row of `values` with these column names.
+fn write_json_row(out: &mut Vec<u8>, names: &[String], values: &[Value]) -> Result<(), String> {
+    if names.len() != values.len() {
+        return Err(format!("a row of {} values for {} columns", values.len(), names.len()));
+    }
+    out.push(b'{');
+    for (index, (name, value)) in names.iter().zip(values).enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_text(out, name.as_bytes());
+        out.push(b':');
+        write_json_datum(out, value.datum());
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// `{"schema":<schema>,"payload":` when there is a schema (closed by `close_envelope`).
+fn open_envelope(out: &mut Vec<u8>, schema: &Option<String>) {
+    if let Some(schema) = schema {
+        out.extend_from_slice(b"{\"schema\":");
+        out.extend_from_slice(schema.as_bytes());
+        out.extend_from_slice(b",\"payload\":");
+    }
+}
+
+fn close_envelope(out: &mut Vec<u8>, schema: &Option<String>) {
+    if schema.is_some() {
+        out.push(b'}');
+    }
+}
+
+impl EventBatch {
+    fn encode_json_event(
+        &self,
+        plan: &JsonPlan,
+        event: &Event,
+        key: &mut Vec<u8>,
+        value: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        open_envelope(key, &plan.key_schema);
+        write_json_row(key, &plan.key_names, &event.key)?;
+        close_envelope(key, &plan.key_schema);
+        open_envelope(value, &plan.value_schema);
+        value.extend_from_slice(b"{\"op\":");
+        write_text(value, op_text(event.op).as_bytes());
+        for (name, row) in [("before", &event.before), ("after", &event.after)] {
+            value.extend_from_slice(format!(",\"{name}\":").as_bytes());
+            match row {
+                None => value.extend_from_slice(b"null"),
+                Some(values) => write_json_row(value, &plan.value_names, values)?,
+            }
+        }
+        value.extend_from_slice(b",\"source\":{\"version\":");
+        write_text(value, plan.version.as_bytes());
+        for (name, text) in [
+            ("connector", plan.system.as_str()),
+            ("name", plan.cluster.as_str()),
+            ("keyspace", plan.keyspace.as_str()),
+            ("table", plan.table.as_str()),
+            ("partition", self.partition.as_str()),
+            ("position", event.position.as_str()),
+        ] {
+            value.extend_from_slice(format!(",\"{name}\":").as_bytes());
+            write_text(value, text.as_bytes());
+        }
+        value.extend_from_slice(
+            format!(
+                ",\"ts_us\":{},\"ts_ms\":{},\"snapshot\":{}}},\"ts_ms\":{}}}",
+                event.ts_us,
+                event.ts_us.div_euclid(1000),
+                self.snapshot,
+                self.ts_ms
+            )
+            .as_bytes(),
+        );
+        close_envelope(value, &plan.value_schema);
+        Ok(())
+    }
+}
+
 #[pymethods]
 impl EventBatch {
     fn __len__(&self) -> usize {
@@ -208,6 +327,44 @@ impl EventBatch {
         self.events.iter().position(|e| e.table == table)
     }
 
+    /// The batch in Kafka messages, Kafka Connect JSON as `cdcflow.jsontext.json_envelope` writes
+    /// each event's key and envelope: `plans[table]` is `(key schema text or None, value schema
+    /// text or None, key column names, value column names, (version, system, cluster, keyspace,
+    /// table))` (None for a table with no events here). Returns what `encode_avro` returns.
+    fn encode_json<'py>(
+        &self,
+        py: Python<'py>,
+        plans: &Bound<'py, PyList>,
+        tombstones: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let mut compiled: Vec<Option<JsonPlan>> = Vec::with_capacity(plans.len());
+        for plan in plans.iter() {
+            if plan.is_none() {
+                compiled.push(None);
+                continue;
+            }
+            let (key_schema, value_schema, key_names, value_names, head): JsonPlanTuple = plan.extract()?;
+            let (version, system, cluster, keyspace, table) = head;
+            compiled.push(Some(JsonPlan {
+                key_schema,
+                value_schema,
+                key_names,
+                value_names,
+                version,
+                system,
+                cluster,
+                keyspace,
+                table,
+            }));
+        }
+        self.messages(py, tombstones, |event, key, value| {
+            let Some(Some(plan)) = compiled.get(event.table as usize) else {
+                return Err(format!("no plan for table {}", event.table));
+            };
+            self.encode_json_event(plan, event, key, value)
+        })
+    }
+
     /// The batch in Kafka messages, Avro in the Confluent wire format: `plans[table]` is
     /// `(key writer, key prefix, value writer, value prefix, (version, system, cluster,
     /// keyspace, table))` (None for a table with no events here). Returns `(tables, events,
@@ -241,6 +398,25 @@ impl EventBatch {
                 table,
             }));
         }
+        self.messages(py, tombstones, |event, key, value| {
+            let Some(Some(plan)) = compiled.get(event.table as usize) else {
+                return Err(format!("no plan for table {}", event.table));
+            };
+            self.encode_event(plan, event, key, value)
+        })
+    }
+}
+
+impl EventBatch {
+    /// `(tables, events, keys, values)`, a message per event as `encode` writes its key and value,
+    /// each keyed delete followed by its tombstone with `tombstones`; ValueError naming the event
+    /// `encode` failed on.
+    fn messages<'py>(
+        &self,
+        py: Python<'py>,
+        tombstones: bool,
+        encode: impl Fn(&Event, &mut Vec<u8>, &mut Vec<u8>) -> Result<(), String>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
         let capacity = self.events.len() + self.events.len() / 4;
         let mut tables: Vec<u16> = Vec::with_capacity(capacity);
         let mut sources: Vec<usize> = Vec::with_capacity(capacity);
@@ -249,12 +425,9 @@ impl EventBatch {
         let mut key = Vec::with_capacity(64);
         let mut value = Vec::with_capacity(1024);
         for (index, event) in self.events.iter().enumerate() {
-            let Some(Some(plan)) = compiled.get(event.table as usize) else {
-                return Err(PyValueError::new_err(format!("no plan for table {}", event.table)));
-            };
             key.clear();
             value.clear();
-            self.encode_event(plan, event, &mut key, &mut value)
+            encode(event, &mut key, &mut value)
                 .map_err(|why| PyValueError::new_err(format!("event {index}: {why}")))?;
             let key_bytes = PyBytes::new(py, &key).into_any();
             tables.push(event.table);

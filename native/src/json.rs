@@ -78,7 +78,7 @@ pub fn float_repr(out: &mut Vec<u8>, value: f64) {
     }
 }
 
-fn write_float(out: &mut Vec<u8>, value: f64) {
+pub fn write_float(out: &mut Vec<u8>, value: f64) {
     if value.is_nan() {
         out.extend_from_slice(b"NaN");
     } else if value.is_infinite() {

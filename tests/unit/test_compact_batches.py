@@ -29,6 +29,7 @@ from cdcflow._avro_writer import logical_type_preparers
 from cdcflow.batches import EventBatch
 from cdcflow.config import parse_pipeline
 from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink
+from cdcflow.converters import JsonConverter, JsonConverterConfig
 from cdcflow.events import ChangeEvent, Op, Record
 from cdcflow.native import native_module
 from cdcflow.pipeline import build_runner
@@ -136,6 +137,27 @@ def test_compact_avro_messages_are_what_fastavro_writes_for_each_event(
             if tombstones and event.op is Op.DELETE:
                 expected.append((table, index, key, None))
         assert list(zip(tables, events, keys, values, strict=True)) == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(config=_CONFIGS, tombstones=st.booleans(), schemas_enable=st.booleans())
+def test_compact_json_messages_are_what_the_json_converter_writes_for_each_event(
+    config: dict[str, Any], tombstones: bool, schemas_enable: bool
+) -> None:
+    converter = JsonConverter(
+        JsonConverterConfig.model_validate({"type": "json", "schemas_enable": schemas_enable}), CONTEXT
+    )
+    _, batches = _both_ways(_source({**config, "count": 200, "event_size": 24}), 100, 64)
+    for batch in batches:
+        encoded = converter.serialize_event_batch(batch, [t.destination() for t in batch.tables], tombstones)
+        assert encoded is not None
+        expected: list[tuple[int, bytes | None, bytes | None]] = []
+        for index, event in enumerate(batch.records()):
+            key, value = converter.serialize_key(event, "t"), converter.serialize_value(event, "t")
+            expected.append((index, key, value))
+            if tombstones and event.op is Op.DELETE:
+                expected.append((index, key, None))
+        assert list(zip(encoded.events, encoded.keys, encoded.values, strict=True)) == expected
 
 
 def test_an_event_that_does_not_fit_its_schema_makes_the_batch_decline() -> None:
