@@ -18,7 +18,7 @@ import fastavro
 from pydantic import Field, model_validator
 
 from cdcflow._avro_writer import AvroEncoder, avro_encoder
-from cdcflow.batches import EncodedMessages, EventBatch
+from cdcflow.batches import BatchTable, EncodedMessages, EventBatch
 from cdcflow.contract import Converter, PluginConfig, PluginContext
 from cdcflow.errors import (
     ConfigError,
@@ -65,6 +65,21 @@ def _schema_cache_key(record: Record, part: str) -> tuple[Any, ...]:
         return (fingerprint, None, record.envelope, part)
     # Schemaless events are inferred from their values: cache them by the schema read off them.
     return (record_schema(record).fingerprint, "inferred", record.envelope, part)
+
+
+def _table_samples(batch: EventBatch) -> list[tuple[BatchTable, ChangeEvent | None]]:
+    """Each table of ``batch`` with its first event there (None: none): one event stands for its
+    table's schema, which is what the converters' caches and the registry key on."""
+    samples: list[tuple[BatchTable, ChangeEvent | None]] = []
+    for index, table in enumerate(batch.tables):
+        first = batch.first_of_table(index)
+        samples.append((table, None if first is None else batch.record(first)))
+    return samples
+
+
+def _source_head(table: BatchTable) -> tuple[str, str, str, str, str]:
+    """The fixed fields of a table's source block, as the compiled core's batch encoders take them."""
+    return (table.version, table.system, table.cluster, table.keyspace, table.table)
 
 
 class _PayloadWriter:
@@ -153,12 +168,10 @@ class JsonConverter(Converter[JsonConverterConfig]):
         self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
     ) -> EncodedMessages | None:
         plans: list[tuple[Any, ...] | None] = []
-        for index, table in enumerate(batch.tables):
-            first = batch.first_of_table(index)
-            if first is None:
+        for table, sample in _table_samples(batch):
+            if sample is None:
                 plans.append(None)
                 continue
-            sample = batch.record(first)  # stands for its table's schema, as the caches key on it
             key_schema, key_rows = self._writer(sample, "key")
             value_schema, value_rows = self._writer(sample, "value")
             if key_rows is not None or value_rows is not None:
@@ -170,7 +183,7 @@ class JsonConverter(Converter[JsonConverterConfig]):
                     value_schema if with_schemas else None,
                     [c.name for c in table.schema.key_columns],
                     [c.name for c in table.schema.value_columns],
-                    (table.version, table.system, table.cluster, table.keyspace, table.table),
+                    _source_head(table),
                 )
             )
         try:
@@ -400,19 +413,15 @@ class AvroConverter(Converter[AvroConverterConfig]):
         self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
     ) -> EncodedMessages | None:
         plans: list[tuple[Any, ...] | None] = []
-        for index, table in enumerate(batch.tables):
-            first = batch.first_of_table(index)
-            if first is None:
+        for index, (table, sample) in enumerate(_table_samples(batch)):
+            if sample is None:
                 plans.append(None)
                 continue
-            # One event per table stands for its schema: what the registry and the caches key on.
-            sample = batch.record(first)
             key, key_rows = self._encoder(sample, "key", destinations[index])
             value, value_rows = self._encoder(sample, "value", destinations[index])
             if key.native is None or value.native is None or key_rows is not None or value_rows is not None:
                 return None  # values the converter rewrites (decimals, user types): per record
-            head = (table.version, table.system, table.cluster, table.keyspace, table.table)
-            plans.append((key.native, key.prefix, value.native, value.prefix, head))
+            plans.append((key.native, key.prefix, value.native, value.prefix, _source_head(table)))
         try:
             tables, events, keys, values = batch.events.encode_avro(plans, tombstones)
         except ValueError:

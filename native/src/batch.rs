@@ -82,6 +82,9 @@ fn row_to_py<'py>(py: Python<'py>, row: &Option<Vec<Value>>) -> PyResult<Bound<'
     }
 }
 
+/// The fixed fields of a table's source block: `(version, system, cluster, keyspace, table)`.
+type SourceHead = (String, String, String, String, String);
+
 /// What one table's events are encoded with: the key's and the value's writer and wire prefix,
 /// and the source block's fixed fields.
 struct AvroPlan<'py> {
@@ -89,20 +92,41 @@ struct AvroPlan<'py> {
     key_prefix: Vec<u8>,
     value: PyRef<'py, AvroWriter>,
     value_prefix: Vec<u8>,
-    version: String,
-    system: String,
-    cluster: String,
-    keyspace: String,
-    table: String,
+    head: SourceHead,
 }
 
-/// `(key writer, key prefix, value writer, value prefix, (version, system, cluster, keyspace, table))`.
+/// `plans[i]` (None for a table with no events in the batch) built by `build`.
+fn table_plans<'py, T>(
+    plans: &Bound<'py, PyList>,
+    build: impl Fn(&Bound<'py, PyAny>) -> PyResult<T>,
+) -> PyResult<Vec<Option<T>>> {
+    plans
+        .iter()
+        .map(|plan| {
+            if plan.is_none() {
+                Ok(None)
+            } else {
+                build(&plan).map(Some)
+            }
+        })
+        .collect()
+}
+
+/// The plan of an event's table.
+fn plan_of<T>(plans: &[Option<T>], table: u16) -> Result<&T, String> {
+    match plans.get(table as usize) {
+        Some(Some(plan)) => Ok(plan),
+        _ => Err(format!("no plan for table {table}")),
+    }
+}
+
+/// `(key writer, key prefix, value writer, value prefix, source head)`.
 type PlanTuple<'py> = (
     PyRef<'py, AvroWriter>,
     Vec<u8>,
     PyRef<'py, AvroWriter>,
     Vec<u8>,
-    (String, String, String, String, String),
+    SourceHead,
 );
 
 fn op_text(op: u8) -> &'static str {
@@ -140,12 +164,13 @@ impl EventBatch {
         key.extend_from_slice(&plan.key_prefix);
         plan.key.write_record(key, plan.key.root(), &event.key)?;
         value.extend_from_slice(&plan.value_prefix);
+        let (version, system, cluster, keyspace, table) = &plan.head;
         let source = [
-            Datum::Text(&plan.version),
-            Datum::Text(&plan.system),
-            Datum::Text(&plan.cluster),
-            Datum::Text(&plan.keyspace),
-            Datum::Text(&plan.table),
+            Datum::Text(version),
+            Datum::Text(system),
+            Datum::Text(cluster),
+            Datum::Text(keyspace),
+            Datum::Text(table),
             Datum::Text(&self.partition),
             Datum::Text(&event.position),
             Datum::Long(event.ts_us),
@@ -171,21 +196,11 @@ struct JsonPlan {
     value_schema: Option<String>,
     key_names: Vec<String>,
     value_names: Vec<String>,
-    version: String,
-    system: String,
-    cluster: String,
-    keyspace: String,
-    table: String,
+    head: SourceHead,
 }
 
-/// `(key schema, value schema, key names, value names, (version, system, cluster, keyspace, table))`.
-type JsonPlanTuple = (
-    Option<String>,
-    Option<String>,
-    Vec<String>,
-    Vec<String>,
-    (String, String, String, String, String),
-);
+/// `(key schema, value schema, key names, value names, source head)`.
+type JsonPlanTuple = (Option<String>, Option<String>, Vec<String>, Vec<String>, SourceHead);
 
 /// A value as `compact_json` writes the Python value it stands for.
 fn write_json_datum(out: &mut Vec<u8>, datum: Datum<'_>) {
@@ -253,13 +268,14 @@ impl EventBatch {
                 Some(values) => write_json_row(value, &plan.value_names, values)?,
             }
         }
+        let (version, system, cluster, keyspace, table) = &plan.head;
         value.extend_from_slice(b",\"source\":{\"version\":");
-        write_text(value, plan.version.as_bytes());
+        write_text(value, version.as_bytes());
         for (name, text) in [
-            ("connector", plan.system.as_str()),
-            ("name", plan.cluster.as_str()),
-            ("keyspace", plan.keyspace.as_str()),
-            ("table", plan.table.as_str()),
+            ("connector", system.as_str()),
+            ("name", cluster.as_str()),
+            ("keyspace", keyspace.as_str()),
+            ("table", table.as_str()),
             ("partition", self.partition.as_str()),
             ("position", event.position.as_str()),
         ] {
@@ -337,31 +353,18 @@ impl EventBatch {
         plans: &Bound<'py, PyList>,
         tombstones: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let mut compiled: Vec<Option<JsonPlan>> = Vec::with_capacity(plans.len());
-        for plan in plans.iter() {
-            if plan.is_none() {
-                compiled.push(None);
-                continue;
-            }
+        let compiled = table_plans(plans, |plan| {
             let (key_schema, value_schema, key_names, value_names, head): JsonPlanTuple = plan.extract()?;
-            let (version, system, cluster, keyspace, table) = head;
-            compiled.push(Some(JsonPlan {
+            Ok(JsonPlan {
                 key_schema,
                 value_schema,
                 key_names,
                 value_names,
-                version,
-                system,
-                cluster,
-                keyspace,
-                table,
-            }));
-        }
+                head,
+            })
+        })?;
         self.messages(py, tombstones, |event, key, value| {
-            let Some(Some(plan)) = compiled.get(event.table as usize) else {
-                return Err(format!("no plan for table {}", event.table));
-            };
-            self.encode_json_event(plan, event, key, value)
+            self.encode_json_event(plan_of(&compiled, event.table)?, event, key, value)
         })
     }
 
@@ -378,31 +381,18 @@ impl EventBatch {
         plans: &Bound<'py, PyList>,
         tombstones: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let mut compiled: Vec<Option<AvroPlan<'py>>> = Vec::with_capacity(plans.len());
-        for plan in plans.iter() {
-            if plan.is_none() {
-                compiled.push(None);
-                continue;
-            }
+        let compiled = table_plans(plans, |plan| {
             let (key, key_prefix, value, value_prefix, head): PlanTuple<'py> = plan.extract()?;
-            let (version, system, cluster, keyspace, table) = head;
-            compiled.push(Some(AvroPlan {
+            Ok(AvroPlan {
                 key,
                 key_prefix,
                 value,
                 value_prefix,
-                version,
-                system,
-                cluster,
-                keyspace,
-                table,
-            }));
-        }
+                head,
+            })
+        })?;
         self.messages(py, tombstones, |event, key, value| {
-            let Some(Some(plan)) = compiled.get(event.table as usize) else {
-                return Err(format!("no plan for table {}", event.table));
-            };
-            self.encode_event(plan, event, key, value)
+            self.encode_event(plan_of(&compiled, event.table)?, event, key, value)
         })
     }
 }
