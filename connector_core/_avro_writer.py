@@ -39,14 +39,17 @@ AvroWriter = Callable[[bytearray, Any], None]
 @dataclass(frozen=True, slots=True)
 class AvroEncoder:
     """``encode(datum)``: a fixed prefix (a wire-format header) followed by the Avro binary
-    encoding of ``datum``. With ``takes_rows`` (the compiled core's writer), a record may also be
-    given as a tuple of its fields' values in their order, which costs less to build than a dict."""
+    encoding of ``datum``. ``native`` is the compiled core's writer when it encodes (None: Python
+    or fastavro); it also takes a record as a tuple of its fields' values in their order, which
+    costs less to build than a dict, and encodes compact batches (cdcflow.batches) with ``prefix``."""
 
     encode: Callable[[Any], bytes]
-    takes_rows: bool = False
-    # The compiled core's writer and the prefix, for encoders of compact batches (cdcflow.batches).
     native: Any = None
     prefix: bytes = b""
+
+    @property
+    def takes_rows(self) -> bool:
+        return self.native is not None
 
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -389,7 +392,7 @@ def avro_encoder(schema: Any, prefix: bytes = b"") -> AvroEncoder:
                 encoded: bytes = compiled.encode(datum, prefix)
                 return encoded
 
-            return AvroEncoder(encode_compiled, takes_rows=True, native=compiled, prefix=prefix)
+            return AvroEncoder(encode_compiled, native=compiled, prefix=prefix)
     try:
         write = compile_avro_writer(schema)
     except UnsupportedAvroSchemaError:

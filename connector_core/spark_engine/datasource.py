@@ -26,7 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from cdcflow.config import ErrorsConfig, ResolvedPlugin
+from cdcflow.config import ErrorsConfig, PipelineSpec, ResolvedPlugin
 from cdcflow.contract import Offset, Partition, PluginContext, Rejected, Sink, Source, Transform, offset_key
 from cdcflow.errors import SinkError
 from cdcflow.events import ChangeEvent, Record
@@ -54,6 +54,21 @@ class SourceJob:
     max_records_per_read: int
     partition_refresh_ms: int
     with_record: bool  # fill the ``record`` column: a generic sink runs downstream
+
+    @classmethod
+    def of(cls, spec: PipelineSpec, with_record: bool) -> SourceJob:
+        """The source side of pipeline ``spec``."""
+        return cls(
+            pipeline=spec.name,
+            pipeline_file=spec.file,
+            source=spec.source,
+            transforms=spec.transforms,
+            errors=spec.errors,
+            dead_letter=spec.dead_letter,
+            max_records_per_read=spec.engine.max_records_per_read,
+            partition_refresh_ms=spec.engine.partition_refresh_ms,
+            with_record=with_record,
+        )
 
     def encode(self) -> str:
         return base64.b64encode(pickle.dumps(self)).decode()

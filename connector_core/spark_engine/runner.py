@@ -152,17 +152,7 @@ def _run_query(
     session: Any, spec: PipelineSpec, sink: Sink[Any], view: _DriverView, location: Path, stop: threading.Event
 ) -> None:
     batch_writer = sink if isinstance(sink, SparkBatchWriter) else None
-    job = SourceJob(
-        pipeline=spec.name,
-        pipeline_file=spec.file,
-        source=spec.source,
-        transforms=spec.transforms,
-        errors=spec.errors,
-        dead_letter=spec.dead_letter,
-        max_records_per_read=spec.engine.max_records_per_read,
-        partition_refresh_ms=spec.engine.partition_refresh_ms,
-        with_record=batch_writer is None,
-    )
+    job = SourceJob.of(spec, with_record=batch_writer is None)
     native = _native_stream(session, view.source, spec)
     if native is not None:
         stream = native.mapInArrow(functools.partial(decode_native_batches, job), STREAM_SCHEMA_DDL)

@@ -13,6 +13,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use crate::batch::{AsDatum, Datum};
+
 /// Datum nesting deeper than this is refused (a recursive schema and a cyclic datum would
 /// otherwise recurse until the stack runs out).
 const MAX_DEPTH: usize = 512;
@@ -935,27 +937,6 @@ impl AvroWriter {
             }
             Node::Pending => false,
         })
-    }
-}
-
-/// A value the compiled core holds itself (a compact batch's), written without a Python object.
-#[derive(Clone, Copy)]
-pub enum Datum<'a> {
-    Null,
-    Bool(bool),
-    Long(i64),
-    Double(f64),
-    Text(&'a str),
-}
-
-/// What a compact row holds: anything that reads as a [`Datum`].
-pub trait AsDatum {
-    fn as_datum(&self) -> Datum<'_>;
-}
-
-impl AsDatum for Datum<'_> {
-    fn as_datum(&self) -> Datum<'_> {
-        *self
     }
 }
 

@@ -11,8 +11,29 @@ use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::avro::{AvroWriter, Datum};
-use crate::json::{write_float, write_text};
+use crate::avro::AvroWriter;
+use crate::json::{write_scalar, write_text};
+
+/// A value the compiled core holds itself (a compact batch's), written without a Python object.
+#[derive(Clone, Copy)]
+pub enum Datum<'a> {
+    Null,
+    Bool(bool),
+    Long(i64),
+    Double(f64),
+    Text(&'a str),
+}
+
+/// What a compact row holds: anything that reads as a [`Datum`].
+pub trait AsDatum {
+    fn as_datum(&self) -> Datum<'_>;
+}
+
+impl AsDatum for Datum<'_> {
+    fn as_datum(&self) -> Datum<'_> {
+        *self
+    }
+}
 
 /// One column value, exactly as the source read it.
 pub enum Value {
@@ -27,8 +48,8 @@ pub enum Value {
     Slice(Arc<str>, u32, u32),
 }
 
-impl Value {
-    pub fn datum(&self) -> Datum<'_> {
+impl AsDatum for Value {
+    fn as_datum(&self) -> Datum<'_> {
         match self {
             Value::Null => Datum::Null,
             Value::Bool(b) => Datum::Bool(*b),
@@ -39,17 +60,16 @@ impl Value {
             Value::Slice(pool, start, end) => Datum::Text(&pool[*start as usize..*end as usize]),
         }
     }
+}
 
+impl Value {
     fn to_py<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
-        match self {
-            Value::Null => py.None().into_bound(py),
-            Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-            Value::Long(n) => PyInt::new(py, *n).into_any(),
-            Value::Double(x) => PyFloat::new(py, *x).into_any(),
-            Value::Text(_) | Value::Shared(_) | Value::Slice(..) => match self.datum() {
-                Datum::Text(text) => PyString::new(py, text).into_any(),
-                _ => unreachable!("text values are text data"),
-            },
+        match self.as_datum() {
+            Datum::Null => py.None().into_bound(py),
+            Datum::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+            Datum::Long(n) => PyInt::new(py, n).into_any(),
+            Datum::Double(x) => PyFloat::new(py, x).into_any(),
+            Datum::Text(text) => PyString::new(py, text).into_any(),
         }
     }
 }
@@ -202,18 +222,6 @@ struct JsonPlan {
 /// `(key schema, value schema, key names, value names, source head)`.
 type JsonPlanTuple = (Option<String>, Option<String>, Vec<String>, Vec<String>, SourceHead);
 
-/// A value as `compact_json` writes the Python value it stands for.
-fn write_json_datum(out: &mut Vec<u8>, datum: Datum<'_>) {
-    match datum {
-        Datum::Null => out.extend_from_slice(b"null"),
-        Datum::Bool(true) => out.extend_from_slice(b"true"),
-        Datum::Bool(false) => out.extend_from_slice(b"false"),
-        Datum::Long(n) => out.extend_from_slice(n.to_string().as_bytes()),
-        Datum::Double(x) => write_float(out, x),
-        Datum::Text(text) => write_text(out, text.as_bytes()),
-    }
-}
-
 /// `{"name":value,...}` for a row of `values` with these column names.
 fn write_json_row(out: &mut Vec<u8>, names: &[String], values: &[Value]) -> Result<(), String> {
     if names.len() != values.len() {
@@ -226,7 +234,7 @@ fn write_json_row(out: &mut Vec<u8>, names: &[String], values: &[Value]) -> Resu
         }
         write_text(out, name.as_bytes());
         out.push(b':');
-        write_json_datum(out, value.datum());
+        write_scalar(out, value.as_datum());
     }
     out.push(b'}');
     Ok(())
@@ -440,11 +448,5 @@ impl EventBatch {
                 PyList::new(py, values)?.into_any(),
             ],
         )
-    }
-}
-
-impl crate::avro::AsDatum for Value {
-    fn as_datum(&self) -> Datum<'_> {
-        self.datum()
     }
 }

@@ -13,7 +13,8 @@ use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::json::{float_repr, write_text};
+use crate::batch::Datum;
+use crate::json::{write_scalar, write_text};
 
 const MAX_DEPTH: usize = 64;
 
@@ -142,10 +143,10 @@ impl<'a> Parser<'a> {
 
     fn hex4(&mut self) -> Parsed<u32> {
         let digits = self.text.get(self.at..self.at + 4).ok_or(Decline)?;
-        let text = std::str::from_utf8(digits).map_err(|_| Decline)?;
-        let value = u32::from_str_radix(text, 16).map_err(|_| Decline)?;
-        if !digits.iter().all(u8::is_ascii_hexdigit) {
-            return Err(Decline);
+        let mut value = 0;
+        for digit in digits {
+            // Exactly four hex digits (from_str_radix would also take a sign).
+            value = value << 4 | (*digit as char).to_digit(16).ok_or(Decline)?;
         }
         self.at += 4;
         Ok(value)
@@ -276,40 +277,6 @@ impl<'a> Json<'a> {
     }
 }
 
-/// `compact_json`: keys in their order, UTF-8, floats as `repr` writes them.
-fn write_compact(out: &mut Vec<u8>, value: &Json) {
-    match value {
-        Json::Null => out.extend_from_slice(b"null"),
-        Json::Bool(true) => out.extend_from_slice(b"true"),
-        Json::Bool(false) => out.extend_from_slice(b"false"),
-        Json::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
-        Json::Float(x) => float_repr(out, *x),
-        Json::Str(text) => write_text(out, text.as_bytes()),
-        Json::Array(items) => {
-            out.push(b'[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                write_compact(out, item);
-            }
-            out.push(b']');
-        }
-        Json::Object(members) => {
-            out.push(b'{');
-            for (index, (key, item)) in members.iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                write_text(out, key.as_bytes());
-                out.push(b':');
-                write_compact(out, item);
-            }
-            out.push(b'}');
-        }
-    }
-}
-
 /// A string as `json.dumps` writes it with `ensure_ascii=True`: only printable ASCII as it is.
 fn write_ascii_text(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -345,35 +312,48 @@ fn write_ascii_text(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
 }
 
-/// `canonical_json`: keys sorted, ASCII.
-fn write_canonical(out: &mut Vec<u8>, value: &Json) {
+/// `value` as `compact_json` writes it (keys in their order, UTF-8) or, with `canonical`, as
+/// `canonical_json` does (keys sorted, ASCII); scalars as Python writes them either way.
+fn write_json(out: &mut Vec<u8>, value: &Json, canonical: bool) {
+    let text = |out: &mut Vec<u8>, text: &str| {
+        if canonical {
+            write_ascii_text(out, text)
+        } else {
+            write_text(out, text.as_bytes())
+        }
+    };
     match value {
-        Json::Str(text) => write_ascii_text(out, text),
+        Json::Null => write_scalar(out, Datum::Null),
+        Json::Bool(b) => write_scalar(out, Datum::Bool(*b)),
+        Json::Int(n) => write_scalar(out, Datum::Long(*n)),
+        Json::Float(x) => write_scalar(out, Datum::Double(*x)),
+        Json::Str(value) => text(out, value),
         Json::Array(items) => {
             out.push(b'[');
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
                     out.push(b',');
                 }
-                write_canonical(out, item);
+                write_json(out, item, canonical);
             }
             out.push(b']');
         }
         Json::Object(members) => {
-            let mut sorted: Vec<&(Cow<'_, str>, Json<'_>)> = members.iter().collect();
-            sorted.sort_by(|a, b| a.0.cmp(&b.0)); // UTF-8 byte order is code point order
+            let mut ordered: Vec<&(Cow<'_, str>, Json<'_>)> = members.iter().collect();
+            if canonical {
+                ordered.sort_by(|a, b| a.0.cmp(&b.0)); // UTF-8 byte order is code point order
+            }
             out.push(b'{');
-            for (index, (key, item)) in sorted.into_iter().enumerate() {
+            for (index, (key, item)) in ordered.into_iter().enumerate() {
                 if index > 0 {
                     out.push(b',');
                 }
-                write_ascii_text(out, key);
+                text(out, key);
                 out.push(b':');
-                write_canonical(out, item);
+                write_json(out, item, canonical);
             }
             out.push(b'}');
         }
-        scalar => write_compact(out, scalar),
     }
 }
 
@@ -522,7 +502,7 @@ fn push_image(column: &mut TextColumn, value: Option<&Json<'_>>) -> Parsed<()> {
             column.push_null();
             Ok(())
         }
-        Some(row @ Json::Object(_)) => column.push_with(|data| write_compact(data, row)),
+        Some(row @ Json::Object(_)) => column.push_with(|data| write_json(data, row, false)),
         Some(_) => Err(Decline),
     }
 }
@@ -598,13 +578,13 @@ fn decode_one(
     columns.table.push(table)?;
     columns.partition.push(source_partition)?;
     match &position {
-        Some(parsed) => columns.position.push_with(|data| write_canonical(data, parsed))?,
+        Some(parsed) => columns.position.push_with(|data| write_json(data, parsed, true))?,
         None => columns.position.push(&format!("{{\"offset\":{offset}}}"))?,
     }
     columns.ts_us.push(ts_us);
     columns.snapshot.push(snapshot);
     columns.ts_ms.push(ts_ms);
-    columns.key.push_with(|data| write_compact(data, &key))?;
+    columns.key.push_with(|data| write_json(data, &key, false))?;
     push_image(&mut columns.before, value.get("before"))?;
     push_image(&mut columns.after, value.get("after"))?;
     let namespace = format!("{cluster}.{keyspace}.{table}");

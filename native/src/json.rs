@@ -11,6 +11,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use crate::batch::Datum;
+
 const MAX_DEPTH: usize = 512;
 
 #[pyclass(frozen, module = "cdcflow._native")]
@@ -78,13 +80,26 @@ pub fn float_repr(out: &mut Vec<u8>, value: f64) {
     }
 }
 
-pub fn write_float(out: &mut Vec<u8>, value: f64) {
+fn write_float(out: &mut Vec<u8>, value: f64) {
     if value.is_nan() {
         out.extend_from_slice(b"NaN");
     } else if value.is_infinite() {
         out.extend_from_slice(if value > 0.0 { b"Infinity" } else { b"-Infinity" });
     } else {
         float_repr(out, value);
+    }
+}
+
+/// A scalar as `compact_json` writes the Python value it stands for (ints as `int.__repr__`, floats
+/// as `float.__repr__`, text quoted).
+pub fn write_scalar(out: &mut Vec<u8>, datum: Datum<'_>) {
+    match datum {
+        Datum::Null => out.extend_from_slice(b"null"),
+        Datum::Bool(true) => out.extend_from_slice(b"true"),
+        Datum::Bool(false) => out.extend_from_slice(b"false"),
+        Datum::Long(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Datum::Double(x) => write_float(out, x),
+        Datum::Text(text) => write_text(out, text.as_bytes()),
     }
 }
 

@@ -65,17 +65,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> SourceJob:
     }
     registry = PluginRegistry.from_entry_points()
     spec = parse_pipeline(data, folder / "p.yaml", registry)
-    return SourceJob(
-        pipeline=spec.name,
-        pipeline_file=spec.file,
-        source=spec.source,
-        transforms=spec.transforms,
-        errors=spec.errors,
-        dead_letter=spec.dead_letter,
-        max_records_per_read=1000,
-        partition_refresh_ms=1000,
-        with_record=False,
-    )
+    return SourceJob.of(spec, with_record=False)
 
 
 def _batch(messages: list[tuple[bytes | None, bytes | None, bool]]) -> Any:
