@@ -21,7 +21,7 @@ from typing import Any
 
 import fastavro
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cdcflow._avro_writer import UnsupportedAvroSchemaError, compile_avro_writer, logical_type_preparers
@@ -172,10 +172,30 @@ def schemas_and_data(draw: st.DrawFn, depth: int = 0) -> tuple[Any, Any]:
     return {"type": "record", "name": f"R{draw(_NAMES)}{depth}x{len(fields)}", "fields": fields}, datum
 
 
+def _breaks_avro_rules(schema: Any, seen: set[str] | None = None) -> bool:
+    """A name defined twice, or a union with two branches of one unnamed type: no Avro schema."""
+    seen = set() if seen is None else seen
+    if isinstance(schema, list):
+        kinds = [b if isinstance(b, str) else b.get("type") for b in schema]
+        unnamed = [k for k in kinds if isinstance(k, str) and k not in ("record", "enum", "fixed")]
+        return len(unnamed) != len(set(unnamed)) or any(_breaks_avro_rules(b, seen) for b in schema)
+    if not isinstance(schema, dict):
+        return False
+    if schema.get("type") in ("record", "enum", "fixed"):
+        if schema["name"] in seen:
+            return True
+        seen.add(schema["name"])
+    inner = [f["type"] for f in schema.get("fields", [])] + [schema[k] for k in ("items", "values") if k in schema]
+    return any(_breaks_avro_rules(part, seen) for part in inner)
+
+
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(schemas_and_data())
 def test_compiled_avro_writes_what_fastavro_writes(case: tuple[Any, Any]) -> None:
     schema, datum = case
+    # fastavro does not always refuse what breaks Avro's rules (it writes each inline definition of
+    # a name where it stands, and takes the first of two null branches): such a draw says nothing.
+    assume(not _breaks_avro_rules(schema))
     try:
         expected = _fastavro(schema, datum)
     except Exception:  # a schema or datum fastavro refuses (a name drawn twice, no branch fits) says nothing
