@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,9 +25,20 @@ def read_parquet(folder: Path) -> pa.Table:
 def read_parquet_while_written(folder: Path) -> pa.Table | None:
     """:func:`read_parquet` of a folder a running pipeline writes into: None while it has no file
     or when a file moved between listing and reading (look again)."""
-    if not list(folder.rglob("*.parquet")):
-        return None
     try:
+        if not _has_parquet_file(folder):
+            return None
         return read_parquet(folder)
     except (OSError, pa.ArrowInvalid):
         return None
+
+
+def _has_parquet_file(folder: Path) -> bool:
+    """Whether a data file is under ``folder``, not descending into the sink's ``_cdcflow/`` staging
+    (or any ``_``/``.`` folder, which readers skip too): Spark's committer deletes folders there
+    while we walk, and ``os.walk`` passes over a folder that vanished where ``rglob`` raises."""
+    for _, folders, files in os.walk(folder):
+        folders[:] = [name for name in folders if not name.startswith(("_", "."))]
+        if any(name.endswith(".parquet") for name in files):
+            return True
+    return False
