@@ -10,19 +10,25 @@ table with that schema; sinks that want the cdcflow record back (every other sin
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
 from cdcflow.jsontext import compact_json
+from cdcflow.schemas import spark_ddl_type
 
 __all__ = [
+    "ROWS_NOT_TYPED",
     "STREAM_COLUMNS",
     "STREAM_SCHEMA_DDL",
+    "RowsNotTypedError",
+    "decoded_batch",
     "record_from_row",
     "record_to_row",
     "stream_arrow_batch",
     "stream_arrow_schema",
+    "typed_change_rows",
 ]
 
 STREAM_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -161,3 +167,143 @@ def record_from_row(blob: bytes | bytearray) -> Record:
     """The record a row's ``record`` column holds (written by this engine, never by outsiders)."""
     record: Record = pickle.loads(blob)
     return record
+
+
+# The CQL types whose row-JSON values Arrow's JSON reader turns into exactly what Spark's
+# ``from_json`` gives, and refuses where they differ (a float in an integer column, a number in a
+# text column, an integer beyond the type's range, a lone surrogate): nothing else is typed here.
+_TYPED_IMAGE_TYPES = {
+    "bigint": "int64",
+    "counter": "int64",
+    "int": "int32",
+    "smallint": "int16",
+    "tinyint": "int8",
+    "double": "float64",
+    "text": "string",
+    "varchar": "string",
+    "ascii": "string",
+    "boolean": "bool_",
+}
+
+ROWS_NOT_TYPED = "cdcflow: a row does not fit the batch's typed columns"
+"""In the error of a Spark job that :func:`typed_change_rows` made fail: type the batch another way."""
+
+
+class RowsNotTypedError(ValueError):
+    """A row of the batch is not of the destination and row schemas asked for, or a value does not
+    read exactly as its column's type: :func:`typed_change_rows` cannot type this batch."""
+
+
+def typed_change_rows(
+    batch: Any,
+    destination: str,
+    row_schemas: Sequence[str],
+    columns: Sequence[tuple[str, str]],
+    envelope: Sequence[str],
+) -> Any | None:
+    """The change rows of the stream DataFrame ``batch`` with the ``envelope`` columns as they are
+    and each of ``columns`` (``(name, CQL type)``) typed from the row image (after, else before,
+    else key), as ``_c0``, ``_c1``...: what ``from_json`` with those Spark types gives, read by
+    Arrow's JSON reader next to the Python side that built the rows, not again in the JVM.
+
+    Every row must be of ``destination`` with one of ``row_schemas``, and every value read exactly:
+    otherwise the job fails with :data:`ROWS_NOT_TYPED` in its error (the caller types the batch
+    another way). None when a column's type is not one typed here."""
+    import pyarrow as pa
+
+    if not columns or any(kind not in _TYPED_IMAGE_TYPES for _, kind in columns):
+        return None
+    stream_types = dict(STREAM_COLUMNS)
+    ddl = ", ".join(
+        [f"`{name}` {stream_types[name]}" for name in envelope]
+        + [f"`_c{i}` {spark_ddl_type(kind)}" for i, (_, kind) in enumerate(columns)]
+    )
+    image_schema = pa.schema([(name, getattr(pa, _TYPED_IMAGE_TYPES[kind])()) for name, kind in columns])
+    typer = _ImageTyper(destination, tuple(row_schemas), tuple(envelope), image_schema)
+    decoded = _decoded_batches.get(id(batch))
+    if decoded is not None and decoded[0] is batch:
+        # Rows a source decodes in the same pass: typed there, and only the typed columns go back
+        # to the JVM, not the stream rows with their images.
+        _, raw, decode = decoded
+        return raw.mapInArrow(_DecodedThenTyped(decode, typer), ddl)
+    return batch.mapInArrow(typer, ddl)
+
+
+# id(stream batch) -> (that batch, the raw batch it decodes, the decoding mapInArrow body)
+_decoded_batches: dict[int, tuple[Any, Any, Callable[[Iterator[Any]], Iterator[Any]]]] = {}
+
+
+@contextmanager
+def decoded_batch(raw: Any, decode: Callable[[Iterator[Any]], Iterator[Any]], ddl: str) -> Iterator[Any]:
+    """``raw.mapInArrow(decode, ddl)``: the stream batch of a source that decodes Spark's own
+    rows (its native stream), for as long as the block runs; :func:`typed_change_rows` of it
+    decodes and types in one pass."""
+    batch = raw.mapInArrow(decode, ddl)
+    _decoded_batches[id(batch)] = (batch, raw, decode)
+    try:
+        yield batch
+    finally:
+        del _decoded_batches[id(batch)]
+
+
+class _DecodedThenTyped:
+    def __init__(self, decode: Callable[[Iterator[Any]], Iterator[Any]], typer: _ImageTyper) -> None:
+        self.decode = decode
+        self.typer = typer
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        return self.typer(self.decode(batches))
+
+
+class _ImageTyper:
+    """The ``mapInArrow`` body of :func:`typed_change_rows` (a class: Spark pickles it to its tasks)."""
+
+    def __init__(self, destination: str, row_schemas: tuple[str, ...], envelope: tuple[str, ...], image_schema: Any):
+        self.destination = destination
+        self.row_schemas = row_schemas
+        self.envelope = envelope
+        self.image_schema = image_schema
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for batch in batches:
+            changes = batch.filter(pc.equal(batch.column("kind"), "change"))
+            if not changes.num_rows:
+                continue
+            fits = pc.and_(
+                pc.equal(changes.column("destination"), self.destination),
+                pc.is_in(changes.column("row_schema"), value_set=pa.array(self.row_schemas, pa.string())),
+            )
+            if not pc.all(pc.fill_null(fits, False)).as_py():
+                raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: another destination or row schema")
+            typed = self._typed(changes)
+            arrays = [changes.column(name) for name in self.envelope] + typed.columns
+            names = [*self.envelope, *(f"_c{i}" for i in range(len(typed.columns)))]
+            yield pa.RecordBatch.from_arrays(arrays, names=names)
+
+    def _typed(self, changes: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+
+        image = pc.fill_null(
+            pc.coalesce(changes.column("after"), changes.column("before"), changes.column("key")), "{}"
+        )
+        # One line per image (row JSON has no raw line breaks): the lines are the values buffer
+        # of "image + newline" strings, without a Python object per row.
+        lines = pc.binary_join_element_wise(image, "", "\n")
+        offsets = memoryview(lines.buffers()[1]).cast("i")  # int32, as a string array's are
+        data = lines.buffers()[2][offsets[lines.offset] : offsets[lines.offset + len(lines)]]
+        try:
+            table = pj.read_json(
+                pa.BufferReader(data),
+                read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 16) + 1),
+                parse_options=pj.ParseOptions(explicit_schema=self.image_schema, unexpected_field_behavior="ignore"),
+            )
+        except pa.ArrowInvalid as exc:
+            raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: {exc}") from exc
+        if table.num_rows != changes.num_rows:
+            raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: {table.num_rows} rows typed of {changes.num_rows}")
+        return table.combine_chunks().to_batches()[0]

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -40,7 +41,7 @@ from cdcflow.spark_engine.datasource import (
     build_plugin,
     decode_native_batches,
 )
-from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, record_from_row
+from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, decoded_batch, record_from_row
 from cdcflow.spark_engine.session import spark_session
 
 __all__ = ["checkpoint_location", "run_spark", "run_spark_pipeline"]
@@ -155,7 +156,8 @@ def _run_query(
     job = SourceJob.of(spec, with_record=batch_writer is None)
     native = _native_stream(session, view.source, spec)
     if native is not None:
-        stream = native.mapInArrow(functools.partial(decode_native_batches, job), STREAM_SCHEMA_DDL)
+        stream = native  # Spark's own rows, decoded batch by batch in write_batch
+        decode = functools.partial(decode_native_batches, job)
     else:
         session.dataSource.register(CdcflowDataSource)
         stream = session.readStream.format(DATA_SOURCE_NAME).option("job", job.encode()).load()
@@ -171,10 +173,11 @@ def _run_query(
             watermark = COMPLETE_WATERMARK_US if drained else view.watermark(end)
         else:  # Spark's connector owns these offsets; it has no cdcflow watermark and no end
             drained, watermark = False, None
-        if batch_writer is not None:
-            batch_writer.write_batch(batch, batch_id, watermark)
-        else:
-            _write_through_sink(batch, spec)
+        with decoded_batch(batch, decode, STREAM_SCHEMA_DDL) if native is not None else nullcontext(batch) as rows:
+            if batch_writer is not None:
+                batch_writer.write_batch(rows, batch_id, watermark)
+            else:
+                _write_through_sink(rows, spec)
         if drained:
             drained_at.append(batch_id)
 
@@ -200,6 +203,7 @@ def _run_query(
                     progress["durationMs"].get("triggerExecution", 0),
                     extra={"batch": reported, "events": progress["numInputRows"]},
                 )
+                log.debug("pipeline %s: batch %d: Spark's phases (ms): %s", spec.name, reported, progress["durationMs"])
             if drained_at and progress is not None and progress["batchId"] >= drained_at[-1]:
                 log.info("pipeline %s: the bounded source is drained; stopping", spec.name)
                 break

@@ -36,6 +36,7 @@ from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink, SparkB
 from cdcflow.errors import EngineUnsupportedError, SinkError
 from cdcflow.events import Column, Record, RowSchema, UserType
 from cdcflow.schemas import UNTYPED_NULL, ParsedType, map_keys_are_values, parse_cql_type, spark_ddl_type
+from cdcflow.spark_engine.rows import ROWS_NOT_TYPED, typed_change_rows
 
 __all__ = ["ENVELOPE_COLUMNS", "ParquetSchemaConflictError", "ParquetSink", "ParquetSinkConfig", "merge_table_columns"]
 
@@ -88,6 +89,9 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         # is written in one job (see _write_as_last_batch).
         self._last_groups: dict[tuple[str, str], int] = {}
         self._last_tables: list[_DestinationTable] | None = None
+        # The output columns of the typed one-job path, for (destination, column names)
+        self._typed_output: tuple[tuple[str, tuple[str, ...]], list[Any]] | None = None
+        self._manifests_pruned = False  # by listing, once a run; then one delete a batch
 
     # --- the record-at-a-time contract does not apply: Spark writes whole batches ------------------
 
@@ -132,7 +136,12 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         for source, target in moves.items():
             files.rename(source, target)
         files.delete(staging)
-        files.prune("_cdcflow/manifests", keep=_KEEP_MANIFESTS)
+        if self._manifests_pruned:  # listing the folder each batch costs more than the batch's renames
+            files.delete(f"_cdcflow/manifests/{batch_id - _KEEP_MANIFESTS}.json")
+        else:
+            files.prune("_cdcflow/manifests", keep=_KEEP_MANIFESTS)
+            self._manifests_pruned = True
+        log.debug("batch %d: files moved in place in %.2fs", batch_id, time.monotonic() - started)
         if self.config.mark_complete and "event_date" in self.config.partition_by:
             self._pending_dates |= {_date_folder(t) for t in moves.values()}
             self._mark_complete(files, watermark_us)
@@ -144,23 +153,24 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         self, changes: Any, tables: Sequence[_DestinationTable], files: _HadoopFiles, staging: str
     ) -> None:
         def write_table(table: _DestinationTable) -> None:
-            typed = self._typed_rows(changes, table, files)
-            # About rows_per_file rows a file: a small batch makes one file per table and date
-            # (and one write task), not one per input partition.
-            files_wanted = -(-table.rows // self.config.rows_per_file)
-            if files_wanted < typed.rdd.getNumPartitions():
-                typed = typed.coalesce(files_wanted)
-            writer = typed.write.mode("append").option("compression", self.config.compression)
-            partition_columns = [c for c in self.config.partition_by if c == "event_date"]
-            if partition_columns:
-                writer = writer.partitionBy(*partition_columns)
-            writer.parquet(files.uri(f"{staging}/{_table_folder(table.destination, self.config)}"))
+            self._write_table(self._typed_rows(changes, table, files), table, files, staging)
 
         # One Spark job per destination (jobs that shared a folder would delete each other's
         # _temporary at commit), side by side: a small batch is not a queue of job start-ups.
         with ThreadPoolExecutor(max_workers=max(1, min(len(tables), _PARALLEL_TABLE_WRITES))) as pool:
             for done in [pool.submit(write_table, table) for table in tables]:
                 done.result()
+
+    def _write_table(self, typed: Any, table: _DestinationTable, files: _HadoopFiles, staging: str) -> None:
+        # About rows_per_file rows a file: a small batch makes one file per table and date
+        # (and one write task), not one per input partition.
+        # (Coalescing never adds partitions: no need to ask the plan how many it has.)
+        typed = typed.coalesce(-(-table.rows // self.config.rows_per_file))
+        writer = typed.write.mode("append").option("compression", self.config.compression)
+        partition_columns = [c for c in self.config.partition_by if c == "event_date"]
+        if partition_columns:
+            writer = writer.partitionBy(*partition_columns)
+        writer.parquet(files.uri(f"{staging}/{_table_folder(table.destination, self.config)}"))
 
     def _write_as_last_batch(self, batch: Any, files: _HadoopFiles, staging: str) -> list[_DestinationTable] | None:
         """Write the batch in one Spark job when the last batch had a single destination whose
@@ -175,16 +185,29 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             return None
         (table,) = last
         known = sorted(schema for destination, schema in self._last_groups if destination == table.destination)
-        expected = (F.col("destination") == table.destination) & F.col("row_schema").isin(known)
-        changes = batch.filter(F.col("kind") == "change").filter(
-            F.when(expected, F.lit(True)).otherwise(F.raise_error(F.lit(_SCHEMAS_CHANGED)))
+        columns = [c for c in table.schema.value_columns if c.type != UNTYPED_NULL]
+        typed = typed_change_rows(
+            batch, table.destination, known, [(c.name, c.type) for c in columns], ENVELOPE_COLUMNS
         )
         try:
-            self._write_tables(changes, [table], files, staging)
+            if typed is not None:
+                # The images typed beside the Python code that built the rows, not parsed again here.
+                key = (table.destination, tuple(c.name for c in columns))
+                if self._typed_output is None or self._typed_output[0] != key:
+                    # Built once: each Spark column expression costs a call into the JVM.
+                    values = [F.col(f"_c{i}").alias(c.name) for i, c in enumerate(columns)]
+                    self._typed_output = (key, _output_columns(values, set(key[1])))
+                self._write_table(typed.select(*self._typed_output[1]), table, files, staging)
+            else:
+                expected = (F.col("destination") == table.destination) & F.col("row_schema").isin(known)
+                changes = batch.filter(F.col("kind") == "change").filter(
+                    F.when(expected, F.lit(True)).otherwise(F.raise_error(F.lit(_SCHEMAS_CHANGED)))
+                )
+                self._write_tables(changes, [table], files, staging)
         except Exception as exc:
-            if _SCHEMAS_CHANGED not in str(exc):
+            if _SCHEMAS_CHANGED not in str(exc) and ROWS_NOT_TYPED not in str(exc):
                 raise
-            log.debug("a batch with other destinations or row schemas: grouping it")
+            log.debug("a batch with other destinations, row schemas or values: grouping it")
             files.delete(staging)
             self._last_tables = None
             return None
@@ -262,10 +285,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         else:  # a source without schemas: the row stays JSON text
             parsed = rows.select(*envelope, image.alias("_row"))
             table_columns = [F.col("_row").alias("row")]
-        # A table column named like an envelope column wins; the envelope's moves aside.
-        envelope_out = [F.col(c).alias(f"cdc_{c}" if c in names else c) for c in ENVELOPE_COLUMNS]
-        date = F.to_date(F.timestamp_micros(F.col("source_ts_us"))).alias("event_date")
-        return parsed.select(*envelope_out, *table_columns, date)
+        return parsed.select(*_output_columns(table_columns, names))
 
     def _number_types(self, rows: Any, image: Any, table: _DestinationTable, files: _HadoopFiles) -> dict[str, str]:
         """The Spark type of each top-level ``decimal`` and ``varint`` column with a known type.
@@ -360,6 +380,16 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
                 files.delete(f)
             files.delete(staging)
             files.delete(f"_cdcflow/compacting/{batch_id}.json")
+
+
+def _output_columns(table_columns: Sequence[Any], names: set[str]) -> list[Any]:
+    """The columns rows are written with: the envelope's, the table's (``names``), the event date."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    # A table column named like an envelope column wins; the envelope's moves aside.
+    envelope_out = [F.col(c).alias(f"cdc_{c}" if c in names else c) for c in ENVELOPE_COLUMNS]
+    date = F.to_date(F.timestamp_micros(F.col("source_ts_us"))).alias("event_date")
+    return [*envelope_out, *table_columns, date]
 
 
 @dataclass(frozen=True)

@@ -277,3 +277,59 @@ def destination_table(folder: Path) -> pa.Table:
     """One destination's files as one table, with no schema unification: each destination is
     written by one job, so every file of a batch has the destination's merged columns."""
     return ds.dataset(folder, format="parquet", partitioning="hive").to_table()
+
+
+_EDGE_ROWS = [
+    {"i": 2**31 - 1, "s": -(2**15), "t": 127, "d": 5e-324, "name": 'é😀"\\\n\x00', "ok": True},
+    {"i": -(2**31), "s": 2**15 - 1, "t": -128, "d": 0.1, "name": "", "ok": False},
+    {"i": None, "s": None, "t": None, "d": -0.0, "name": None, "ok": None},
+    {"i": 7, "d": 1.7976931348623157e308, "name": "\u2028/"},
+    {"d": 2**53 + 1, "name": "x" * 5000},  # an integer in a double column, a long text
+]
+_EDGE_SCHEMA = table_schema(
+    "edges", ("i", "int"), ("s", "smallint"), ("t", "tinyint"), ("d", "double"), ("name", "text"), ("ok", "boolean")
+)
+
+
+def test_rows_typed_beside_python_hold_what_from_json_reads_in_spark(spark: Any) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from cdcflow.schemas import spark_ddl_type
+    from cdcflow.sinks.parquet_spark.sink import ENVELOPE_COLUMNS
+    from cdcflow.spark_engine.rows import typed_change_rows
+
+    events = [table_event("edges", n, row, _EDGE_SCHEMA, topic="edges") for n, row in enumerate(_EDGE_ROWS)]
+    deleted = events[1]
+    events[1] = deleted.with_changes(op=Op.DELETE, before=deleted.after, after=None)
+    frame = batch(spark, events).coalesce(1)
+    columns = [(c.name, c.type) for c in _EDGE_SCHEMA.value_columns]
+    typed = typed_change_rows(frame, "edges", [_EDGE_SCHEMA.to_json()], columns, ENVELOPE_COLUMNS)
+    assert typed is not None
+    ddl = ", ".join(f"`{name}` {spark_ddl_type(kind)}" for name, kind in columns)
+    image = F.coalesce(F.col("after"), F.col("before"), F.col("key"))
+    from_json = frame.select(*ENVELOPE_COLUMNS, F.from_json(image, ddl).alias("r")).select(*ENVELOPE_COLUMNS, "r.*")
+    assert [f.dataType for f in typed.schema.fields] == [f.dataType for f in from_json.schema.fields]
+    assert [tuple(r) for r in typed.collect()] == [tuple(r) for r in from_json.collect()]
+
+
+def test_a_batch_like_the_last_with_a_value_its_column_cannot_type_is_written_as_a_first_batch_would_be(
+    spark: Any, tmp_path: Path
+) -> None:
+    fitting = [table_event("edges", n, row, _EDGE_SCHEMA, topic="edges") for n, row in enumerate(_EDGE_ROWS)]
+    # The same row schema, but a value of another type (a source that mistypes one): Spark's
+    # from_json decides what it becomes, as it does in a first batch.
+    odd = [
+        table_event("edges", 10 + n, {**row, "i": 1.5 if n == 2 else row.get("i")}, _EDGE_SCHEMA, topic="edges")
+        for n, row in enumerate(_EDGE_ROWS)
+    ]
+    steady = sink(tmp_path / "steady")
+    steady.write_batch(batch(spark, fitting), 0, None)
+    steady.write_batch(batch(spark, odd), 1, None)
+    first = sink(tmp_path / "first")
+    first.write_batch(batch(spark, odd), 0, None)
+
+    def rows(folder: Path) -> list[dict[str, Any]]:
+        return sorted((r for r in read_parquet(folder).to_pylist() if r["id"] >= 10), key=lambda r: r["id"])
+
+    assert rows(tmp_path / "steady") == rows(tmp_path / "first")
+    assert [r["i"] for r in rows(tmp_path / "first")][2] is None  # what from_json makes of 1.5 in an int column
