@@ -278,6 +278,13 @@ class Source(_Plugin[ConfigT]):
         transform runs and the sink takes the stream rows themselves (``parquet``)."""
         return None
 
+    def decode_typed_spark_batch(self, batch: Any, typing: Any) -> Any | None:
+        """:meth:`decode_spark_batch` of ``batch`` typed as ``typing``
+        (``cdcflow.spark_engine.rows.RowTyping``) asks, built without the stream rows
+        (``typing.arrow_batch``): exactly what ``typing`` makes of :meth:`decode_spark_batch`'s
+        rows, or None (the default, or whenever unsure), and the engine decodes and types it so."""
+        return None
+
     def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
         """The offsets Spark's connector logged for :meth:`spark_native_stream`, as cdcflow
         offsets by partition id (what ``cdcflow offsets show`` prints)."""

@@ -33,7 +33,7 @@ from cdcflow.events import ChangeEvent, Record
 from cdcflow.pipeline import RecordFailedError, apply_transforms, dead_letter_record
 from cdcflow.processes import tune_garbage_collector
 from cdcflow.schemas import infer_row_schema
-from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row, stream_arrow_schema
+from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, RowTyping, record_to_row, stream_arrow_schema
 
 __all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin", "decode_native_batches"]
 
@@ -233,23 +233,36 @@ def _as_arrow_batches(rows: Iterator[tuple[Any, ...]], size: int = 4096) -> Iter
         )
 
 
-def decode_native_batches(job: SourceJob, batches: Iterator[Any]) -> Iterator[Any]:
+def decode_native_batches(job: SourceJob, batches: Iterator[Any], typing: RowTyping | None = None) -> Iterator[Any]:
     """``mapInArrow`` body for a source's native Spark stream: its rows, decoded by the source,
-    transformed, in the stream shape."""
+    transformed, in the stream shape; with ``typing``, typed as it asks (``typed_change_rows``)."""
     source, transforms = _source_side(job, open_source=False)
     whole_batches = not transforms and not job.with_record
     for batch in batches:
-        if whole_batches:
-            rows = source.decode_spark_batch(batch)
-            if rows is not None:  # decoded by the compiled core, exactly as row by row
-                if rows.num_rows:
-                    yield rows
+        if whole_batches and typing is not None:
+            typed = source.decode_typed_spark_batch(batch, typing)
+            if typed is not None:  # built by the compiled core without the stream rows
+                if typed.num_rows:
+                    yield typed
                 continue
-        decoded = (source.decode_spark_row(row) for row in batch.to_pylist())
-        records = (record for record in decoded if record is not None)
-        # Column by column: building Arrow arrays from the row tuples' columns costs less than
-        # Arrow building them from a dict per row.
-        yield from _as_arrow_batches(_transformed_rows(job, transforms, records), size=max(batch.num_rows, 1))
+        rows = _stream_batches(job, source, transforms, batch, whole_batches)
+        yield from (rows if typing is None else typing(rows))
+
+
+def _stream_batches(
+    job: SourceJob, source: Source[Any], transforms: list[Transform[Any]], batch: Any, whole_batch: bool
+) -> Iterator[Any]:
+    if whole_batch:
+        rows = source.decode_spark_batch(batch)
+        if rows is not None:  # decoded by the compiled core, exactly as row by row
+            if rows.num_rows:
+                yield rows
+            return
+    decoded = (source.decode_spark_row(row) for row in batch.to_pylist())
+    records = (record for record in decoded if record is not None)
+    # Column by column: building Arrow arrays from the row tuples' columns costs less than
+    # Arrow building them from a dict per row.
+    yield from _as_arrow_batches(_transformed_rows(job, transforms, records), size=max(batch.num_rows, 1))
 
 
 def _transformed_rows(

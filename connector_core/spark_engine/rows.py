@@ -9,9 +9,11 @@ table with that schema; sinks that want the cdcflow record back (every other sin
 
 from __future__ import annotations
 
+import functools
 import pickle
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
@@ -22,6 +24,7 @@ __all__ = [
     "ROWS_NOT_TYPED",
     "STREAM_COLUMNS",
     "STREAM_SCHEMA_DDL",
+    "RowTyping",
     "RowsNotTypedError",
     "decoded_batch",
     "record_from_row",
@@ -85,12 +88,8 @@ def stream_arrow_batch(built: Sequence[Any]) -> Any:
             arrays.append(pa.array(["change"] * rows, type=field.type))
         elif field.name in ("ddl", "headers", "record"):
             arrays.append(pa.nulls(rows, type=field.type))
-        elif field.type == pa.string():
-            offsets, data, validity, nulls = next(given)
-            buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
-            arrays.append(pa.Array.from_buffers(field.type, rows, buffers, null_count=nulls))
         else:
-            arrays.append(pa.Array.from_buffers(field.type, rows, [None, pa.py_buffer(next(given))], null_count=0))
+            arrays.append(_arrow_array(field.type, rows, next(given)))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -209,8 +208,6 @@ def typed_change_rows(
     Every row must be of ``destination`` with one of ``row_schemas``, and every value read exactly:
     otherwise the job fails with :data:`ROWS_NOT_TYPED` in its error (the caller types the batch
     another way). None when a column's type is not one typed here."""
-    import pyarrow as pa
-
     if not columns or any(kind not in _TYPED_IMAGE_TYPES for _, kind in columns):
         return None
     stream_types = dict(STREAM_COLUMNS)
@@ -218,26 +215,30 @@ def typed_change_rows(
         [f"`{name}` {stream_types[name]}" for name in envelope]
         + [f"`_c{i}` {spark_ddl_type(kind)}" for i, (_, kind) in enumerate(columns)]
     )
-    image_schema = pa.schema([(name, getattr(pa, _TYPED_IMAGE_TYPES[kind])()) for name, kind in columns])
-    typer = _ImageTyper(destination, tuple(row_schemas), tuple(envelope), image_schema)
+    typing = RowTyping(
+        destination,
+        tuple(row_schemas),
+        tuple(envelope),
+        tuple((name, _TYPED_IMAGE_TYPES[kind]) for name, kind in columns),
+    )
     decoded = _decoded_batches.get(id(batch))
     if decoded is not None and decoded[0] is batch:
         # Rows a source decodes in the same pass: typed there, and only the typed columns go back
         # to the JVM, not the stream rows with their images.
         _, raw, decode = decoded
-        return raw.mapInArrow(_DecodedThenTyped(decode, typer), ddl)
-    return batch.mapInArrow(typer, ddl)
+        return raw.mapInArrow(functools.partial(decode, typing=typing), ddl)
+    return batch.mapInArrow(typing, ddl)
 
 
 # id(stream batch) -> (that batch, the raw batch it decodes, the decoding mapInArrow body)
-_decoded_batches: dict[int, tuple[Any, Any, Callable[[Iterator[Any]], Iterator[Any]]]] = {}
+_decoded_batches: dict[int, tuple[Any, Any, Callable[..., Iterator[Any]]]] = {}
 
 
 @contextmanager
-def decoded_batch(raw: Any, decode: Callable[[Iterator[Any]], Iterator[Any]], ddl: str) -> Iterator[Any]:
+def decoded_batch(raw: Any, decode: Callable[..., Iterator[Any]], ddl: str) -> Iterator[Any]:
     """``raw.mapInArrow(decode, ddl)``: the stream batch of a source that decodes Spark's own
     rows (its native stream), for as long as the block runs; :func:`typed_change_rows` of it
-    decodes and types in one pass."""
+    decodes and types in one pass, as ``decode(batches, typing=RowTyping)``."""
     batch = raw.mapInArrow(decode, ddl)
     _decoded_batches[id(batch)] = (batch, raw, decode)
     try:
@@ -246,23 +247,42 @@ def decoded_batch(raw: Any, decode: Callable[[Iterator[Any]], Iterator[Any]], dd
         del _decoded_batches[id(batch)]
 
 
-class _DecodedThenTyped:
-    def __init__(self, decode: Callable[[Iterator[Any]], Iterator[Any]], typer: _ImageTyper) -> None:
-        self.decode = decode
-        self.typer = typer
+@dataclass(frozen=True)
+class RowTyping:
+    """What :func:`typed_change_rows` asks of a batch: its rows of ``destination`` with one of
+    ``row_schemas``, as the ``envelope`` columns and ``columns`` (``(name, Arrow type)``: ``int64``,
+    ``int32``, ``int16``, ``int8``, ``float64``, ``bool_``, ``string``) typed from the row images.
 
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        return self.typer(self.decode(batches))
+    Called on stream-row record batches, it types them with Arrow's JSON reader (the reference);
+    a source that decodes Spark's rows itself may build the same batch without the stream rows
+    (:meth:`~cdcflow.contract.Source.decode_typed_spark_batch`, with :meth:`arrow_batch`).
+    """
 
+    destination: str
+    row_schemas: tuple[str, ...]
+    envelope: tuple[str, ...]
+    columns: tuple[tuple[str, str], ...]
 
-class _ImageTyper:
-    """The ``mapInArrow`` body of :func:`typed_change_rows` (a class: Spark pickles it to its tasks)."""
+    def names(self) -> list[str]:
+        return [*self.envelope, *(f"_c{i}" for i in range(len(self.columns)))]
 
-    def __init__(self, destination: str, row_schemas: tuple[str, ...], envelope: tuple[str, ...], image_schema: Any):
-        self.destination = destination
-        self.row_schemas = row_schemas
-        self.envelope = envelope
-        self.image_schema = image_schema
+    def arrow_batch(self, built: Sequence[Any]) -> Any:
+        """The typed record batch the compiled core built as Arrow buffers: the stream columns
+        ``op`` to ``ts_ms`` (as :func:`stream_arrow_batch` takes them), each of :attr:`columns`
+        (``(values, validity or None, null count)``, a string column as ``(offsets, data,
+        validity or None, null count)``), then the row count."""
+        import pyarrow as pa
+
+        *given, rows = built
+        stream_types = stream_arrow_schema()
+        envelope_names = [name for name, _ in STREAM_COLUMNS[1 : STREAM_COLUMNS.index(("ts_ms", "bigint")) + 1]]
+        arrays = dict(zip(envelope_names, given, strict=False))
+        typed = given[len(envelope_names) :]
+        out = [_arrow_array(stream_types.field(name).type, rows, arrays[name]) for name in self.envelope]
+        out += [
+            _arrow_array(getattr(pa, kind)(), rows, parts) for (_, kind), parts in zip(self.columns, typed, strict=True)
+        ]
+        return pa.RecordBatch.from_arrays(out, names=self.names())
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -280,8 +300,7 @@ class _ImageTyper:
                 raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: another destination or row schema")
             typed = self._typed(changes)
             arrays = [changes.column(name) for name in self.envelope] + typed.columns
-            names = [*self.envelope, *(f"_c{i}" for i in range(len(typed.columns)))]
-            yield pa.RecordBatch.from_arrays(arrays, names=names)
+            yield pa.RecordBatch.from_arrays(arrays, names=self.names())
 
     def _typed(self, changes: Any) -> Any:
         import pyarrow as pa
@@ -294,16 +313,32 @@ class _ImageTyper:
         # One line per image (row JSON has no raw line breaks): the lines are the values buffer
         # of "image + newline" strings, without a Python object per row.
         lines = pc.binary_join_element_wise(image, "", "\n")
+        schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in self.columns])
         offsets = memoryview(lines.buffers()[1]).cast("i")  # int32, as a string array's are
         data = lines.buffers()[2][offsets[lines.offset] : offsets[lines.offset + len(lines)]]
         try:
             table = pj.read_json(
                 pa.BufferReader(data),
                 read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 16) + 1),
-                parse_options=pj.ParseOptions(explicit_schema=self.image_schema, unexpected_field_behavior="ignore"),
+                parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
             )
         except pa.ArrowInvalid as exc:
             raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: {exc}") from exc
         if table.num_rows != changes.num_rows:
             raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: {table.num_rows} rows typed of {changes.num_rows}")
         return table.combine_chunks().to_batches()[0]
+
+
+def _arrow_array(kind: Any, rows: int, parts: Any) -> Any:
+    """An Arrow array of ``rows`` values of type ``kind`` from the compiled core's buffers: a
+    string column as ``(offsets, data, validity or None, null count)``, any other as its raw
+    values, or ``(values, validity or None, null count)``."""
+    import pyarrow as pa
+
+    if kind == pa.string():
+        offsets, data, validity, nulls = parts
+        buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
+        return pa.Array.from_buffers(kind, rows, buffers, null_count=nulls)
+    values, validity, nulls = parts if isinstance(parts, tuple) else (parts, None, 0)
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(values)]
+    return pa.Array.from_buffers(kind, rows, buffers, null_count=nulls)

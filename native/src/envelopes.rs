@@ -507,7 +507,143 @@ fn push_image(column: &mut TextColumn, value: Option<&Json<'_>>) -> Parsed<()> {
     }
 }
 
-/// One message, appended to `columns`; on Err the columns hold part of it (the batch is dropped).
+/// A message's change envelope, read: what a stream row holds of it.
+struct Envelope<'m> {
+    key: Json<'m>,
+    value: Json<'m>,
+    op: &'static str,
+    /// `source.position` as canonical JSON text.
+    position: Option<Vec<u8>>,
+    ts_us: i64,
+    snapshot: bool,
+    ts_ms: i64,
+}
+
+impl<'m> Envelope<'m> {
+    fn parse(key: Option<&'m [u8]>, value: &'m [u8]) -> Parsed<Self> {
+        let key = match key {
+            None => Json::Object(Vec::new()),
+            Some(bytes) => Parser::parse(bytes)?,
+        };
+        let value = Parser::parse(value)?;
+        if !matches!(key, Json::Object(_)) {
+            return Err(Decline);
+        }
+        let (Some(op), Some(source)) = (value.get("op"), value.get("source")) else {
+            return Err(Decline); // a bare row, not an envelope
+        };
+        let op = match op {
+            Json::Str(text) => match text.as_ref() {
+                "c" => "c",
+                "u" => "u",
+                "d" => "d",
+                "r" => "r",
+                _ => return Err(Decline),
+            },
+            _ => return Err(Decline),
+        };
+        if !matches!(source, Json::Object(_)) {
+            return Err(Decline);
+        }
+        let position = match source.get("position") {
+            Some(Json::Str(text)) => match Parser::parse(text.as_bytes())? {
+                parsed @ Json::Object(_) => {
+                    let mut canonical = Vec::new();
+                    write_json(&mut canonical, &parsed, true);
+                    Some(canonical)
+                }
+                _ => return Err(Decline),
+            },
+            Some(_) => return Err(Decline),
+            None => None,
+        };
+        let ts_us = match source.get("ts_us") {
+            None => 0,
+            Some(Json::Int(n)) => *n,
+            Some(_) => return Err(Decline),
+        };
+        let snapshot = match source.get("snapshot") {
+            None => false,
+            Some(Json::Bool(b)) => *b,
+            Some(_) => return Err(Decline),
+        };
+        let ts_ms = match value.get("ts_ms") {
+            Some(Json::Int(n)) if *n != 0 => *n,
+            _ => return Err(Decline), // Python stamps the time it reads it: not reproducible here
+        };
+        Ok(Envelope {
+            key,
+            value,
+            op,
+            position,
+            ts_us,
+            snapshot,
+            ts_ms,
+        })
+    }
+
+    fn source(&self) -> &Json<'m> {
+        self.value.get("source").unwrap_or(&Json::Null)
+    }
+
+    /// The row the schema is read off: `after`, else `before`, when it has columns.
+    fn schema_row(&self) -> Option<&Json<'m>> {
+        match (self.value.get("after"), self.value.get("before")) {
+            (Some(after), _) if after.is_truthy_object() => Some(after),
+            (_, Some(before)) if before.is_truthy_object() => Some(before),
+            _ => None,
+        }
+    }
+
+    /// The row image typed columns are read from: `coalesce(after, before, key)` of the images.
+    fn image(&self) -> &Json<'m> {
+        match (self.value.get("after"), self.value.get("before")) {
+            (Some(after @ Json::Object(_)), _) => after,
+            (_, Some(before @ Json::Object(_))) => before,
+            _ => &self.key,
+        }
+    }
+
+    /// Appends the envelope columns (`op` to `ts_ms`) and `namespace` for the schema.
+    fn push_envelope(&self, columns: &mut Columns, topic: &str, partition: i64, offset: i64) -> Parsed<String> {
+        let partition_id = format!("{topic}:{partition}");
+        let source = self.source();
+        let system = source_text(source, "connector", "kafka")?;
+        let cluster = source_text(source, "name", "")?;
+        let keyspace = source_text(source, "keyspace", "")?;
+        let table = source_text(source, "table", "")?;
+        let source_partition = source_text(source, "partition", &partition_id)?;
+        columns.op.push(self.op)?;
+        columns.destination.push(topic)?;
+        columns.system.push(system)?;
+        columns.cluster.push(cluster)?;
+        columns.keyspace.push(keyspace)?;
+        columns.table.push(table)?;
+        columns.partition.push(source_partition)?;
+        match &self.position {
+            Some(canonical) => columns.position.push_with(|data| data.extend_from_slice(canonical))?,
+            None => columns.position.push(&format!("{{\"offset\":{offset}}}"))?,
+        }
+        columns.ts_us.push(self.ts_us);
+        columns.snapshot.push(self.snapshot);
+        columns.ts_ms.push(self.ts_ms);
+        Ok(format!("{cluster}.{keyspace}.{table}"))
+    }
+
+    fn write_schema(&self, out: &mut Vec<u8>, namespace: &str, untyped_null: &str) {
+        let empty = Json::Object(Vec::new());
+        write_inferred_schema(
+            out,
+            namespace,
+            &self.key,
+            self.schema_row().unwrap_or(&empty),
+            untyped_null,
+        );
+    }
+}
+
+/// One message, appended to `columns` as a stream row; on Err the columns hold part of it (the
+/// batch is dropped).
 fn decode_one(
     columns: &mut Columns,
     topic: &str,
@@ -517,80 +653,14 @@ fn decode_one(
     value: &[u8],
     untyped_null: &str,
 ) -> Parsed<()> {
-    let key = match key {
-        None => Json::Object(Vec::new()),
-        Some(bytes) => Parser::parse(bytes)?,
-    };
-    let value = Parser::parse(value)?;
-    if !matches!(key, Json::Object(_)) {
-        return Err(Decline);
-    }
-    let (Some(op), Some(source)) = (value.get("op"), value.get("source")) else {
-        return Err(Decline); // a bare row, not an envelope
-    };
-    let op = match op {
-        Json::Str(text) if matches!(text.as_ref(), "c" | "u" | "d" | "r") => text.as_ref(),
-        _ => return Err(Decline),
-    };
-    if !matches!(source, Json::Object(_)) {
-        return Err(Decline);
-    }
-    let partition_id = format!("{topic}:{partition}");
-    let system = source_text(source, "connector", "kafka")?;
-    let cluster = source_text(source, "name", "")?;
-    let keyspace = source_text(source, "keyspace", "")?;
-    let table = source_text(source, "table", "")?;
-    let source_partition = source_text(source, "partition", &partition_id)?;
-    let position = match source.get("position") {
-        Some(Json::Str(text)) => match Parser::parse(text.as_bytes())? {
-            parsed @ Json::Object(_) => Some(parsed),
-            _ => return Err(Decline),
-        },
-        Some(_) => return Err(Decline),
-        None => None,
-    };
-    let ts_us = match source.get("ts_us") {
-        None => 0,
-        Some(Json::Int(n)) => *n,
-        Some(_) => return Err(Decline),
-    };
-    let snapshot = match source.get("snapshot") {
-        None => false,
-        Some(Json::Bool(b)) => *b,
-        Some(_) => return Err(Decline),
-    };
-    let ts_ms = match value.get("ts_ms") {
-        Some(Json::Int(n)) if *n != 0 => *n,
-        _ => return Err(Decline), // Python stamps the time it reads it: not reproducible here
-    };
-    let empty = Json::Object(Vec::new());
-    let row = match (value.get("after"), value.get("before")) {
-        (Some(after), _) if after.is_truthy_object() => after,
-        (_, Some(before)) if before.is_truthy_object() => before,
-        _ => &empty,
-    };
-
-    columns.op.push(op)?;
-    columns.destination.push(topic)?;
-    columns.system.push(system)?;
-    columns.cluster.push(cluster)?;
-    columns.keyspace.push(keyspace)?;
-    columns.table.push(table)?;
-    columns.partition.push(source_partition)?;
-    match &position {
-        Some(parsed) => columns.position.push_with(|data| write_json(data, parsed, true))?,
-        None => columns.position.push(&format!("{{\"offset\":{offset}}}"))?,
-    }
-    columns.ts_us.push(ts_us);
-    columns.snapshot.push(snapshot);
-    columns.ts_ms.push(ts_ms);
-    columns.key.push_with(|data| write_json(data, &key, false))?;
-    push_image(&mut columns.before, value.get("before"))?;
-    push_image(&mut columns.after, value.get("after"))?;
-    let namespace = format!("{cluster}.{keyspace}.{table}");
+    let envelope = Envelope::parse(key, value)?;
+    let namespace = envelope.push_envelope(columns, topic, partition, offset)?;
+    columns.key.push_with(|data| write_json(data, &envelope.key, false))?;
+    push_image(&mut columns.before, envelope.value.get("before"))?;
+    push_image(&mut columns.after, envelope.value.get("after"))?;
     columns
         .schema
-        .push_with(|data| write_inferred_schema(data, &namespace, &key, row, untyped_null))
+        .push_with(|data| envelope.write_schema(data, &namespace, untyped_null))
 }
 
 /// An Arrow array's buffers as Python gives them (`array.buffers()` and `array.offset`), held
@@ -691,14 +761,74 @@ fn longs_of(values: &[i64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// The Kafka messages of a record batch, each given to `decode` (topic, partition, offset, key,
+/// value), but those `skip` flags; false when one declined (or cannot be read this way).
+#[allow(clippy::too_many_arguments)]
+fn each_message(
+    rows: usize,
+    topic: &Bound<'_, PyTuple>,
+    partition: &Bound<'_, PyTuple>,
+    offset: &Bound<'_, PyTuple>,
+    key: &Bound<'_, PyTuple>,
+    value: &Bound<'_, PyTuple>,
+    skip: &[u8],
+    mut decode: impl FnMut(&str, i64, i64, Option<&[u8]>, &[u8]) -> Parsed<()>,
+) -> PyResult<bool> {
+    let (topics, partitions, offsets) = (
+        ArrowInput::new(topic)?,
+        ArrowInput::new(partition)?,
+        ArrowInput::new(offset)?,
+    );
+    let (keys, values) = (ArrowInput::new(key)?, ArrowInput::new(value)?);
+    if skip.len() != rows {
+        return Err(PyValueError::new_err("a skip flag per row"));
+    }
+    for (row, skipped) in skip.iter().enumerate() {
+        if *skipped != 0 {
+            continue;
+        }
+        let Some(message) = values.bytes(row)? else {
+            return Ok(false); // a null value that is no cdcflow tombstone: a bare delete
+        };
+        let Some(name) = topics.bytes(row)? else {
+            return Ok(false);
+        };
+        let Ok(name) = std::str::from_utf8(name) else {
+            return Ok(false);
+        };
+        let (number, at) = (partitions.integer(row, 4)?, offsets.integer(row, 8)?);
+        if decode(name, number, at, keys.bytes(row)?, message).is_err() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The envelope columns `op` to `ts_ms` in `STREAM_COLUMNS` order, for Python.
+fn envelope_items<'py>(py: Python<'py>, columns: Columns) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    Ok(vec![
+        columns.op.into_py(py)?.into_any(),
+        columns.destination.into_py(py)?.into_any(),
+        columns.system.into_py(py)?.into_any(),
+        columns.cluster.into_py(py)?.into_any(),
+        columns.keyspace.into_py(py)?.into_any(),
+        columns.table.into_py(py)?.into_any(),
+        columns.partition.into_py(py)?.into_any(),
+        columns.position.into_py(py)?.into_any(),
+        PyBytes::new(py, &longs_of(&columns.ts_us)).into_any(),
+        PyBytes::new(py, &bits_of(&columns.snapshot)).into_any(),
+        PyBytes::new(py, &longs_of(&columns.ts_ms)).into_any(),
+    ])
+}
+
 /// The stream rows of a record batch of Kafka messages, built as Arrow buffers. `topic`, `key`
 /// and `value` are string/binary arrays and `partition` (int32) and `offset` (int64) integer
 /// arrays, each given as `(validity, offsets or values, data or None, array offset)` of
 /// `array.buffers()`; `skip` has a byte per row, 1 for a cdcflow tombstone (no change). Returns
 /// the columns `op` to `row_schema` in `STREAM_COLUMNS` order, each a string column as
 /// `(offsets, data, validity or None, null count)` or the raw little-endian int64 / bit-packed
-/// boolean values, or None when any message is one this path does not decode exactly as the
-/// Python path does.
+/// boolean values, then the row count, or None when any message is one this path does not
+/// decode exactly as the Python path does.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub fn json_envelope_rows<'py>(
@@ -712,60 +842,225 @@ pub fn json_envelope_rows<'py>(
     skip: &[u8],
     untyped_null: &str,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let (topics, partitions, offsets) = (
-        ArrowInput::new(topic)?,
-        ArrowInput::new(partition)?,
-        ArrowInput::new(offset)?,
-    );
-    let (keys, values) = (ArrowInput::new(key)?, ArrowInput::new(value)?);
-    if skip.len() != rows {
-        return Err(PyValueError::new_err("a skip flag per row"));
-    }
     let mut columns = Columns::default();
-    for (row, skipped) in skip.iter().enumerate() {
-        if *skipped != 0 {
-            continue;
-        }
-        let Some(message) = values.bytes(row)? else {
-            return Ok(None); // a null value that is no cdcflow tombstone: a bare delete
-        };
-        let Some(name) = topics.bytes(row)? else {
-            return Ok(None);
-        };
-        let Ok(name) = std::str::from_utf8(name) else {
-            return Ok(None);
-        };
-        let decoded = decode_one(
-            &mut columns,
-            name,
-            partitions.integer(row, 4)?,
-            offsets.integer(row, 8)?,
-            keys.bytes(row)?,
-            message,
-            untyped_null,
-        );
-        if decoded.is_err() {
-            return Ok(None);
-        }
+    let decoded = each_message(
+        rows,
+        topic,
+        partition,
+        offset,
+        key,
+        value,
+        skip,
+        |name, number, at, k, v| decode_one(&mut columns, name, number, at, k, v, untyped_null),
+    )?;
+    if !decoded {
+        return Ok(None);
     }
     let count = columns.ts_us.len();
-    let items: Vec<Bound<'py, PyAny>> = vec![
-        columns.op.into_py(py)?.into_any(),
-        columns.destination.into_py(py)?.into_any(),
-        columns.system.into_py(py)?.into_any(),
-        columns.cluster.into_py(py)?.into_any(),
-        columns.keyspace.into_py(py)?.into_any(),
-        columns.table.into_py(py)?.into_any(),
-        columns.partition.into_py(py)?.into_any(),
-        columns.position.into_py(py)?.into_any(),
-        PyBytes::new(py, &longs_of(&columns.ts_us)).into_any(),
-        PyBytes::new(py, &bits_of(&columns.snapshot)).into_any(),
-        PyBytes::new(py, &longs_of(&columns.ts_ms)).into_any(),
-        columns.key.into_py(py)?.into_any(),
-        columns.before.into_py(py)?.into_any(),
-        columns.after.into_py(py)?.into_any(),
-        columns.schema.into_py(py)?.into_any(),
-        count.into_pyobject(py)?.into_any(),
-    ];
+    let (key, before, after, schema) = (
+        std::mem::take(&mut columns.key),
+        std::mem::take(&mut columns.before),
+        std::mem::take(&mut columns.after),
+        std::mem::take(&mut columns.schema),
+    );
+    let mut items = envelope_items(py, columns)?;
+    for images in [key, before, after, schema] {
+        items.push(images.into_py(py)?.into_any());
+    }
+    items.push(count.into_pyobject(py)?.into_any());
+    Ok(Some(PyTuple::new(py, items)?))
+}
+
+/// A bit per row, set where the row has a value.
+#[derive(Default)]
+struct Validity {
+    bits: Vec<u8>,
+    rows: usize,
+    nulls: usize,
+}
+
+impl Validity {
+    fn push(&mut self, present: bool) {
+        if self.rows & 7 == 0 {
+            self.bits.push(0);
+        }
+        if present {
+            if let Some(last) = self.bits.last_mut() {
+                *last |= 1 << (self.rows % 8);
+            }
+        } else {
+            self.nulls += 1;
+        }
+        self.rows += 1;
+    }
+}
+
+/// A typed column's values (a null's slot holds zero).
+enum TypedValues {
+    /// Signed integers of `width` bytes, little-endian.
+    Integer {
+        width: usize,
+        data: Vec<u8>,
+    },
+    Double(Vec<u8>),
+    Boolean(Vec<bool>),
+    Text(TextColumn),
+}
+
+/// One column of `typed_change_rows`, filled as Arrow's JSON reader fills it from the row
+/// images (`pyarrow.json` with the column's type), declining wherever that reader refuses a
+/// value: a value of another JSON type, an integer beyond the column's width.
+struct TypedColumn {
+    name: String,
+    values: TypedValues,
+    valid: Validity,
+}
+
+impl TypedColumn {
+    fn new(name: String, arrow_type: &str) -> PyResult<Self> {
+        let integer = |width| TypedValues::Integer {
+            width,
+            data: Vec::new(),
+        };
+        let values = match arrow_type {
+            "int64" => integer(8),
+            "int32" => integer(4),
+            "int16" => integer(2),
+            "int8" => integer(1),
+            "float64" => TypedValues::Double(Vec::new()),
+            "bool_" => TypedValues::Boolean(Vec::new()),
+            "string" => TypedValues::Text(TextColumn::default()),
+            other => return Err(PyValueError::new_err(format!("no typed column of Arrow type {other}"))),
+        };
+        Ok(TypedColumn {
+            name,
+            values,
+            valid: Validity::default(),
+        })
+    }
+
+    fn push(&mut self, value: Option<&Json<'_>>) -> Parsed<()> {
+        let value = match value {
+            None | Some(Json::Null) => None,
+            Some(present) => Some(present),
+        };
+        match (&mut self.values, value) {
+            (TypedValues::Text(column), None) => column.push_null(),
+            (TypedValues::Text(column), Some(Json::Str(text))) => column.push(text)?,
+            (TypedValues::Integer { width, data }, None) => data.extend(std::iter::repeat_n(0, *width)),
+            (TypedValues::Integer { width, data }, Some(Json::Int(n))) => {
+                let bits = (*width * 8) as u32;
+                if bits < 64 && (*n < -(1i64 << (bits - 1)) || *n >= 1i64 << (bits - 1)) {
+                    return Err(Decline);
+                }
+                data.extend_from_slice(&n.to_le_bytes()[..*width]);
+            }
+            (TypedValues::Double(data), None) => data.extend_from_slice(&0f64.to_le_bytes()),
+            (TypedValues::Double(data), Some(Json::Float(x))) => data.extend_from_slice(&x.to_le_bytes()),
+            // An integer's text read as a double: the nearest double, as `as` rounds.
+            (TypedValues::Double(data), Some(Json::Int(n))) => data.extend_from_slice(&(*n as f64).to_le_bytes()),
+            (TypedValues::Boolean(values), None) => values.push(false),
+            (TypedValues::Boolean(values), Some(Json::Bool(b))) => values.push(*b),
+            _ => return Err(Decline),
+        }
+        if !matches!(self.values, TypedValues::Text(_)) {
+            self.valid.push(value.is_some());
+        }
+        Ok(())
+    }
+
+    /// `(values, validity or None, null count)`; a text column as `(offsets, data, validity or None, null count)`.
+    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let values = match self.values {
+            TypedValues::Text(column) => return Ok(column.into_py(py)?.into_any()),
+            TypedValues::Integer { data, .. } | TypedValues::Double(data) => data,
+            TypedValues::Boolean(values) => bits_of(&values),
+        };
+        let valid = if self.valid.nulls == 0 {
+            py.None().into_bound(py)
+        } else {
+            PyBytes::new(py, &self.valid.bits).into_any()
+        };
+        Ok(PyTuple::new(
+            py,
+            [
+                PyBytes::new(py, &values).into_any(),
+                valid,
+                self.valid.nulls.into_pyobject(py)?.into_any(),
+            ],
+        )?
+        .into_any())
+    }
+}
+
+/// `typed_change_rows` of the stream rows `json_envelope_rows` would build, without building
+/// them: the envelope columns `op` to `ts_ms` (as there), then each of `columns` (`(name, Arrow
+/// type)`) typed from the row image, then the row count. None (decline) when a message is not of
+/// `destination` with one of `row_schemas`, a value is not one Arrow's JSON reader types exactly,
+/// or `json_envelope_rows` would decline.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn json_envelope_typed_rows<'py>(
+    py: Python<'py>,
+    rows: usize,
+    topic: &Bound<'py, PyTuple>,
+    partition: &Bound<'py, PyTuple>,
+    offset: &Bound<'py, PyTuple>,
+    key: &Bound<'py, PyTuple>,
+    value: &Bound<'py, PyTuple>,
+    skip: &[u8],
+    untyped_null: &str,
+    destination: &str,
+    row_schemas: Vec<String>,
+    columns: Vec<(String, String)>,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let known: std::collections::HashSet<Vec<u8>> = row_schemas.into_iter().map(String::into_bytes).collect();
+    let mut typed = columns
+        .into_iter()
+        .map(|(name, arrow_type)| TypedColumn::new(name, &arrow_type))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut envelope_columns = Columns::default();
+    let mut schema = Vec::new();
+    let decoded = each_message(
+        rows,
+        topic,
+        partition,
+        offset,
+        key,
+        value,
+        skip,
+        |name, number, at, k, v| {
+            if name != destination {
+                return Err(Decline);
+            }
+            let envelope = Envelope::parse(k, v)?;
+            for side in ["before", "after"] {
+                // Images json_envelope_rows declines (neither a row nor null) are declined here too.
+                if !matches!(envelope.value.get(side), None | Some(Json::Null | Json::Object(_))) {
+                    return Err(Decline);
+                }
+            }
+            let namespace = envelope.push_envelope(&mut envelope_columns, name, number, at)?;
+            schema.clear();
+            envelope.write_schema(&mut schema, &namespace, untyped_null);
+            if !known.contains(&schema) {
+                return Err(Decline);
+            }
+            let image = envelope.image();
+            for column in typed.iter_mut() {
+                column.push(image.get(&column.name))?;
+            }
+            Ok(())
+        },
+    )?;
+    if !decoded {
+        return Ok(None);
+    }
+    let count = envelope_columns.ts_us.len();
+    let mut items = envelope_items(py, envelope_columns)?;
+    for column in typed {
+        items.push(column.into_py(py)?);
+    }
+    items.push(count.into_pyobject(py)?.into_any());
     Ok(Some(PyTuple::new(py, items)?))
 }

@@ -32,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batch::EventBatch>()?;
     m.add_class::<datagen::DatagenPlan>()?;
     m.add_function(wrap_pyfunction!(envelopes::json_envelope_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(envelopes::json_envelope_typed_rows, m)?)?;
     m.add_function(wrap_pyfunction!(json::float_text, m)?)?;
     Ok(())
 }

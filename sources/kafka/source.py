@@ -236,14 +236,35 @@ class KafkaSource(Source[KafkaSourceConfig]):
         return self.decode(topic, f"{topic}:{number}", row["key"], row["value"], row["offset"], ts_ms)
 
     def decode_spark_batch(self, batch: Any) -> Any | None:
+        compiled = self._compiled_spark_inputs(batch)
+        if compiled is None:
+            return None
+        from cdcflow.spark_engine.rows import stream_arrow_batch  # the spark engine's own module: only there
+
+        native, inputs = compiled
+        built = native.json_envelope_rows(batch.num_rows, *inputs, UNTYPED_NULL)
+        return None if built is None else stream_arrow_batch(built)
+
+    def decode_typed_spark_batch(self, batch: Any, typing: Any) -> Any | None:
+        compiled = self._compiled_spark_inputs(batch)
+        if compiled is None:
+            return None
+        native, inputs = compiled
+        built = native.json_envelope_typed_rows(
+            batch.num_rows, *inputs, UNTYPED_NULL, typing.destination, list(typing.row_schemas), list(typing.columns)
+        )
+        return None if built is None else typing.arrow_batch(built)
+
+    def _compiled_spark_inputs(self, batch: Any) -> tuple[Any, tuple[Any, ...]] | None:
+        """The compiled core and what it reads of a batch of Spark's Kafka rows: the topic,
+        partition, offset, key and value columns as Arrow buffers, and a skip flag per row; None
+        where it cannot read them (no compiled core, values that are not schemaless JSON)."""
         native = native_module()
         converter = self.converter
         # Schemaless JSON envelopes only: values typed by a Connect schema or Avro go row by row.
         if native is None or not isinstance(converter, JsonConverter) or converter.config.schemas_enable:
             return None
         import pyarrow as pa
-
-        from cdcflow.spark_engine.rows import stream_arrow_batch  # the spark engine's own module: only there
 
         wanted = {
             "topic": pa.string(),
@@ -252,14 +273,14 @@ class KafkaSource(Source[KafkaSourceConfig]):
             "key": pa.binary(),
             "value": pa.binary(),
         }
-        arrays = {}
+        arrays = []
         for name, kind in wanted.items():
             array = batch.column(name)
             if array.type != kind:
                 return None  # another Arrow layout (large offsets): row by row
             # Unsigned byte views of Arrow's buffers (no copy), as the compiled core reads them.
             views = [None if b is None else memoryview(b).cast("B") for b in array.buffers()]
-            arrays[name] = (views[0], views[1], views[2] if len(views) > 2 else None, array.offset)
+            arrays.append((views[0], views[1], views[2] if len(views) > 2 else None, array.offset))
         # A null value is a tombstone cdcflow wrote after a delete when its headers say so.
         nulls = batch.column("value").is_null().to_pylist() if batch.column("value").null_count else None
         skip = bytearray(batch.num_rows)
@@ -268,17 +289,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
             for row, null in enumerate(nulls):
                 if null and _is_cdcflow_tombstone(headers[row].as_py()):
                     skip[row] = 1
-        built = native.json_envelope_rows(
-            batch.num_rows,
-            arrays["topic"],
-            arrays["partition"],
-            arrays["offset"],
-            arrays["key"],
-            arrays["value"],
-            bytes(skip),
-            UNTYPED_NULL,
-        )
-        return None if built is None else stream_arrow_batch(built)
+        return native, (*arrays, bytes(skip))
 
     def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
         # Spark's Kafka connector logs {"topic": {"partition number": next offset}}.

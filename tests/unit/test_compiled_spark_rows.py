@@ -18,19 +18,20 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import cdcflow.sources.kafka.source as kafka_source
 from cdcflow.config import parse_pipeline
 from cdcflow.contract import PluginContext
 from cdcflow.converters import JsonConverter, JsonConverterConfig
+from cdcflow.events import RowSchema
 from cdcflow.kafka_client import TOMBSTONE_HEADER
 from cdcflow.native import native_module
 from cdcflow.plugins import PluginRegistry
 from cdcflow.sources.datagen import DatagenConfig, DatagenSource
 from cdcflow.spark_engine.datasource import SourceJob, decode_native_batches
-from cdcflow.spark_engine.rows import stream_arrow_schema
+from cdcflow.spark_engine.rows import RowsNotTypedError, RowTyping, stream_arrow_schema
 
 NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
@@ -68,11 +69,11 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> SourceJob:
     return SourceJob.of(spec, with_record=False)
 
 
-def _batch(messages: list[tuple[bytes | None, bytes | None, bool]]) -> Any:
+def _batch(messages: list[tuple[bytes | None, bytes | None, bool]], topics: int = 2) -> Any:
     when = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
     rows = [
         {
-            "topic": f"topic-{n % 2}",
+            "topic": f"topic-{n % topics}",
             "partition": n % 3,
             "offset": 1000 + n,
             "timestamp": when,
@@ -243,10 +244,105 @@ def test_cdcflows_own_envelopes_are_decoded_by_the_compiled_core(
     start = source.initial_offset(partition)
     events = list(source.read(partition, start, source.latest_offset(partition, start, 300)))
     messages: list[tuple[bytes | None, bytes | None, bool]] = []
-    for event in events:
-        messages.append((converter.serialize_key(event, "t"), converter.serialize_value(event, "t"), False))
-        if event.op.value == "d":
-            messages.append((converter.serialize_key(event, "t"), None, True))  # the sink's tombstone
+    for change in events:
+        messages.append((converter.serialize_key(change, "t"), converter.serialize_value(change, "t"), False))
+        if change.op.value == "d":
+            messages.append((converter.serialize_key(change, "t"), None, True))  # the sink's tombstone
     compiled, python = _both(job, _batch(messages), monkeypatch)
     assert compiled is not None and compiled.num_rows == len(events)
     assert pa.Table.from_batches([compiled]).equals(python)
+
+
+# A table's rows: each column mostly of its type (as one source writes them), sometimes null or
+# missing, rarely of another type.
+_TABLE_ROWS = st.fixed_dictionaries(
+    {"id": _INT64},
+    optional={
+        "name": st.one_of(_TEXT, st.text(), st.sampled_from(['"\\/\n', "\u2028", "😀é"])),
+        "amount": st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0.1, 5e-324, -0.0])),
+        "ok": st.booleans(),
+        "n": st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([127, -128, 2**31])),
+        "odd": st.one_of(st.none(), _GOOD_SCALARS),
+    },
+)
+_TABLE_KEYS = st.fixed_dictionaries({"id": _INT64})
+_TABLE_ENVELOPES = st.fixed_dictionaries(
+    {
+        "op": st.sampled_from(["c", "u", "d", "r"]),
+        "source": st.fixed_dictionaries(
+            {"connector": st.just("cassandra"), "name": st.just("c"), "keyspace": st.just("ks"), "table": st.just("t")},
+            optional={"partition": _TEXT, "position": _GOOD_ROWS.map(json.dumps), "ts_us": _INT64},
+        ),
+        "ts_ms": st.integers(1, 2**62),
+        # Mostly a row after the change; a delete's before, or nothing, now and then.
+        "after": st.one_of(_TABLE_ROWS, _TABLE_ROWS, _TABLE_ROWS, st.none(), st.just({})),
+    },
+    optional={"before": st.one_of(st.none(), _TABLE_ROWS)},
+)
+_ARROW_TYPES = {"bigint": ["int64", "int32", "int8"], "double": ["float64"], "text": ["string"], "boolean": ["bool_"]}
+
+
+def _typing_of(python: Any, draw_type: Any) -> RowTyping | None:
+    """A typing as the parquet sink asks it of a batch like ``python`` (the stream rows): its
+    destination, its row schemas, the first row's typed columns (an integer column maybe
+    narrower than its values)."""
+    if not python.num_rows:
+        return None
+    schemas = sorted(set(python.column("row_schema").to_pylist()))
+    first = RowSchema.from_json(python.column("row_schema")[0].as_py())
+    columns = tuple((c.name, draw_type(_ARROW_TYPES[c.type])) for c in first.value_columns if c.type in _ARROW_TYPES)
+    if not columns:
+        return None
+    envelope = ("op", "ts_ms", "source_ts_us", "source_partition", "source_position", "snapshot")
+    return RowTyping(python.column("destination")[0].as_py(), tuple(schemas), envelope, columns)
+
+
+@settings(
+    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(data=st.data(), good=st.sampled_from([True, True, True, False]))
+def test_compiled_typed_rows_equal_the_typed_python_rows_or_decline(
+    job: SourceJob, data: st.DataObject, good: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled core's typed rows (without stream rows) are what :class:`RowTyping` makes of
+    the Python path's stream rows, or it declines; where that typing answers for envelopes within
+    64-bit numbers, so does the compiled core."""
+    from cdcflow.spark_engine.datasource import _source_side
+
+    if good:
+        messages = data.draw(
+            st.lists(
+                st.tuples(
+                    st.one_of(st.none(), st.tuples(_TABLE_KEYS, _DUMPS).map(lambda d: _text(*d))),
+                    st.tuples(_TABLE_ENVELOPES, _DUMPS).map(lambda d: _text(*d)),
+                    st.just(False),
+                ),
+                min_size=1,
+                max_size=6,
+            )
+        )
+    else:
+        messages = data.draw(_MESSAGES)
+    batch = _batch([(k, v, t and v is None) for k, v, t in messages], topics=data.draw(st.sampled_from([1, 1, 2])))
+    try:
+        _, python = _both(job, batch, monkeypatch)
+    except Exception:  # the Python path rejects a message: nothing to type
+        event("rejected by the Python path")
+        return
+    typing = _typing_of(python, lambda choices: data.draw(st.sampled_from(choices)))
+    if typing is None:
+        event("nothing to type")
+        return
+    source, _ = _source_side(job, open_source=False)
+    compiled = source.decode_typed_spark_batch(batch, typing)
+    try:
+        expected = pa.Table.from_batches(list(typing(iter(python.to_batches()))))
+    except RowsNotTypedError:
+        assert compiled is None
+        event("refused by the typing")
+        return
+    if good:
+        assert compiled is not None, "declined envelopes the typing types"
+    if compiled is not None:
+        event("typed by the compiled core")
+        assert pa.Table.from_batches([compiled]).equals(expected.combine_chunks())
