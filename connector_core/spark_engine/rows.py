@@ -24,6 +24,7 @@ __all__ = [
     "ROWS_NOT_TYPED",
     "STREAM_COLUMNS",
     "STREAM_SCHEMA_DDL",
+    "TYPED_IMAGE_TYPES",
     "RowTyping",
     "RowsNotTypedError",
     "decoded_batch",
@@ -168,10 +169,7 @@ def record_from_row(blob: bytes | bytearray) -> Record:
     return record
 
 
-# The CQL types whose row-JSON values Arrow's JSON reader turns into exactly what Spark's
-# ``from_json`` gives, and refuses where they differ (a float in an integer column, a number in a
-# text column, an integer beyond the type's range, a lone surrogate): nothing else is typed here.
-_TYPED_IMAGE_TYPES = {
+TYPED_IMAGE_TYPES = {
     "bigint": "int64",
     "counter": "int64",
     "int": "int32",
@@ -183,6 +181,10 @@ _TYPED_IMAGE_TYPES = {
     "ascii": "string",
     "boolean": "bool_",
 }
+"""The CQL types :func:`typed_change_rows` types, with the Arrow type of each: those whose row-JSON
+values Arrow's JSON reader turns into exactly what Spark's ``from_json`` gives, and refuses where
+they differ (a float in an integer column, a number in a text column, an integer beyond the
+type's range, a lone surrogate)."""
 
 ROWS_NOT_TYPED = "cdcflow: a row does not fit the batch's typed columns"
 """In the error of a Spark job that :func:`typed_change_rows` made fail: type the batch another way."""
@@ -208,7 +210,7 @@ def typed_change_rows(
     Every row must be of ``destination`` with one of ``row_schemas``, and every value read exactly:
     otherwise the job fails with :data:`ROWS_NOT_TYPED` in its error (the caller types the batch
     another way). None when a column's type is not one typed here."""
-    if not columns or any(kind not in _TYPED_IMAGE_TYPES for _, kind in columns):
+    if not columns or any(kind not in TYPED_IMAGE_TYPES for _, kind in columns):
         return None
     stream_types = dict(STREAM_COLUMNS)
     ddl = ", ".join(
@@ -219,7 +221,7 @@ def typed_change_rows(
         destination,
         tuple(row_schemas),
         tuple(envelope),
-        tuple((name, _TYPED_IMAGE_TYPES[kind]) for name, kind in columns),
+        tuple((name, TYPED_IMAGE_TYPES[kind]) for name, kind in columns),
     )
     decoded = _decoded_batches.get(id(batch))
     if decoded is not None and decoded[0] is batch:

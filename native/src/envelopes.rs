@@ -762,24 +762,21 @@ fn longs_of(values: &[i64]) -> Vec<u8> {
 }
 
 /// The Kafka messages of a record batch, each given to `decode` (topic, partition, offset, key,
-/// value), but those `skip` flags; false when one declined (or cannot be read this way).
-#[allow(clippy::too_many_arguments)]
+/// value), but those flagged to skip; false when one declined (or cannot be read this way).
+/// `messages` is `(topic, partition, offset, key, value, skip)`: `topic`, `key` and `value`
+/// string/binary arrays and `partition` (int32) and `offset` (int64) integer arrays, each as
+/// `(validity, offsets or values, data or None, array offset)` of `array.buffers()`, and `skip`
+/// a byte per row, 1 for a cdcflow tombstone (no change).
 fn each_message(
     rows: usize,
-    topic: &Bound<'_, PyTuple>,
-    partition: &Bound<'_, PyTuple>,
-    offset: &Bound<'_, PyTuple>,
-    key: &Bound<'_, PyTuple>,
-    value: &Bound<'_, PyTuple>,
-    skip: &[u8],
+    messages: &Bound<'_, PyTuple>,
     mut decode: impl FnMut(&str, i64, i64, Option<&[u8]>, &[u8]) -> Parsed<()>,
 ) -> PyResult<bool> {
-    let (topics, partitions, offsets) = (
-        ArrowInput::new(topic)?,
-        ArrowInput::new(partition)?,
-        ArrowInput::new(offset)?,
-    );
-    let (keys, values) = (ArrowInput::new(key)?, ArrowInput::new(value)?);
+    let input = |index: usize| -> PyResult<ArrowInput> { ArrowInput::new(messages.get_item(index)?.cast()?) };
+    let (topics, partitions, offsets) = (input(0)?, input(1)?, input(2)?);
+    let (keys, values) = (input(3)?, input(4)?);
+    let skip_flags = messages.get_item(5)?;
+    let skip: &[u8] = skip_flags.cast::<PyBytes>()?.as_bytes();
     if skip.len() != rows {
         return Err(PyValueError::new_err("a skip flag per row"));
     }
@@ -821,38 +818,22 @@ fn envelope_items<'py>(py: Python<'py>, columns: Columns) -> PyResult<Vec<Bound<
     ])
 }
 
-/// The stream rows of a record batch of Kafka messages, built as Arrow buffers. `topic`, `key`
-/// and `value` are string/binary arrays and `partition` (int32) and `offset` (int64) integer
-/// arrays, each given as `(validity, offsets or values, data or None, array offset)` of
-/// `array.buffers()`; `skip` has a byte per row, 1 for a cdcflow tombstone (no change). Returns
-/// the columns `op` to `row_schema` in `STREAM_COLUMNS` order, each a string column as
+/// The stream rows of a record batch of Kafka messages (`each_message`), built as Arrow buffers.
+/// Returns the columns `op` to `row_schema` in `STREAM_COLUMNS` order, each a string column as
 /// `(offsets, data, validity or None, null count)` or the raw little-endian int64 / bit-packed
 /// boolean values, then the row count, or None when any message is one this path does not
 /// decode exactly as the Python path does.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 pub fn json_envelope_rows<'py>(
     py: Python<'py>,
     rows: usize,
-    topic: &Bound<'py, PyTuple>,
-    partition: &Bound<'py, PyTuple>,
-    offset: &Bound<'py, PyTuple>,
-    key: &Bound<'py, PyTuple>,
-    value: &Bound<'py, PyTuple>,
-    skip: &[u8],
+    messages: &Bound<'py, PyTuple>,
     untyped_null: &str,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let mut columns = Columns::default();
-    let decoded = each_message(
-        rows,
-        topic,
-        partition,
-        offset,
-        key,
-        value,
-        skip,
-        |name, number, at, k, v| decode_one(&mut columns, name, number, at, k, v, untyped_null),
-    )?;
+    let decoded = each_message(rows, messages, |name, number, at, k, v| {
+        decode_one(&mut columns, name, number, at, k, v, untyped_null)
+    })?;
     if !decoded {
         return Ok(None);
     }
@@ -999,16 +980,10 @@ impl TypedColumn {
 /// `destination` with one of `row_schemas`, a value is not one Arrow's JSON reader types exactly,
 /// or `json_envelope_rows` would decline.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 pub fn json_envelope_typed_rows<'py>(
     py: Python<'py>,
     rows: usize,
-    topic: &Bound<'py, PyTuple>,
-    partition: &Bound<'py, PyTuple>,
-    offset: &Bound<'py, PyTuple>,
-    key: &Bound<'py, PyTuple>,
-    value: &Bound<'py, PyTuple>,
-    skip: &[u8],
+    messages: &Bound<'py, PyTuple>,
     untyped_null: &str,
     destination: &str,
     row_schemas: Vec<String>,
@@ -1021,38 +996,29 @@ pub fn json_envelope_typed_rows<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let mut envelope_columns = Columns::default();
     let mut schema = Vec::new();
-    let decoded = each_message(
-        rows,
-        topic,
-        partition,
-        offset,
-        key,
-        value,
-        skip,
-        |name, number, at, k, v| {
-            if name != destination {
+    let decoded = each_message(rows, messages, |name, number, at, k, v| {
+        if name != destination {
+            return Err(Decline);
+        }
+        let envelope = Envelope::parse(k, v)?;
+        for side in ["before", "after"] {
+            // Images json_envelope_rows declines (neither a row nor null) are declined here too.
+            if !matches!(envelope.value.get(side), None | Some(Json::Null | Json::Object(_))) {
                 return Err(Decline);
             }
-            let envelope = Envelope::parse(k, v)?;
-            for side in ["before", "after"] {
-                // Images json_envelope_rows declines (neither a row nor null) are declined here too.
-                if !matches!(envelope.value.get(side), None | Some(Json::Null | Json::Object(_))) {
-                    return Err(Decline);
-                }
-            }
-            let namespace = envelope.push_envelope(&mut envelope_columns, name, number, at)?;
-            schema.clear();
-            envelope.write_schema(&mut schema, &namespace, untyped_null);
-            if !known.contains(&schema) {
-                return Err(Decline);
-            }
-            let image = envelope.image();
-            for column in typed.iter_mut() {
-                column.push(image.get(&column.name))?;
-            }
-            Ok(())
-        },
-    )?;
+        }
+        let namespace = envelope.push_envelope(&mut envelope_columns, name, number, at)?;
+        schema.clear();
+        envelope.write_schema(&mut schema, &namespace, untyped_null);
+        if !known.contains(&schema) {
+            return Err(Decline);
+        }
+        let image = envelope.image();
+        for column in typed.iter_mut() {
+            column.push(image.get(&column.name))?;
+        }
+        Ok(())
+    })?;
     if !decoded {
         return Ok(None);
     }

@@ -242,7 +242,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
         from cdcflow.spark_engine.rows import stream_arrow_batch  # the spark engine's own module: only there
 
         native, inputs = compiled
-        built = native.json_envelope_rows(batch.num_rows, *inputs, UNTYPED_NULL)
+        built = native.json_envelope_rows(batch.num_rows, inputs, UNTYPED_NULL)
         return None if built is None else stream_arrow_batch(built)
 
     def decode_typed_spark_batch(self, batch: Any, typing: Any) -> Any | None:
@@ -251,7 +251,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
             return None
         native, inputs = compiled
         built = native.json_envelope_typed_rows(
-            batch.num_rows, *inputs, UNTYPED_NULL, typing.destination, list(typing.row_schemas), list(typing.columns)
+            batch.num_rows, inputs, UNTYPED_NULL, typing.destination, list(typing.row_schemas), list(typing.columns)
         )
         return None if built is None else typing.arrow_batch(built)
 

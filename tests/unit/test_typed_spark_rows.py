@@ -21,21 +21,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.spark_engine.rows import ROWS_NOT_TYPED, RowsNotTypedError, RowTyping, stream_arrow_schema
+from cdcflow.spark_engine.rows import (
+    ROWS_NOT_TYPED,
+    TYPED_IMAGE_TYPES,
+    RowsNotTypedError,
+    RowTyping,
+    stream_arrow_schema,
+)
 
 _RANGES = {"bigint": 63, "counter": 63, "int": 31, "smallint": 15, "tinyint": 7}
-_ARROW = {
-    "bigint": "int64",
-    "counter": "int64",
-    "int": "int32",
-    "smallint": "int16",
-    "tinyint": "int8",
-    "double": "float64",
-    "text": "string",
-    "varchar": "string",
-    "ascii": "string",
-    "boolean": "bool_",
-}
+_ARROW = TYPED_IMAGE_TYPES
 _ENVELOPE = ("op", "ts_ms", "source_ts_us", "source_partition", "source_position", "snapshot")
 _UNFIT = object()
 
