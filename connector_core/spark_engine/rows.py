@@ -3,8 +3,10 @@
 A stream mixes tables whose columns differ, and Spark fixes a stream's schema when the query
 starts, so rows carry the envelope as columns and the row images as JSON text together with the
 table's schema (``row_schema``). Sinks that want typed columns (``parquet``) parse the images per
-table with that schema; sinks that want the cdcflow record back (every other sink) unpickle
-``record``, which is only filled when such a sink runs.
+table with that schema, or, for a batch whose destination and schemas they know before it runs,
+ask :func:`typed_change_rows` for them typed beside the Python code that built the rows; sinks
+that want the cdcflow record back (every other sink) unpickle ``record``, which is only filled
+when such a sink runs.
 """
 
 from __future__ import annotations
