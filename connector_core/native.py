@@ -37,7 +37,7 @@ def core_description() -> str:
     if module is not None:
         return (
             f"compiled (cdcflow._native {module.__version__}, Rust): commit-log decoding, Avro and JSON encoding,"
-            " compact event batches, Kafka JSON envelopes to Spark rows"
+            " compact event batches, Kafka JSON envelopes to Spark rows and typed columns"
         )
     if os.environ.get(PURE_PYTHON_ENV):
         return f"pure Python ({PURE_PYTHON_ENV} is set)"
