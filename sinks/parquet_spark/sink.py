@@ -92,6 +92,13 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         # The output columns of the typed one-job path, for (destination, column names)
         self._typed_output: tuple[tuple[str, tuple[str, ...]], list[Any]] | None = None
         self._manifests_pruned = False  # by listing, once a run; then one delete a batch
+        self._files: _HadoopFiles | None = None  # of the session the last batch ran in
+        self._last_batch_id: int | None = None  # the last batch this query wrote
+
+    def open(self) -> None:
+        super().open()
+        self._last_batch_id = None  # a query (re)starts: its first batch may be a re-run
+        self._manifests_pruned = False
 
     # --- the record-at-a-time contract does not apply: Spark writes whole batches ------------------
 
@@ -106,14 +113,22 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
     def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
 
-        # Standard Parquet timestamps (INT64, microseconds, UTC), not Spark's legacy INT96 default:
-        # every reader maps them to a UTC timestamp, to the millisecond Cassandra wrote.
-        batch.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        files = _HadoopFiles(batch.sparkSession, self.config.path)
+        session = batch.sparkSession
+        if self._files is None or self._files.session is not session:
+            # Standard Parquet timestamps (INT64, microseconds, UTC), not Spark's legacy INT96
+            # default: every reader maps them to a UTC timestamp, to the millisecond Cassandra wrote.
+            session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+            self._files = _HadoopFiles(session, self.config.path)
+        files = self._files
         staging = f"_cdcflow/staging/{batch_id}"
         manifest = f"_cdcflow/manifests/{batch_id}.json"
-        self._undo_earlier_attempt(files, staging, manifest)
-        self._finish_compactions(files)
+        if self._last_batch_id is None or batch_id <= self._last_batch_id:
+            # Only a query's first batch can be a re-run (Spark re-runs the batch a crash left
+            # uncommitted when the query starts again) or meet an interrupted compaction; later
+            # batches of a query have new ids and a clean slate.
+            self._undo_earlier_attempt(files, staging, manifest)
+            self._finish_compactions(files)
+        self._last_batch_id = batch_id
 
         started = time.monotonic()
         tables = self._write_as_last_batch(batch, files, staging)
@@ -600,6 +615,7 @@ class _HadoopFiles:
     URI Spark can write (local, hdfs://, s3a://...) works the same. Paths are relative to the root."""
 
     def __init__(self, session: Any, root: str) -> None:
+        self.session = session
         jvm = session.sparkContext._jvm
         self._jvm = jvm
         self._root = root.rstrip("/")
