@@ -12,13 +12,14 @@ update holds only the fields written (a field set to null as ``None``, also name
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from cdcflow.events import SourceInfo
+from cdcflow.events import ChangeEvent, Op, RowSchema, SourceInfo
 from cdcflow.sources.cassandra_commitlog.exceptions import MutationDecodeError
 from cdcflow.sources.cassandra_commitlog.mutation import (
     Cell,
@@ -29,7 +30,7 @@ from cdcflow.sources.cassandra_commitlog.mutation import (
 )
 from cdcflow.sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
 
-__all__ = ["RowChange", "cassandra_source", "row_changes"]
+__all__ = ["RowChange", "cassandra_source", "change_event", "row_changes"]
 
 # What bytes that do not fit their type raise while decoding (ValueDecodeError is a ValueError;
 # ArithmeticError: a decimal whose scale no float or Decimal can take).
@@ -206,3 +207,36 @@ def _row_change(table: TableSchema, key: dict[str, Any], row: RowUpdate) -> RowC
         except _VALUE_ERRORS as exc:
             raise MutationDecodeError(f"column {name!r} ({column.type_text}): {exc}") from exc
     return change
+
+
+_OPS = {"c": Op.CREATE, "u": Op.UPDATE, "d": Op.DELETE}
+
+
+def change_event(
+    change: RowChange,
+    schema: RowSchema,
+    cluster: str,
+    node: str,
+    segment_id: int,
+    position: int,
+    index: int,
+    now_ms: int,
+) -> ChangeEvent:
+    """The event of a delta row change read at ``segment_id``/``position`` (its ``index``-th there)
+    by ``node``: the key and the columns the mutation carried, its deletions, ranges, replaced or
+    removed elements and TTL as ``cdc.*`` headers."""
+    source = cassandra_source(
+        cluster,
+        change.keyspace,
+        change.table,
+        node,
+        {"segment": segment_id, "position": position, "index": index},
+        change.ts_us,
+    )
+    headers: dict[str, str] = {}
+    for name in ("deletion", "range", "replaced", "removed", "ttl"):
+        value = getattr(change, name)
+        if value:
+            headers[f"cdc.{name}"] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    after = None if change.after is None else {**change.key, **change.after}
+    return ChangeEvent(_OPS[change.op], change.key, None, after, source, now_ms, schema, headers=headers or None)

@@ -24,7 +24,6 @@ the oldest segments when full and ``cdc_block_writes`` is false) it fails with
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import socket
@@ -39,10 +38,10 @@ from pydantic import Field
 from cdcflow.config import ResolvedPath
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
 from cdcflow.errors import ConfigError, SourceUnavailableError
-from cdcflow.events import ChangeEvent, Op, Record, SchemaChangeEvent
+from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.metrics import source_counter
 from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
-from cdcflow.sources.cassandra_commitlog.changes import RowChange, cassandra_source, row_changes
+from cdcflow.sources.cassandra_commitlog.changes import RowChange, cassandra_source, change_event, row_changes
 from cdcflow.sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
 from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer, UpdateChanges, compiled_core
 from cdcflow.sources.cassandra_commitlog.error_store import (
@@ -71,7 +70,6 @@ from cdcflow.sources.cql.snapshot import SnapshotConfig, SnapshotOutlivedLogErro
 
 __all__ = ["CassandraCommitLogSource", "CassandraCommitLogSourceConfig"]
 
-_OPS = {"c": Op.CREATE, "u": Op.UPDATE, "d": Op.DELETE}
 # Bytes kept per error-store record: a Cassandra blob must stay well under the mutation size limit;
 # a segment with more unreadable bytes than this is kept whole (see ``_unreadable_dir``).
 _MAX_ERROR_BYTES = 1 << 20
@@ -793,23 +791,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     def _event(
         self, change: RowChange, schema: Any, segment_id: int, position: int, index: int, now_ms: int
     ) -> ChangeEvent:
-        source = cassandra_source(
-            self.config.cluster,
-            change.keyspace,
-            change.table,
-            self.node,
-            {"segment": segment_id, "position": position, "index": index},
-            change.ts_us,
-        )
-        headers: dict[str, str] = {}
-        for name in ("deletion", "range", "replaced", "removed", "ttl"):
-            value = getattr(change, name)
-            if value:
-                headers[f"cdc.{name}"] = (
-                    value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-                )
-        after = None if change.after is None else {**change.key, **change.after}
-        return ChangeEvent(_OPS[change.op], change.key, None, after, source, now_ms, schema, headers=headers or None)
+        return change_event(change, schema, self.config.cluster, self.node, segment_id, position, index, now_ms)
 
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
         snapshot = self._slice(partition)
