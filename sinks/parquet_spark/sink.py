@@ -92,7 +92,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         # The output columns of the typed one-job path, for (destination, column names)
         self._typed_output: tuple[tuple[str, tuple[str, ...]], list[Any]] | None = None
         self._manifests_pruned = False  # by listing, once a run; then one delete a batch
-        self._files: _HadoopFiles | None = None  # of the session the last batch ran in
+        self._files: _HadoopFiles | None = None  # of the Spark context the last batch ran in
         self._last_batch_id: int | None = None  # the last batch this query wrote
 
     def open(self) -> None:
@@ -113,12 +113,13 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
     def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
 
-        session = batch.sparkSession
-        if self._files is None or self._files.session is not session:
-            # Standard Parquet timestamps (INT64, microseconds, UTC), not Spark's legacy INT96
-            # default: every reader maps them to a UTC timestamp, to the millisecond Cassandra wrote.
-            session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-            self._files = _HadoopFiles(session, self.config.path)
+        # Standard Parquet timestamps (INT64, microseconds, UTC), not Spark's legacy INT96 default:
+        # every reader maps them to a UTC timestamp, to the millisecond Cassandra wrote.
+        batch.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        context = batch.sparkSession.sparkContext
+        if self._files is None or self._files.context is not context:
+            # foreachBatch wraps each batch's session anew; the context, and its filesystem, stay.
+            self._files = _HadoopFiles(context, self.config.path)
         files = self._files
         staging = f"_cdcflow/staging/{batch_id}"
         manifest = f"_cdcflow/manifests/{batch_id}.json"
@@ -614,13 +615,13 @@ class _HadoopFiles:
     """File operations under the sink's root through Spark's Hadoop filesystem, so that every
     URI Spark can write (local, hdfs://, s3a://...) works the same. Paths are relative to the root."""
 
-    def __init__(self, session: Any, root: str) -> None:
-        self.session = session
-        jvm = session.sparkContext._jvm
+    def __init__(self, context: Any, root: str) -> None:
+        self.context = context
+        jvm = context._jvm
         self._jvm = jvm
         self._root = root.rstrip("/")
         self._root_path = jvm.org.apache.hadoop.fs.Path(self._root)
-        self._fs = self._root_path.getFileSystem(session.sparkContext._jsc.hadoopConfiguration())
+        self._fs = self._root_path.getFileSystem(context._jsc.hadoopConfiguration())
         self._prefix = str(self._fs.makeQualified(self._root_path).toString()).rstrip("/")
 
     def uri(self, relative: str) -> str:
