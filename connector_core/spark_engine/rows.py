@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import pickle
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +26,9 @@ __all__ = [
     "STREAM_COLUMNS",
     "STREAM_SCHEMA_DDL",
     "TYPED_IMAGE_TYPES",
+    "DecodedBatch",
     "RowTyping",
     "RowsNotTypedError",
-    "decoded_batch",
     "record_from_row",
     "record_to_row",
     "stream_arrow_batch",
@@ -225,30 +224,36 @@ def typed_change_rows(
         tuple(envelope),
         tuple((name, TYPED_IMAGE_TYPES[kind]) for name, kind in columns),
     )
-    decoded = _decoded_batches.get(id(batch))
-    if decoded is not None and decoded[0] is batch:
+    if isinstance(batch, DecodedBatch):
         # Rows a source decodes in the same pass: typed there, and only the typed columns go back
         # to the JVM, not the stream rows with their images.
-        _, raw, decode = decoded
-        return raw.mapInArrow(functools.partial(decode, typing=typing), ddl)
+        return batch.raw.mapInArrow(functools.partial(batch.decode, typing=typing), ddl)
     return batch.mapInArrow(typing, ddl)
 
 
-# id(stream batch) -> (that batch, the raw batch it decodes, the decoding mapInArrow body)
-_decoded_batches: dict[int, tuple[Any, Any, Callable[..., Iterator[Any]]]] = {}
+class DecodedBatch:
+    """The stream batch of a source that decodes Spark's own rows (its native stream):
+    ``raw.mapInArrow(decode, ddl)``, planned only when a DataFrame method is first asked of it
+    (each plan sends the decoding function to the JVM again: tens of milliseconds a batch), so a
+    sink that takes :func:`typed_change_rows` of it (decoded and typed in one pass, as
+    ``decode(batches, typing=RowTyping)``) never plans the untyped stream rows."""
 
+    __slots__ = ("_rows", "ddl", "decode", "raw")
 
-@contextmanager
-def decoded_batch(raw: Any, decode: Callable[..., Iterator[Any]], ddl: str) -> Iterator[Any]:
-    """``raw.mapInArrow(decode, ddl)``: the stream batch of a source that decodes Spark's own
-    rows (its native stream), for as long as the block runs; :func:`typed_change_rows` of it
-    decodes and types in one pass, as ``decode(batches, typing=RowTyping)``."""
-    batch = raw.mapInArrow(decode, ddl)
-    _decoded_batches[id(batch)] = (batch, raw, decode)
-    try:
-        yield batch
-    finally:
-        del _decoded_batches[id(batch)]
+    def __init__(self, raw: Any, decode: Callable[..., Iterator[Any]], ddl: str) -> None:
+        self.raw = raw
+        self.decode = decode
+        self.ddl = ddl
+        self._rows: Any = None
+
+    @property
+    def sparkSession(self) -> Any:  # noqa: N802 - the DataFrame attribute it stands for
+        return self.raw.sparkSession
+
+    def __getattr__(self, name: str) -> Any:
+        if self._rows is None:
+            self._rows = self.raw.mapInArrow(self.decode, self.ddl)
+        return getattr(self._rows, name)
 
 
 @dataclass(frozen=True)

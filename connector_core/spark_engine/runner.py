@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -41,7 +40,7 @@ from cdcflow.spark_engine.datasource import (
     build_plugin,
     decode_native_batches,
 )
-from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, decoded_batch, record_from_row
+from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, DecodedBatch, record_from_row
 from cdcflow.spark_engine.session import spark_session
 
 __all__ = ["checkpoint_location", "run_spark", "run_spark_pipeline"]
@@ -173,11 +172,11 @@ def _run_query(
             watermark = COMPLETE_WATERMARK_US if drained else view.watermark(end)
         else:  # Spark's connector owns these offsets; it has no cdcflow watermark and no end
             drained, watermark = False, None
-        with decoded_batch(batch, decode, STREAM_SCHEMA_DDL) if native is not None else nullcontext(batch) as rows:
-            if batch_writer is not None:
-                batch_writer.write_batch(rows, batch_id, watermark)
-            else:
-                _write_through_sink(rows, spec)
+        rows = DecodedBatch(batch, decode, STREAM_SCHEMA_DDL) if native is not None else batch
+        if batch_writer is not None:
+            batch_writer.write_batch(rows, batch_id, watermark)
+        else:
+            _write_through_sink(rows, spec)
         if drained:
             drained_at.append(batch_id)
 
