@@ -35,18 +35,15 @@ def ensure_topic(
     future = admin.create_topics([NewTopic(name, partitions, replication_factor, config=dict(config or {}))])[name]
     try:
         future.result(timeout=timeout_s)
-        _wait_until_led(admin, name, partitions, timeout_s)
-        return partitions
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise GroupUnavailableError(f"cannot create topic {name}: {exc}") from exc
     except Exception as exc:  # a timeout from the future: no broker answered
         raise GroupUnavailableError(f"cannot create topic {name}: {exc}") from exc
-    try:
-        described = admin.list_topics(name, timeout=timeout_s).topics[name]
-    except KafkaException as exc:
-        raise GroupUnavailableError(f"cannot describe topic {name}: {exc}") from exc
-    found = len(described.partitions)
+    # Whether this worker created the topic or another member did a moment ago, its metadata can
+    # still be propagating (no partitions, or partitions without a leader): only a topic whose every
+    # partition is led shows the partition count it was created with.
+    found = _led_partition_count(admin, name, timeout_s)
     if exact and found != partitions:
         raise GroupTopicError(
             f"topic {name} has {found} partitions but engine.group.buckets is {partitions}: every worker of a "
@@ -55,8 +52,8 @@ def ensure_topic(
     return found
 
 
-def _wait_until_led(admin: AdminClient, name: str, partitions: int, timeout_s: float) -> None:
-    """A topic just created is usable once every partition has a leader the cluster knows of."""
+def _led_partition_count(admin: AdminClient, name: str, timeout_s: float) -> int:
+    """The number of partitions of ``name`` once it has some and every one has a leader."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -66,9 +63,9 @@ def _wait_until_led(admin: AdminClient, name: str, partitions: int, timeout_s: f
         if (
             described is not None
             and described.error is None
-            and len(described.partitions) == partitions
+            and described.partitions
             and all(p.leader >= 0 for p in described.partitions.values())
         ):
-            return
+            return len(described.partitions)
         time.sleep(0.1)
-    raise GroupUnavailableError(f"topic {name} was created but has no leaders after {timeout_s:g} s")
+    raise GroupUnavailableError(f"topic {name} exists but has no led partitions after {timeout_s:g} s")
