@@ -213,11 +213,33 @@ def _run_query(
         spark_gone = _stop_query(query, spec, stop)
         if batch_writer is not None:
             sink.close()
-    if spark_gone:
+    if not spark_gone:
+        raise_query_failure(query, spec.name, stop)
+
+
+def raise_query_failure(query: Any, pipeline: str, stop: threading.Event) -> None:
+    """Raise the failure ``query`` ended with, unless a stop was requested: a signal to the whole
+    process group reaches Spark's JVM too, which can end the running batch with a failure before
+    or while the query is stopped. That is a requested stop all the same, and nothing is lost:
+    Spark re-runs the unfinished batch from its checkpoint at the next start (and a real failure
+    of that batch shows there)."""
+    try:
+        failure = query.exception()
+    except Exception:
+        if not stop.is_set():
+            raise
+        failure = None  # the JVM is gone: whatever the query ended with is re-run at the next start
+    if failure is None:
         return
-    failure = query.exception()
-    if failure is not None:
-        raise EngineError(f"pipeline {spec.name}: the Spark query failed: {failure}")
+    if stop.is_set():
+        log.warning(
+            "pipeline %s: the Spark query ended with the stop signal (%s); any unfinished batch re-runs "
+            "at the next start",
+            pipeline,
+            str(failure).splitlines()[0][:300],
+        )
+        return
+    raise EngineError(f"pipeline {pipeline}: the Spark query failed: {failure}")
 
 
 def _terminated(query: Any, stop: threading.Event) -> bool:
