@@ -233,10 +233,18 @@ def change_event(
         {"segment": segment_id, "position": position, "index": index},
         change.ts_us,
     )
+    after = None if change.after is None else {**change.key, **change.after}
+    return ChangeEvent(_OPS[change.op], change.key, None, after, source, now_ms, schema, headers=_cdc_headers(change))
+
+
+def _cdc_headers(change: RowChange) -> dict[str, str] | None:
+    """The change's deletion kind, range, replaced or removed elements and TTL as ``cdc.*``
+    headers; None for the common change that has none of them."""
+    if not (change.deletion or change.range or change.replaced or change.removed or change.ttl):
+        return None  # checked first: most changes are plain writes, and this runs per change
     headers: dict[str, str] = {}
     for name in ("deletion", "range", "replaced", "removed", "ttl"):
         value = getattr(change, name)
         if value:
             headers[f"cdc.{name}"] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    after = None if change.after is None else {**change.key, **change.after}
-    return ChangeEvent(_OPS[change.op], change.key, None, after, source, now_ms, schema, headers=headers or None)
+    return headers
