@@ -18,19 +18,25 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from cdcflow.events import ChangeEvent, Op, RowSchema, SourceInfo
+from cdcflow.native import native_module
 
 __all__ = ["BatchTable", "EncodedMessages", "EventBatch"]
+
+# What the compiled core gives for a column a delta row did not touch: left out of the row's dict.
+_ABSENT = getattr(native_module(), "ABSENT", object())
 
 
 class EncodedMessages(NamedTuple):
     """A batch as Kafka messages, one entry each in every list: the index of the table (in
-    ``batch.tables``) whose destination it goes to, the index of the event it comes from, its key
-    and its value (None: a tombstone)."""
+    ``batch.tables``) whose destination it goes to, the index of the event it comes from, its key,
+    its value (None: a tombstone) and the event's own headers (None: none, and a tombstone's are
+    the sink's)."""
 
     tables: list[int]
     events: list[int]
     keys: list[bytes | None]
     values: list[bytes | None]
+    headers: list[list[tuple[str, str | bytes | None]] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +96,7 @@ class EventBatch:
         return found
 
     def _event(self, raw: tuple[Any, ...]) -> ChangeEvent:
-        op, table_index, key, before, after, position, ts_us = raw
+        op, table_index, key, before, after, position, ts_us, headers = raw
         table = self.tables[table_index]
         values = self._value_names[table_index]
         source = SourceInfo(
@@ -106,11 +112,17 @@ class EventBatch:
         )
         return ChangeEvent(
             Op(op),
-            dict(zip(self._key_names[table_index], key, strict=True)),
-            None if before is None else dict(zip(values, before, strict=True)),
-            None if after is None else dict(zip(values, after, strict=True)),
+            _row(self._key_names[table_index], key),
+            None if before is None else _row(values, before),
+            None if after is None else _row(values, after),
             source,
             self.events.ts_ms,
             table.schema,
             table.topic,
+            headers=headers,
         )
+
+
+def _row(names: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
+    """A compact row as the event's dict: the columns it holds a value for, in column order."""
+    return {name: value for name, value in zip(names, values, strict=True) if value is not _ABSENT}

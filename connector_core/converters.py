@@ -28,7 +28,7 @@ from cdcflow.errors import (
     SchemaRegistryUnavailableError,
 )
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
-from cdcflow.jsontext import json_default, json_envelope
+from cdcflow.jsontext import compiled_json_encoder, json_default, json_envelope
 from cdcflow.native import native_module
 from cdcflow.schemas import (
     DecimalHandling,
@@ -39,7 +39,7 @@ from cdcflow.schemas import (
     connect_value_schema,
     record_schema,
 )
-from cdcflow.wire_values import RowEncoder, Target, avro_decoder, connect_decoder, row_encoder
+from cdcflow.wire_values import RowEncoder, Target, avro_decoder, column_encoders, connect_decoder, row_encoder
 
 __all__ = [
     "AvroConverter",
@@ -96,6 +96,13 @@ class _PayloadWriter:
         schema = record_schema(record)
         columns = schema.key_columns if part == "key" else schema.value_columns
         return row_encoder(schema, columns, self.decimal_handling, self.target)
+
+    def column_encoders(self, table: BatchTable, part: str) -> tuple[Any, ...]:
+        """What :meth:`encoder` applies to each column of ``table``'s key or row, by position
+        (None: written as it is): how a compact batch's values are rewritten."""
+        schema = table.schema
+        columns = schema.key_columns if part == "key" else schema.value_columns
+        return column_encoders(schema, columns, self.decimal_handling, self.target)
 
     @staticmethod
     def payload(record: Record, part: str, encode: RowEncoder | None) -> Any:
@@ -172,10 +179,8 @@ class JsonConverter(Converter[JsonConverterConfig]):
             if sample is None:
                 plans.append(None)
                 continue
-            key_schema, key_rows = self._writer(sample, "key")
-            value_schema, value_rows = self._writer(sample, "value")
-            if key_rows is not None or value_rows is not None:
-                return None  # values the converter rewrites (decimals, user types): per record
+            key_schema, _ = self._writer(sample, "key")
+            value_schema, _ = self._writer(sample, "value")
             with_schemas = self.config.schemas_enable
             plans.append(
                 (
@@ -184,13 +189,16 @@ class JsonConverter(Converter[JsonConverterConfig]):
                     [c.name for c in table.schema.key_columns],
                     [c.name for c in table.schema.value_columns],
                     _source_head(table),
+                    compiled_json_encoder,
+                    # Values the converter rewrites (decimals, user types) are rewritten per value.
+                    self._payloads.column_encoders(table, "key"),
+                    self._payloads.column_encoders(table, "value"),
                 )
             )
         try:
-            tables, events, keys, values = batch.events.encode_json(plans, tombstones)
+            return EncodedMessages(*batch.events.encode_json(plans, tombstones))
         except ValueError:
-            return None  # an event its columns do not describe: the per-record path decides
-        return EncodedMessages(tables, events, keys, values)
+            return None  # an event its columns do not describe, a value that does not fit: per record
 
     def serialize_key(self, record: Record, destination: str) -> bytes | None:
         return self._encode(record, "key")
@@ -417,16 +425,26 @@ class AvroConverter(Converter[AvroConverterConfig]):
             if sample is None:
                 plans.append(None)
                 continue
-            key, key_rows = self._encoder(sample, "key", destinations[index])
-            value, value_rows = self._encoder(sample, "value", destinations[index])
-            if key.native is None or value.native is None or key_rows is not None or value_rows is not None:
-                return None  # values the converter rewrites (decimals, user types): per record
-            plans.append((key.native, key.prefix, value.native, value.prefix, _source_head(table)))
+            key, _ = self._encoder(sample, "key", destinations[index])
+            value, _ = self._encoder(sample, "value", destinations[index])
+            if key.native is None or value.native is None:
+                return None  # the pure-Python writer: per record
+            plans.append(
+                (
+                    key.native,
+                    key.prefix,
+                    value.native,
+                    value.prefix,
+                    _source_head(table),
+                    # Values the converter rewrites (decimals, user types) are rewritten per value.
+                    self._payloads.column_encoders(table, "key"),
+                    self._payloads.column_encoders(table, "value"),
+                )
+            )
         try:
-            tables, events, keys, values = batch.events.encode_avro(plans, tombstones)
+            return EncodedMessages(*batch.events.encode_avro(plans, tombstones))
         except ValueError:
             return None  # an event that does not fit its schema: the per-record path rejects it
-        return EncodedMessages(tables, events, keys, values)
 
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:
         """The payload read with the writer's schema, its values as the event carried them."""

@@ -19,7 +19,7 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any
 
-__all__ = ["canonical_json", "compact_json", "json_default", "json_envelope"]
+__all__ = ["canonical_json", "compact_json", "compiled_json_encoder", "json_default", "json_envelope"]
 
 
 def json_default(value: Any) -> Any:
@@ -48,21 +48,21 @@ canonical_json: Callable[[Any], str] = _encoder(sort_keys=True, ensure_ascii=Tru
 """Sorted keys, ASCII, no spaces: equal values give equal text (offsets, positions)."""
 
 
-def _compact_json_encoders() -> tuple[Callable[[Any], str], Callable[[Any, str | None], bytes]]:
+def _compact_json_encoders() -> tuple[Callable[[Any], str], Callable[[Any, str | None], bytes], Any]:
     from cdcflow.native import native_module
 
     native = native_module()
     if native is not None:
         # The compiled core writes the same text (tests/unit/test_compiled_encoders.py).
         encoder = native.JsonEncoder(json_default)
-        return encoder.dumps, encoder.envelope
+        return encoder.dumps, encoder.envelope, encoder
     dumps = _encoder(sort_keys=False, ensure_ascii=False, default=json_default)
 
     def envelope(payload: Any, schema: str | None) -> bytes:
         body = dumps(payload)
         return (body if schema is None else f'{{"schema":{schema},"payload":{body}}}').encode()
 
-    return dumps, envelope
+    return dumps, envelope, None
 
 
 compact_json: Callable[[Any], str]
@@ -70,4 +70,7 @@ compact_json: Callable[[Any], str]
 json_envelope: Callable[[Any, str | None], bytes]
 """``{"schema":<schema text>,"payload":<compact_json(payload)>}`` as UTF-8 (Kafka Connect JSON),
 or the payload alone when the schema is None."""
-compact_json, json_envelope = _compact_json_encoders()
+compiled_json_encoder: Any
+"""The compiled core's ``JsonEncoder`` behind ``compact_json`` (None without the compiled core):
+what compact batches write the values the core does not hold with."""
+compact_json, json_envelope, compiled_json_encoder = _compact_json_encoders()

@@ -37,6 +37,7 @@ __all__ = [
     "RowEncoder",
     "Target",
     "avro_decoder",
+    "column_encoders",
     "connect_decoder",
     "decimal_to_unscaled",
     "int_from_twos_complement",
@@ -206,13 +207,26 @@ def _same(value: Any) -> Any:
     return value
 
 
+def column_encoders(
+    schema: RowSchema, columns: tuple[Column, ...], decimal_handling: DecimalHandling, target: Target
+) -> tuple[Encode | None, ...]:
+    """How each of ``columns`` is rewritten for the ``target`` converter (None: written as it is),
+    in column order: what :func:`row_encoder` applies to a row's dict, for rows held by position
+    (the compiled core's compact batches)."""
+    encoders = _Encoders(schema, decimal_handling, target)
+    return tuple(encoders.of(parse_cql_type(c.type)) for c in columns)
+
+
 def row_encoder(
     schema: RowSchema, columns: tuple[Column, ...], decimal_handling: DecimalHandling, target: Target
 ) -> RowEncoder | None:
     """A function writing a row of ``columns`` as the ``target`` converter's schema describes it,
     or None when every column is written as it is (most tables: no work per record)."""
-    encoders = _Encoders(schema, decimal_handling, target)
-    rewritten = {c.name: encode for c in columns if (encode := encoders.of(parse_cql_type(c.type))) is not None}
+    rewritten = {
+        c.name: encode
+        for c, encode in zip(columns, column_encoders(schema, columns, decimal_handling, target), strict=True)
+        if encode is not None
+    }
     if not rewritten:
         return None
     items = tuple(rewritten.items())

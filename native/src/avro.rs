@@ -13,7 +13,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::batch::{AsDatum, Datum};
+use crate::batch::{slot_object, Datum, RowValue, Slot};
 
 /// Datum nesting deeper than this is refused (a recursive schema and a cyclic datum would
 /// otherwise recurse until the stack runs out).
@@ -953,9 +953,17 @@ impl AvroWriter {
         }
     }
 
-    /// `values` as the record `node` (field `i` takes `values[i]`): what the reference writes for
-    /// a row with those values in field order.
-    pub(crate) fn write_record<T: AsDatum>(&self, out: &mut Vec<u8>, node: usize, values: &[T]) -> Result<(), String> {
+    /// `values` as the record `node` (field `i` takes `values[i]`, rewritten by `prepare[i]`
+    /// when there is one): what the reference writes for a row with those values in field order,
+    /// an absent value as a dict without that key.
+    pub(crate) fn write_record<T: RowValue>(
+        &self,
+        py: Python<'_>,
+        out: &mut Vec<u8>,
+        node: usize,
+        values: &[T],
+        prepare: &[Option<Py<PyAny>>],
+    ) -> Result<(), String> {
         let fields = self.record_fields(node)?;
         if fields.len() != values.len() {
             return Err(format!(
@@ -964,18 +972,34 @@ impl AvroWriter {
                 fields.len()
             ));
         }
-        for (field, value) in fields.iter().zip(values) {
-            self.write_datum(out, field.node, value.as_datum())?;
+        for (index, (field, value)) in fields.iter().zip(values).enumerate() {
+            match (value.slot(), prepare.get(index).and_then(Option::as_ref)) {
+                (Slot::Datum(datum), None) => self.write_datum(out, field.node, datum)?,
+                (Slot::Absent, _) => match &field.value {
+                    FieldValue::Required => return Err(format!("KeyError: {}", field.name)),
+                    FieldValue::OrNone => self.write_datum(out, field.node, Datum::Null)?,
+                    FieldValue::OrDefault(default) => self
+                        .write(py, out, field.node, default.bind(py), 0)
+                        .map_err(|e| e.to_string())?,
+                },
+                (slot, prepare) => {
+                    let object = slot_object(py, slot, prepare)?;
+                    self.write(py, out, field.node, &object, 0)
+                        .map_err(|e| e.to_string())?;
+                }
+            }
         }
         Ok(())
     }
 
     /// A row or null as the `[null, record]` (or plain record) `node`.
-    fn write_optional_record<T: AsDatum>(
+    fn write_optional_record<T: RowValue>(
         &self,
+        py: Python<'_>,
         out: &mut Vec<u8>,
         node: usize,
         row: Option<&[T]>,
+        prepare: &[Option<Py<PyAny>>],
     ) -> Result<(), String> {
         match (&self.nodes[node], row) {
             (Node::Nullable { null_index, .. }, None) => {
@@ -984,22 +1008,25 @@ impl AvroWriter {
             }
             (Node::Nullable { null_index, other }, Some(values)) => {
                 out.push(2 * (1 - null_index));
-                self.write_record(out, *other, values)
+                self.write_record(py, out, *other, values, prepare)
             }
             (Node::Single { branch }, Some(values)) => {
                 out.push(0);
-                self.write_record(out, *branch, values)
+                self.write_record(py, out, *branch, values, prepare)
             }
-            (Node::Record { .. }, Some(values)) => self.write_record(out, node, values),
+            (Node::Record { .. }, Some(values)) => self.write_record(py, out, node, values, prepare),
             _ => Err("a null row for a record that takes none".into()),
         }
     }
 
     /// A change event as the root `Envelope` record (`op`, `before`, `after`, `source`, `ts_ms`,
-    /// as `cdcflow.schemas.avro_envelope_row` gives it).
-    pub(crate) fn write_envelope<T: AsDatum>(
+    /// as `cdcflow.schemas.avro_envelope_row` gives it), the rows' values rewritten by `prepare`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write_envelope<T: RowValue>(
         &self,
+        py: Python<'_>,
         out: &mut Vec<u8>,
+        prepare: &[Option<Py<PyAny>>],
         op: &str,
         before: Option<&[T]>,
         after: Option<&[T]>,
@@ -1011,9 +1038,9 @@ impl AvroWriter {
             return Err("the value schema is not a change-event envelope".into());
         }
         self.write_datum(out, fields[0].node, Datum::Text(op))?;
-        self.write_optional_record(out, fields[1].node, before)?;
-        self.write_optional_record(out, fields[2].node, after)?;
-        self.write_record(out, fields[3].node, source)?;
+        self.write_optional_record(py, out, fields[1].node, before, prepare)?;
+        self.write_optional_record(py, out, fields[2].node, after, prepare)?;
+        self.write_record(py, out, fields[3].node, source, &[])?;
         self.write_datum(out, fields[4].node, Datum::Long(ts_ms))
     }
 

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::avro::AvroWriter;
-use crate::json::{write_scalar, write_text};
+use crate::json::{write_scalar, write_text, JsonEncoder};
 
 /// A value the compiled core holds itself (a compact batch's), written without a Python object.
 #[derive(Clone, Copy)]
@@ -24,14 +25,64 @@ pub enum Datum<'a> {
     Text(&'a str),
 }
 
-/// What a compact row holds: anything that reads as a [`Datum`].
-pub trait AsDatum {
-    fn as_datum(&self) -> Datum<'_>;
+/// A row's value as the writers take it: a value the core holds, the Python object a source
+/// decoded (what the core does not hold itself: decimals, collections, bytes...), or no value at
+/// all (a column a delta row did not touch: written as a dict without that key is).
+#[derive(Clone, Copy)]
+pub enum Slot<'a> {
+    Datum(Datum<'a>),
+    Object(&'a Py<PyAny>),
+    Absent,
 }
 
-impl AsDatum for Datum<'_> {
-    fn as_datum(&self) -> Datum<'_> {
-        *self
+/// What a compact row holds: anything that reads as a [`Slot`].
+pub trait RowValue {
+    fn slot(&self) -> Slot<'_>;
+}
+
+impl RowValue for Datum<'_> {
+    fn slot(&self) -> Slot<'_> {
+        Slot::Datum(*self)
+    }
+}
+
+/// The object `EventBatch.event` gives for an absent value (`cdcflow._native.ABSENT`):
+/// `cdcflow.batches` leaves such columns out of the row's dict.
+static ABSENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+pub fn absent(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    let object = ABSENT.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("builtins")?.getattr("object")?.call0()?.unbind())
+    })?;
+    Ok(object.bind(py))
+}
+
+/// The Python value a datum stands for.
+pub fn datum_to_py<'py>(py: Python<'py>, datum: Datum<'_>) -> Bound<'py, PyAny> {
+    match datum {
+        Datum::Null => py.None().into_bound(py),
+        Datum::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+        Datum::Long(n) => PyInt::new(py, n).into_any(),
+        Datum::Double(x) => PyFloat::new(py, x).into_any(),
+        Datum::Text(text) => PyString::new(py, text).into_any(),
+    }
+}
+
+/// A slot's value as the Python object it stands for (None for an absent one: the caller handles
+/// absence before asking), through `prepare` (a converter's rewrite of the column) when given.
+pub fn slot_object<'py>(
+    py: Python<'py>,
+    slot: Slot<'_>,
+    prepare: Option<&Py<PyAny>>,
+) -> Result<Bound<'py, PyAny>, String> {
+    let object = match slot {
+        Slot::Datum(datum) => datum_to_py(py, datum),
+        Slot::Object(object) => object.bind(py).clone(),
+        Slot::Absent => py.None().into_bound(py),
+    };
+    match prepare {
+        None => Ok(object),
+        Some(prepare) => prepare.bind(py).call1((object,)).map_err(|e| e.to_string()),
     }
 }
 
@@ -46,11 +97,28 @@ pub enum Value {
     Shared(Arc<str>),
     /// `pool[start..end]` of a shared text (a generator's payloads), at a char boundary.
     Slice(Arc<str>, u32, u32),
+    /// A value the core does not hold itself, as the source's reference decoder gave it.
+    Py(Py<PyAny>),
+    /// A column the change did not touch (a delta row image).
+    Absent,
 }
 
-impl AsDatum for Value {
+impl RowValue for Value {
+    fn slot(&self) -> Slot<'_> {
+        match self {
+            Value::Py(object) => Slot::Object(object),
+            Value::Absent => Slot::Absent,
+            _ => Slot::Datum(self.as_datum()),
+        }
+    }
+}
+
+impl Value {
+    /// The value as a [`Datum`]; a Python object or an absent value reads as null here (the
+    /// writers ask for [`RowValue::slot`]).
     fn as_datum(&self) -> Datum<'_> {
         match self {
+            Value::Py(_) | Value::Absent => Datum::Null,
             Value::Null => Datum::Null,
             Value::Bool(b) => Datum::Bool(*b),
             Value::Long(n) => Datum::Long(*n),
@@ -63,13 +131,26 @@ impl AsDatum for Value {
 }
 
 impl Value {
-    fn to_py<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
-        match self.as_datum() {
-            Datum::Null => py.None().into_bound(py),
-            Datum::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
-            Datum::Long(n) => PyInt::new(py, n).into_any(),
-            Datum::Double(x) => PyFloat::new(py, x).into_any(),
-            Datum::Text(text) => PyString::new(py, text).into_any(),
+    fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Value::Py(object) => Ok(object.bind(py).clone()),
+            Value::Absent => Ok(absent(py)?.clone()),
+            _ => Ok(datum_to_py(py, self.as_datum())),
+        }
+    }
+
+    /// A copy (a Python object's reference counted anew, which needs the interpreter).
+    pub fn clone_ref(&self, py: Python<'_>) -> Value {
+        match self {
+            Value::Null => Value::Null,
+            Value::Bool(b) => Value::Bool(*b),
+            Value::Long(n) => Value::Long(*n),
+            Value::Double(x) => Value::Double(*x),
+            Value::Text(text) => Value::Text(text.clone()),
+            Value::Shared(text) => Value::Shared(text.clone()),
+            Value::Slice(pool, start, end) => Value::Slice(pool.clone(), *start, *end),
+            Value::Py(object) => Value::Py(object.clone_ref(py)),
+            Value::Absent => Value::Absent,
         }
     }
 }
@@ -85,6 +166,8 @@ pub struct Event {
     /// The event's place in its partition, as canonical JSON text (`SourceInfo.position_text()`).
     pub position: String,
     pub ts_us: i64,
+    /// The event's own headers (`ChangeEvent.headers`), in their order.
+    pub headers: Option<Vec<(String, String)>>,
 }
 
 #[pyclass(frozen, module = "cdcflow._native")]
@@ -95,12 +178,33 @@ pub struct EventBatch {
     pub snapshot: bool,
 }
 
+fn values_to_py<'py>(py: Python<'py>, values: &[Value]) -> PyResult<Bound<'py, PyAny>> {
+    let objects = values.iter().map(|v| v.to_py(py)).collect::<PyResult<Vec<_>>>()?;
+    Ok(PyTuple::new(py, objects)?.into_any())
+}
+
 fn row_to_py<'py>(py: Python<'py>, row: &Option<Vec<Value>>) -> PyResult<Bound<'py, PyAny>> {
     match row {
         None => Ok(py.None().into_bound(py)),
-        Some(values) => Ok(PyTuple::new(py, values.iter().map(|v| v.to_py(py)))?.into_any()),
+        Some(values) => values_to_py(py, values),
     }
 }
+
+fn headers_to_py<'py>(py: Python<'py>, headers: &Option<Vec<(String, String)>>) -> PyResult<Bound<'py, PyAny>> {
+    match headers {
+        None => Ok(py.None().into_bound(py)),
+        Some(pairs) => {
+            let dict = PyDict::new(py);
+            for (name, value) in pairs {
+                dict.set_item(name, value)?;
+            }
+            Ok(dict.into_any())
+        }
+    }
+}
+
+/// A column rewrite per field (`prepare[i]` for field `i`; an empty list: none).
+type Prepares = Vec<Option<Py<PyAny>>>;
 
 /// The fixed fields of a table's source block: `(version, system, cluster, keyspace, table)`.
 type SourceHead = (String, String, String, String, String);
@@ -113,6 +217,8 @@ struct AvroPlan<'py> {
     value: PyRef<'py, AvroWriter>,
     value_prefix: Vec<u8>,
     head: SourceHead,
+    key_prepare: Prepares,
+    value_prepare: Prepares,
 }
 
 /// `plans[i]` (None for a table with no events in the batch) built by `build`.
@@ -140,13 +246,15 @@ fn plan_of<T>(plans: &[Option<T>], table: u16) -> Result<&T, String> {
     }
 }
 
-/// `(key writer, key prefix, value writer, value prefix, source head)`.
+/// `(key writer, key prefix, value writer, value prefix, source head, key prepares, value prepares)`.
 type PlanTuple<'py> = (
     PyRef<'py, AvroWriter>,
     Vec<u8>,
     PyRef<'py, AvroWriter>,
     Vec<u8>,
     SourceHead,
+    Prepares,
+    Prepares,
 );
 
 fn op_text(op: u8) -> &'static str {
@@ -165,24 +273,27 @@ impl EventBatch {
             [
                 PyString::new(py, op_text(event.op)).into_any(),
                 PyInt::new(py, event.table).into_any(),
-                PyTuple::new(py, event.key.iter().map(|v| v.to_py(py)))?.into_any(),
+                values_to_py(py, &event.key)?,
                 row_to_py(py, &event.before)?,
                 row_to_py(py, &event.after)?,
                 PyString::new(py, &event.position).into_any(),
                 PyInt::new(py, event.ts_us).into_any(),
+                headers_to_py(py, &event.headers)?,
             ],
         )
     }
 
     fn encode_event(
         &self,
+        py: Python<'_>,
         plan: &AvroPlan<'_>,
         event: &Event,
         key: &mut Vec<u8>,
         value: &mut Vec<u8>,
     ) -> Result<(), String> {
         key.extend_from_slice(&plan.key_prefix);
-        plan.key.write_record(key, plan.key.root(), &event.key)?;
+        plan.key
+            .write_record(py, key, plan.key.root(), &event.key, &plan.key_prepare)?;
         value.extend_from_slice(&plan.value_prefix);
         let (version, system, cluster, keyspace, table) = &plan.head;
         let source = [
@@ -198,7 +309,9 @@ impl EventBatch {
             Datum::Bool(self.snapshot),
         ];
         plan.value.write_envelope(
+            py,
             value,
+            &plan.value_prepare,
             op_text(event.op),
             event.before.as_deref(),
             event.after.as_deref(),
@@ -211,30 +324,67 @@ impl EventBatch {
 /// What one table's events are written with as Kafka Connect JSON: the key's and the value's
 /// schema text (None: payload only), the key's and the row's column names, the source block's
 /// fixed fields.
-struct JsonPlan {
+struct JsonPlan<'py> {
     key_schema: Option<String>,
     value_schema: Option<String>,
     key_names: Vec<String>,
     value_names: Vec<String>,
     head: SourceHead,
+    /// Writes the values the core does not hold (`compact_json`'s encoder).
+    objects: PyRef<'py, JsonEncoder>,
+    key_prepare: Prepares,
+    value_prepare: Prepares,
 }
 
-/// `(key schema, value schema, key names, value names, source head)`.
-type JsonPlanTuple = (Option<String>, Option<String>, Vec<String>, Vec<String>, SourceHead);
+/// `(key schema, value schema, key names, value names, source head, object encoder, key
+/// prepares, value prepares)`.
+type JsonPlanTuple<'py> = (
+    Option<String>,
+    Option<String>,
+    Vec<String>,
+    Vec<String>,
+    SourceHead,
+    PyRef<'py, JsonEncoder>,
+    Prepares,
+    Prepares,
+);
 
-/// `{"name":value,...}` for a row of `values` with these column names.
-fn write_json_row(out: &mut Vec<u8>, names: &[String], values: &[Value]) -> Result<(), String> {
+/// `{"name":value,...}` for a row of `values` with these column names, as `compact_json` writes
+/// the dict of the row: absent values left out, objects (and every value `prepare` rewrites)
+/// written as the encoder writes them.
+fn write_json_row(
+    py: Python<'_>,
+    out: &mut Vec<u8>,
+    names: &[String],
+    values: &[Value],
+    objects: &JsonEncoder,
+    prepare: &[Option<Py<PyAny>>],
+) -> Result<(), String> {
     if names.len() != values.len() {
         return Err(format!("a row of {} values for {} columns", values.len(), names.len()));
     }
     out.push(b'{');
+    let mut first = true;
     for (index, (name, value)) in names.iter().zip(values).enumerate() {
-        if index > 0 {
+        let slot = value.slot();
+        if let Slot::Absent = slot {
+            continue;
+        }
+        if !first {
             out.push(b',');
         }
+        first = false;
         write_text(out, name.as_bytes());
         out.push(b':');
-        write_scalar(out, value.as_datum());
+        match (slot, prepare.get(index).and_then(Option::as_ref)) {
+            (Slot::Datum(datum), None) => write_scalar(out, datum),
+            (slot, prepare) => {
+                let object = slot_object(py, slot, prepare)?;
+                objects
+                    .write_value(py, out, &object)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
     }
     out.push(b'}');
     Ok(())
@@ -258,13 +408,14 @@ fn close_envelope(out: &mut Vec<u8>, schema: &Option<String>) {
 impl EventBatch {
     fn encode_json_event(
         &self,
-        plan: &JsonPlan,
+        py: Python<'_>,
+        plan: &JsonPlan<'_>,
         event: &Event,
         key: &mut Vec<u8>,
         value: &mut Vec<u8>,
     ) -> Result<(), String> {
         open_envelope(key, &plan.key_schema);
-        write_json_row(key, &plan.key_names, &event.key)?;
+        write_json_row(py, key, &plan.key_names, &event.key, &plan.objects, &plan.key_prepare)?;
         close_envelope(key, &plan.key_schema);
         open_envelope(value, &plan.value_schema);
         value.extend_from_slice(b"{\"op\":");
@@ -273,7 +424,14 @@ impl EventBatch {
             value.extend_from_slice(format!(",\"{name}\":").as_bytes());
             match row {
                 None => value.extend_from_slice(b"null"),
-                Some(values) => write_json_row(value, &plan.value_names, values)?,
+                Some(values) => write_json_row(
+                    py,
+                    value,
+                    &plan.value_names,
+                    values,
+                    &plan.objects,
+                    &plan.value_prepare,
+                )?,
             }
         }
         let (version, system, cluster, keyspace, table) = &plan.head;
@@ -362,17 +520,21 @@ impl EventBatch {
         tombstones: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let compiled = table_plans(plans, |plan| {
-            let (key_schema, value_schema, key_names, value_names, head): JsonPlanTuple = plan.extract()?;
+            let (key_schema, value_schema, key_names, value_names, head, objects, key_prepare, value_prepare): JsonPlanTuple =
+                plan.extract()?;
             Ok(JsonPlan {
                 key_schema,
                 value_schema,
                 key_names,
                 value_names,
                 head,
+                objects,
+                key_prepare,
+                value_prepare,
             })
         })?;
         self.messages(py, tombstones, |event, key, value| {
-            self.encode_json_event(plan_of(&compiled, event.table)?, event, key, value)
+            self.encode_json_event(py, plan_of(&compiled, event.table)?, event, key, value)
         })
     }
 
@@ -390,25 +552,29 @@ impl EventBatch {
         tombstones: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let compiled = table_plans(plans, |plan| {
-            let (key, key_prefix, value, value_prefix, head): PlanTuple<'py> = plan.extract()?;
+            let (key, key_prefix, value, value_prefix, head, key_prepare, value_prepare): PlanTuple<'py> =
+                plan.extract()?;
             Ok(AvroPlan {
                 key,
                 key_prefix,
                 value,
                 value_prefix,
                 head,
+                key_prepare,
+                value_prepare,
             })
         })?;
         self.messages(py, tombstones, |event, key, value| {
-            self.encode_event(plan_of(&compiled, event.table)?, event, key, value)
+            self.encode_event(py, plan_of(&compiled, event.table)?, event, key, value)
         })
     }
 }
 
 impl EventBatch {
-    /// `(tables, events, keys, values)`, a message per event as `encode` writes its key and value,
-    /// each keyed delete followed by its tombstone with `tombstones`; ValueError naming the event
-    /// `encode` failed on.
+    /// `(tables, events, keys, values, headers)`, a message per event as `encode` writes its key
+    /// and value (with the event's own headers), each keyed delete followed by its tombstone
+    /// (headers None: the sink gives tombstones theirs) with `tombstones`; ValueError naming the
+    /// event `encode` failed on.
     fn messages<'py>(
         &self,
         py: Python<'py>,
@@ -420,6 +586,7 @@ impl EventBatch {
         let mut sources: Vec<usize> = Vec::with_capacity(capacity);
         let mut keys: Vec<Bound<'py, PyAny>> = Vec::with_capacity(capacity);
         let mut values: Vec<Bound<'py, PyAny>> = Vec::with_capacity(capacity);
+        let mut headers: Vec<Bound<'py, PyAny>> = Vec::with_capacity(capacity);
         let mut key = Vec::with_capacity(64);
         let mut value = Vec::with_capacity(1024);
         for (index, event) in self.events.iter().enumerate() {
@@ -432,11 +599,16 @@ impl EventBatch {
             sources.push(index);
             keys.push(key_bytes.clone());
             values.push(PyBytes::new(py, &value).into_any());
+            headers.push(match &event.headers {
+                None => py.None().into_bound(py),
+                Some(pairs) => PyList::new(py, pairs)?.into_any(),
+            });
             if tombstones && event.op == b'd' && !event.key.is_empty() {
                 tables.push(event.table);
                 sources.push(index);
                 keys.push(key_bytes);
                 values.push(py.None().into_bound(py));
+                headers.push(py.None().into_bound(py));
             }
         }
         PyTuple::new(
@@ -446,6 +618,7 @@ impl EventBatch {
                 PyList::new(py, sources)?.into_any(),
                 PyList::new(py, keys)?.into_any(),
                 PyList::new(py, values)?.into_any(),
+                PyList::new(py, headers)?.into_any(),
             ],
         )
     }

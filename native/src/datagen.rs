@@ -188,6 +188,7 @@ impl DatagenPlan {
                 after,
                 position: format!("{{\"seq\":{seq}}}"),
                 ts_us,
+                headers: None,
             });
         }
         Ok(EventBatch {

@@ -254,6 +254,13 @@ impl JsonEncoder {
     }
 }
 
+impl JsonEncoder {
+    /// `value` as `compact_json` writes it, appended to `out`.
+    pub fn write_value(&self, py: Python<'_>, out: &mut Vec<u8>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.write(py, out, value, 0)
+    }
+}
+
 #[pymethods]
 impl JsonEncoder {
     /// ``default(value)`` replaces what JSON has no type for (cdcflow's ``json_default``).

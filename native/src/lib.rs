@@ -26,10 +26,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<commitlog::CommitLogDecoder>()?;
     m.add_class::<commitlog::FramedEntry>()?;
+    m.add_class::<commitlog::CompactBatchBuilder>()?;
     m.add_function(wrap_pyfunction!(commitlog::frame_section, m)?)?;
     m.add_class::<avro::AvroWriter>()?;
     m.add_class::<json::JsonEncoder>()?;
     m.add_class::<batch::EventBatch>()?;
+    m.add("ABSENT", batch::absent(m.py())?)?;
     m.add_class::<datagen::DatagenPlan>()?;
     m.add_function(wrap_pyfunction!(envelopes::json_envelope_rows, m)?)?;
     m.add_function(wrap_pyfunction!(envelopes::json_envelope_typed_rows, m)?)?;

@@ -169,8 +169,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             return None
         rejected: list[Rejected] = []
         produce = producer.produce
-        for table, event, key, value in zip(*encoded, strict=True):
-            headers = None if value is not None else list(TOMBSTONE_HEADERS)
+        for table, event, key, value, event_headers in zip(*encoded, strict=True):
+            headers = event_headers if value is not None else list(TOMBSTONE_HEADERS)
             try:
                 produce(topics[table], value=value, key=key, headers=headers)
             except (BufferError, KafkaException):

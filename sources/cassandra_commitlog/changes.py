@@ -30,7 +30,7 @@ from cdcflow.sources.cassandra_commitlog.mutation import (
 )
 from cdcflow.sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
 
-__all__ = ["RowChange", "cassandra_source", "change_event", "row_changes"]
+__all__ = ["VERSION", "RowChange", "cassandra_source", "change_event", "row_changes"]
 
 # What bytes that do not fit their type raise while decoding (ValueDecodeError is a ValueError;
 # ArithmeticError: a decimal whose scale no float or Decimal can take).
@@ -44,7 +44,8 @@ def _cdcflow_version() -> str:
         return "0"
 
 
-_VERSION = _cdcflow_version()
+VERSION = _cdcflow_version()
+"""cdcflow's version, as every Cassandra event's ``source.version`` gives it."""
 
 
 def cassandra_source(
@@ -57,7 +58,7 @@ def cassandra_source(
     snapshot: bool = False,
 ) -> SourceInfo:
     """The ``source`` block of every Cassandra event (seed 001): where the change was read, and when written."""
-    return SourceInfo("cassandra", cluster, keyspace, table, partition, position, ts_us, snapshot, _VERSION)
+    return SourceInfo("cassandra", cluster, keyspace, table, partition, position, ts_us, snapshot, VERSION)
 
 
 @dataclass(slots=True)

@@ -103,6 +103,7 @@ def _table_description(table: TableSchema) -> tuple[Any, ...]:
         columns(table.partition_key),
         columns(table.clustering),
         columns([*current, *dropped]),
+        len(current),
     )
 
 
@@ -132,9 +133,10 @@ class CompiledDecoder:
         reason: str | None = self._native.last_decline
         return reason
 
-    def section_entries(self, section: Section, after: int) -> tuple[list[Any], bool]:
-        """The section's entries past ``after`` (``FramedEntry``: ``changes`` set when decoded here)."""
-        items, clean_end = self._native.decode_section(section.payload, section.logical_start, after)
+    def section_entries(self, section: Section, after: int, compact: bool = False) -> tuple[list[Any], bool]:
+        """The section's entries past ``after`` (``FramedEntry``: ``changes`` set when decoded
+        here; with ``compact``, ``compact`` instead: the changes for a ``CompactBatchBuilder``)."""
+        items, clean_end = self._native.decode_section(section.payload, section.logical_start, after, compact)
         return items, clean_end
 
 
@@ -144,8 +146,9 @@ class CompiledFramer:
     cannot be framed, the reference's own :class:`EntryFault`.
 
     With ``decoder`` (called once per section, so a schema refreshed meanwhile is picked up), each
-    entry past ``after`` is also decoded to row changes; :attr:`decoder` is the one that decoded the
-    section being read. ``with_mutations=False`` frames positions only.
+    entry past ``after`` is also decoded to row changes (in compact form with ``compact``);
+    :attr:`decoder` is the one that decoded the section being read. ``with_mutations=False``
+    frames positions only.
     """
 
     def __init__(
@@ -154,17 +157,19 @@ class CompiledFramer:
         after: int = 0,
         decoder: Callable[[], CompiledDecoder] | None = None,
         with_mutations: bool = True,
+        compact: bool = False,
     ) -> None:
         self._native = native
         self._after = after
         self._decoder_for_section = decoder
         self._with_mutations = with_mutations
+        self._compact = compact
         self.decoder: CompiledDecoder | None = None
 
     def __call__(self, section: Section, path: Path | str, state: SegmentRead) -> Iterator[Any]:
         if self._decoder_for_section is not None:
             self.decoder = self._decoder_for_section()
-            items, clean_end = self.decoder.section_entries(section, self._after)
+            items, clean_end = self.decoder.section_entries(section, self._after, self._compact)
         else:
             items, clean_end = self._native.frame_section(
                 section.payload, section.logical_start, self._after, self._with_mutations

@@ -35,13 +35,20 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
+from cdcflow.batches import BatchTable, EventBatch
 from cdcflow.config import ResolvedPath
 from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
 from cdcflow.errors import ConfigError, SourceUnavailableError
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.metrics import source_counter
 from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
-from cdcflow.sources.cassandra_commitlog.changes import RowChange, cassandra_source, change_event, row_changes
+from cdcflow.sources.cassandra_commitlog.changes import (
+    VERSION,
+    RowChange,
+    cassandra_source,
+    change_event,
+    row_changes,
+)
 from cdcflow.sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
 from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer, UpdateChanges, compiled_core
 from cdcflow.sources.cassandra_commitlog.error_store import (
@@ -336,12 +343,15 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         durable_to: int | None = None,
         decode: bool = False,
         with_mutations: bool = True,
+        compact: bool = False,
     ) -> tuple[Iterator[Any], CompiledFramer | None]:
         """A segment's entries and faults, framed by the compiled core when it is built (then also
-        decoded to row changes with ``decode``), else by the reference reader."""
+        decoded to row changes with ``decode``, in compact form with ``compact``), else by the
+        reference reader."""
         if self._native is None:
             return read_entries(data, path, after=after, durable_to=durable_to, state=state), None
-        framer = CompiledFramer(self._native, after, self._compiled_decoder if decode else None, with_mutations)
+        decoder = self._compiled_decoder if decode else None
+        framer = CompiledFramer(self._native, after, decoder, with_mutations, compact)
         return read_framed(data, path, framer, after=after, durable_to=durable_to, state=state), framer
 
     # --- partitions and offsets --------------------------------------------------------------
@@ -537,6 +547,65 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         else:
             for changes, segment_id, position in self._decoded(first, last, self._decode_changes, compiled=True):
                 yield from self._events(changes, segment_id, position)
+
+    def read_event_batches(
+        self, partition: Partition, start: Offset, end: Offset, batch_size: int
+    ) -> Iterator[EventBatch] | None:
+        """delta: the range's events in the compiled core's compact batches, when every entry in
+        it is one the compiled core decodes with the current schema to compact changes; else None,
+        and ``read`` gives the range (the reference's events, the error store, schema changes)."""
+        if (
+            self._native is None
+            or self.config.row_image != "delta"
+            or self._slice(partition) is not None
+            or self._replica_filter is not None  # its decision is per partition update, in Python
+        ):
+            return None
+        batches = self._compact_batches(_Position.of(start), _Position.of(end), batch_size)
+        return None if batches is None else iter(batches)
+
+    def _compact_batches(self, first: _Position, last: _Position, batch_size: int) -> list[EventBatch] | None:
+        assert self._native is not None
+        builder = self._native.CompactBatchBuilder()
+        batches: list[EventBatch] = []
+        for segment_id, path in self._segments(first.segment):
+            if segment_id > last.segment:
+                break
+            after = first.position if segment_id == first.segment else 0
+            up_to = last.position if segment_id == last.segment else None
+            state = SegmentRead()
+            try:
+                data = self._cached[1] if self._cached and self._cached[0] == path else path.read_bytes()
+                entries, framer = self._entries(data, path, state, after=after, decode=True, compact=True)
+                for item in entries:
+                    if up_to is not None and item.end > up_to:
+                        break
+                    decoder = framer.decoder if framer is not None else None
+                    if (
+                        isinstance(item, EntryFault)
+                        or decoder is None
+                        or decoder.catalog is not self._catalog  # refreshed since: the reference's schema
+                        or not builder.add(item, segment_id)
+                    ):
+                        return None
+                    while len(builder) >= batch_size:
+                        batches.append(self._compact_batch(builder, batch_size))
+            except CommitLogError:
+                return None
+            if state.section_error is not None:
+                return None
+        if len(builder):
+            batches.append(self._compact_batch(builder, None))
+        return batches
+
+    def _compact_batch(self, builder: Any, count: int | None) -> EventBatch:
+        events = builder.take(self.node, int(time.time() * 1000), count)
+        cluster = self.config.cluster
+        tables = [
+            BatchTable(table.row_schema(cluster), "cassandra", cluster, table.keyspace, table.table, version=VERSION)
+            for table in builder.tables()
+        ]
+        return EventBatch(events, tables)
 
     def _decoded(
         self, first: _Position, last: _Position, decode: Callable[..., _Decoded | None], compiled: bool

@@ -115,6 +115,8 @@ def _plans(batch: EventBatch, value_schema: Any = None) -> list[Any]:
                 NATIVE.AvroWriter(value_schema or avro_value_schema(sample), logical_type_preparers(), rows=True),
                 value_prefix,
                 (table.version, table.system, table.cluster, table.keyspace, table.table),
+                (),  # no column rewritten
+                (),
             )
         )
     return plans
@@ -127,7 +129,8 @@ def test_compact_avro_messages_are_what_fastavro_writes_for_each_event(
 ) -> None:
     _, batches = _both_ways(_source({**config, "count": 200}), 100, 64)
     for batch in batches:
-        tables, events, keys, values = batch.events.encode_avro(_plans(batch), tombstones)
+        tables, events, keys, values, headers = batch.events.encode_avro(_plans(batch), tombstones)
+        assert headers == [None] * len(keys)  # datagen's events have none
         expected: list[tuple[int, int, bytes, bytes | None]] = []
         for index, event in enumerate(batch.records()):
             table = batch.tables.index(next(t for t in batch.tables if t.table == event.source.table))

@@ -13,7 +13,8 @@ use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use mutation::{Column, MutationDecoder, Table, Tables, Wanted};
+use mutation::{Column, CompactChange, MutationDecoder, Table, Tables, Wanted};
+use crate::batch::{Event, EventBatch, Value};
 use values::{CqlType, Decline, R};
 
 /// The smallest mutation there can be (Cassandra's own bound): guards against garbage.
@@ -33,6 +34,14 @@ pub struct FramedEntry {
     fault: Option<Py<PyString>>,
     /// The decoded partition updates `[(TableSchema, key, [RowChange])]`; None when not decoded here.
     changes: Option<Py<PyList>>,
+    /// The row changes in compact form, when the section was decoded for compact batches.
+    compact: Option<Py<CompactChanges>>,
+}
+
+/// One entry's row changes in compact form, for `CompactBatchBuilder.add`.
+#[pyclass(frozen, module = "cdcflow._native")]
+pub struct CompactChanges {
+    changes: Vec<CompactChange>,
 }
 
 enum Framed<'a> {
@@ -150,6 +159,13 @@ fn with_bytes<T>(payload: &Bound<'_, PyAny>, body: impl FnOnce(&[u8]) -> PyResul
     body(data)
 }
 
+/// What a decoded entry carries: its row changes, as Python objects or in compact form.
+enum Decoded<'py> {
+    Not,
+    Changes(Bound<'py, PyList>),
+    Compact(Vec<CompactChange>),
+}
+
 fn framed_entry(
     py: Python<'_>,
     base: i64,
@@ -157,8 +173,13 @@ fn framed_entry(
     end: usize,
     mutation: Option<&[u8]>,
     fault: Option<&str>,
-    changes: Option<Bound<'_, PyList>>,
+    decoded: Decoded<'_>,
 ) -> PyResult<Py<FramedEntry>> {
+    let (changes, compact) = match decoded {
+        Decoded::Not => (None, None),
+        Decoded::Changes(changes) => (Some(changes.unbind()), None),
+        Decoded::Compact(changes) => (None, Some(Py::new(py, CompactChanges { changes })?)),
+    };
     Py::new(
         py,
         FramedEntry {
@@ -166,7 +187,8 @@ fn framed_entry(
             end: base + end as i64,
             mutation: mutation.map(|m| PyBytes::new(py, m).unbind()),
             fault: fault.map(|f| PyString::new(py, f).unbind()),
-            changes: changes.map(|c| c.unbind()),
+            changes,
+            compact,
         },
     )
 }
@@ -190,7 +212,7 @@ pub fn frame_section(
                 Framed::Entry { start, end, mutation } => {
                     if base + end as i64 > after {
                         let bytes = if with_mutations { Some(mutation) } else { None };
-                        out.push(framed_entry(py, base, start, end, bytes, None, None)?);
+                        out.push(framed_entry(py, base, start, end, bytes, None, Decoded::Not)?);
                     }
                 }
                 Framed::Fault {
@@ -200,7 +222,7 @@ pub fn frame_section(
                     reason,
                 } => {
                     if base + end as i64 > after {
-                        out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), None)?);
+                        out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), Decoded::Not)?);
                     }
                 }
             }
@@ -235,6 +257,20 @@ impl PyTables {
         };
         let keyspace = description.get_item(1)?.cast_into::<PyString>()?;
         let columns = columns_of(5)?;
+        let partition_key = columns_of(3)?;
+        let clustering = columns_of(4)?;
+        // The event schema's value columns: the key columns, then the current ones by name (as
+        // Python sorts str: by code point, which is UTF-8 byte order).
+        let current: usize = description.get_item(6)?.extract()?;
+        let mut names: Vec<(String, usize)> = Vec::with_capacity(current);
+        for (index, column) in columns.iter().take(current).enumerate() {
+            names.push((column.name.bind(py).to_str()?.to_string(), index));
+        }
+        names.sort();
+        let mut value_positions = vec![None; columns.len()];
+        for (rank, (_, index)) in names.iter().enumerate() {
+            value_positions[*index] = Some(partition_key.len() + clustering.len() + rank);
+        }
         let mut by_name = HashMap::new();
         for (index, column) in columns.iter().enumerate() {
             by_name
@@ -247,10 +283,11 @@ impl PyTables {
             schema_table: keyspace.to_str()? == "system_schema",
             keyspace: keyspace.unbind(),
             table: description.get_item(2)?.cast_into::<PyString>()?.unbind(),
-            partition_key: columns_of(3)?,
-            clustering: columns_of(4)?,
+            partition_key,
+            clustering,
             columns,
             by_name,
+            value_positions,
         })
     }
 }
@@ -347,14 +384,16 @@ impl CommitLogDecoder {
     }
 
     /// The entries of one section past ``after``, each decoded when the compiled core can (its
-    /// ``changes``), else carrying its ``mutation`` for the reference; and whether a zero size
-    /// ended the section.
+    /// ``changes``, or with ``compact`` its ``compact`` changes), else carrying its ``mutation``
+    /// for the reference; and whether a zero size ended the section.
+    #[pyo3(signature = (payload, base, after, compact = false))]
     fn decode_section(
         &self,
         py: Python<'_>,
         payload: &Bound<'_, PyAny>,
         base: i64,
         after: i64,
+        compact: bool,
     ) -> PyResult<(Vec<Py<FramedEntry>>, bool)> {
         let mut state = self
             .state
@@ -370,17 +409,24 @@ impl CommitLogDecoder {
                         if base + end as i64 <= after {
                             continue;
                         }
-                        match state.decoder.decode(py, mutation, &mut state.tables) {
-                            // The bytes stay with the changes: the source decodes them again with the
-                            // reference if the schema changed since this section was decoded.
-                            Ok(changes) => {
-                                out.push(framed_entry(py, base, start, end, Some(mutation), None, Some(changes))?)
-                            }
-                            Err(decline) => {
-                                state.last_decline = Some(decline.0);
-                                out.push(framed_entry(py, base, start, end, Some(mutation), None, None)?);
-                            }
-                        }
+                        let decoded = if compact {
+                            state
+                                .decoder
+                                .decode_compact(py, mutation, &mut state.tables)
+                                .map(Decoded::Compact)
+                        } else {
+                            state
+                                .decoder
+                                .decode(py, mutation, &mut state.tables)
+                                .map(Decoded::Changes)
+                        };
+                        // The bytes stay with the changes: the source decodes them again with the
+                        // reference if the schema changed since this section was decoded.
+                        let decoded = decoded.unwrap_or_else(|decline| {
+                            state.last_decline = Some(decline.0);
+                            Decoded::Not
+                        });
+                        out.push(framed_entry(py, base, start, end, Some(mutation), None, decoded)?);
                     }
                     Framed::Fault {
                         start,
@@ -389,7 +435,7 @@ impl CommitLogDecoder {
                         reason,
                     } => {
                         if base + end as i64 > after {
-                            out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), None)?);
+                            out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), Decoded::Not)?);
                         }
                     }
                 }
@@ -402,5 +448,82 @@ impl CommitLogDecoder {
     #[getter]
     fn last_decline(&self) -> Option<&'static str> {
         self.state.lock().ok().and_then(|state| state.last_decline)
+    }
+}
+
+/// Compact commit-log events gathered entry by entry into `EventBatch`es: the events
+/// `CassandraCommitLogSource.read` gives for the same entries (delta row images), without a
+/// Python object per event.
+#[pyclass(module = "cdcflow._native")]
+pub struct CompactBatchBuilder {
+    events: Vec<Event>,
+    /// The `TableSchema` of each table index the events name.
+    tables: Vec<Py<PyAny>>,
+    table_index: HashMap<[u8; 16], u16>,
+}
+
+#[pymethods]
+impl CompactBatchBuilder {
+    #[new]
+    fn new() -> Self {
+        CompactBatchBuilder {
+            events: Vec::new(),
+            tables: Vec::new(),
+            table_index: HashMap::new(),
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Adds the compact changes of ``entry`` (read in segment ``segment``), their positions as
+    /// ``{"segment", "position": entry.end, "index"}``; False when it has none (the caller reads
+    /// the range with the reference instead).
+    fn add(&mut self, py: Python<'_>, entry: PyRef<'_, FramedEntry>, segment: i64) -> PyResult<bool> {
+        let Some(compact) = &entry.compact else {
+            return Ok(false);
+        };
+        for (index, change) in compact.get().changes.iter().enumerate() {
+            let next = self.tables.len();
+            let table = *self.table_index.entry(change.table.id).or_insert(next as u16);
+            if table as usize == next {
+                if next >= u16::MAX as usize {
+                    return Ok(false);
+                }
+                self.tables.push(change.table.schema.clone_ref(py));
+            }
+            let clone = |row: &[Value]| row.iter().map(|v| v.clone_ref(py)).collect::<Vec<_>>();
+            self.events.push(Event {
+                op: change.op,
+                table,
+                key: clone(&change.key),
+                before: None,
+                after: change.after.as_deref().map(clone),
+                position: format!("{{\"index\":{index},\"position\":{},\"segment\":{segment}}}", entry.end),
+                ts_us: change.ts_us,
+                headers: change.headers.clone(),
+            });
+        }
+        Ok(true)
+    }
+
+    /// The ``TableSchema`` of each table index of the batches taken.
+    fn tables(&self, py: Python<'_>) -> Vec<Py<PyAny>> {
+        self.tables.iter().map(|t| t.clone_ref(py)).collect()
+    }
+
+    /// The first ``count`` events gathered (all with None) as a batch of ``partition`` processed
+    /// at ``ts_ms``.
+    #[pyo3(signature = (partition, ts_ms, count = None))]
+    fn take(&mut self, partition: String, ts_ms: i64, count: Option<usize>) -> EventBatch {
+        let count = count.unwrap_or(self.events.len()).min(self.events.len());
+        let rest = self.events.split_off(count);
+        EventBatch {
+            events: std::mem::replace(&mut self.events, rest),
+            partition,
+            ts_ms,
+            snapshot: false,
+        }
     }
 }

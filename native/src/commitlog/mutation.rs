@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::values::{int, int128, read_unsigned_vint, CqlType, Decline, Kind, R};
+use crate::batch::Value;
 use crate::objects::RecordClass;
 
 const TIMESTAMP_EPOCH_US: u64 = 1_442_880_000_000_000;
@@ -154,6 +155,30 @@ pub struct Table {
     pub by_name: HashMap<Vec<u8>, usize>,
     /// `keyspace == "system_schema"`: such updates feed schema-change events, left to the reference.
     pub schema_table: bool,
+    /// Where each of `columns` sits among the events' value columns (`TableSchema.row_schema`:
+    /// the key columns, then the current columns by name); None for a dropped column.
+    pub value_positions: Vec<Option<usize>>,
+}
+
+impl Table {
+    fn key_width(&self) -> usize {
+        self.partition_key.len() + self.clustering.len()
+    }
+
+    fn value_width(&self) -> usize {
+        self.key_width() + self.value_positions.iter().filter(|p| p.is_some()).count()
+    }
+}
+
+/// One row change in compact form: what `changes.change_event` makes an event of, with the key
+/// and the row in the event schema's column order (an untouched column absent).
+pub struct CompactChange {
+    pub table: Arc<Table>,
+    pub op: u8,
+    pub key: Vec<Value>,
+    pub after: Option<Vec<Value>>,
+    pub ts_us: i64,
+    pub headers: Option<Vec<(String, String)>>,
 }
 
 struct Cell {
@@ -279,6 +304,38 @@ impl MutationDecoder {
 
     /// The mutation's wanted partition updates as `[(TableSchema, key bytes, [RowChange, ...]), ...]`.
     pub fn decode<'py>(&mut self, py: Python<'py>, data: &[u8], tables: &mut dyn Tables) -> R<Bound<'py, PyList>> {
+        let wanted_updates = self.parse(py, data, tables)?;
+        let result = PyList::empty(py);
+        for index in wanted_updates {
+            let update = &self.arena.updates[index];
+            let changes = self.row_changes(py, data, update)?;
+            let entry = PyTuple::new(
+                py,
+                [
+                    update.table.schema.bind(py).clone(),
+                    PyBytes::new(py, update.key.of(data)).into_any(),
+                    changes.into_any(),
+                ],
+            )?;
+            result.append(entry)?;
+        }
+        Ok(result)
+    }
+
+    /// The mutation's wanted row changes in compact form, in the order `decode` gives them.
+    /// Declines what compact changes do not carry (range deletions, multi-cell columns: the
+    /// caller reads those through `decode` and the reference's events).
+    pub fn decode_compact(&mut self, py: Python<'_>, data: &[u8], tables: &mut dyn Tables) -> R<Vec<CompactChange>> {
+        let wanted_updates = self.parse(py, data, tables)?;
+        let mut changes = Vec::new();
+        for index in wanted_updates {
+            self.compact_changes(py, data, &self.arena.updates[index], &mut changes)?;
+        }
+        Ok(changes)
+    }
+
+    /// Parses the mutation into the arena; the indexes of the wanted partition updates.
+    fn parse(&mut self, py: Python<'_>, data: &[u8], tables: &mut dyn Tables) -> R<Vec<usize>> {
         self.arena.clear();
         let mut wanted_updates: Vec<usize> = Vec::new();
         let mut cursor = Cursor { data, pos: 0 };
@@ -308,21 +365,7 @@ impl MutationDecoder {
         if !finished_early && cursor.pos != data.len() {
             return Err(Decline("bytes left after the mutation"));
         }
-        let result = PyList::empty(py);
-        for index in wanted_updates {
-            let update = &self.arena.updates[index];
-            let changes = self.row_changes(py, data, update)?;
-            let entry = PyTuple::new(
-                py,
-                [
-                    update.table.schema.bind(py).clone(),
-                    PyBytes::new(py, update.key.of(data)).into_any(),
-                    changes.into_any(),
-                ],
-            )?;
-            result.append(entry)?;
-        }
-        Ok(result)
+        Ok(wanted_updates)
     }
 
     // --- parsing ----------------------------------------------------------------------------------
@@ -935,6 +978,127 @@ impl MutationDecoder {
             ],
         )?)
     }
+}
+
+// --- compact row changes -----------------------------------------------------------------------
+
+impl MutationDecoder {
+    /// `row_changes` in compact form, appended to `out`.
+    fn compact_changes(&self, py: Python<'_>, data: &[u8], update: &Update, out: &mut Vec<CompactChange>) -> R<()> {
+        let table = &update.table;
+        if table.partition_key.len() != update.key_parts.len() {
+            return Err(Decline("partition key parts do not match the table's key columns"));
+        }
+        if update.markers.0 != update.markers.1 {
+            return Err(Decline("a range deletion: its bounds are written by the reference"));
+        }
+        // The partition key, the clustering columns absent (a partition's own changes have none).
+        let mut partition_key = Vec::with_capacity(table.key_width());
+        for (column, part) in table.partition_key.iter().zip(&update.key_parts) {
+            partition_key.push(column.cql.compact(py, part.of(data))?);
+        }
+        let key_of = |clustering: &[Option<Span>]| -> R<Vec<Value>> {
+            let mut key: Vec<Value> = partition_key.iter().map(|v| v.clone_ref(py)).collect();
+            for (index, column) in table.clustering.iter().enumerate() {
+                key.push(match clustering.get(index) {
+                    None => Value::Absent,
+                    Some(None) => Value::Null,
+                    Some(Some(span)) => column.cql.compact(py, span.of(data))?,
+                });
+            }
+            Ok(key)
+        };
+        if let Some(deletion) = update.partition_deletion {
+            out.push(deletion_change(table, key_of(&[])?, deletion.marked_for_delete_at, "partition"));
+        }
+        if let Some(static_row) = update.static_row {
+            out.push(self.compact_row(py, data, table, key_of(&[])?, &self.arena.rows[static_row])?);
+        }
+        for row in &self.arena.rows[update.rows.0..update.rows.1] {
+            let key = key_of(&self.arena.clustering[row.clustering.0..row.clustering.1])?;
+            out.push(self.compact_row(py, data, table, key, row)?);
+        }
+        Ok(())
+    }
+
+    /// `row_change` in compact form: the row's values in the event schema's column order.
+    fn compact_row(&self, py: Python<'_>, data: &[u8], table: &Arc<Table>, key: Vec<Value>, row: &Row) -> R<CompactChange> {
+        let cells = &self.arena.cells[row.cells.0..row.cells.1];
+        if let (Some(deletion), true) = (row.deletion, cells.is_empty()) {
+            return Ok(deletion_change(table, key, deletion.marked_for_delete_at, "row"));
+        }
+        if row.complex_deletions.0 != row.complex_deletions.1 {
+            return Err(Decline("a multi-cell column replaced or deleted: written by the reference"));
+        }
+        let mut after: Vec<Value> = Vec::with_capacity(table.value_width());
+        after.extend(key.iter().map(|v| v.clone_ref(py)));
+        after.resize_with(table.value_width(), || Value::Absent);
+        let mut ts_us = row.timestamp.unwrap_or(0);
+        let mut ttl: Vec<(usize, i128)> = Vec::new();
+        let mut last_position = None;
+        for cell in cells {
+            if cell.path.is_some() {
+                return Err(Decline("a multi-cell column: written by the reference"));
+            }
+            ts_us = ts_us.max(cell.timestamp);
+            let position = table.value_positions[cell.column].ok_or(Decline("a cell of a dropped column"))?;
+            // The reference's row is a dict in cell order: the compact row is in column order,
+            // which is the same order only while cells come sorted by name, as Cassandra writes them.
+            if last_position.is_some_and(|last| position <= last) {
+                return Err(Decline("cells out of column order"));
+            }
+            last_position = Some(position);
+            if let (Some(cell_ttl), false) = (cell.ttl, cell.deleted) {
+                ttl.push((cell.column, cell_ttl));
+            }
+            after[position] = if cell.deleted {
+                Value::Null
+            } else {
+                table.columns[cell.column].cql.compact(py, cell.value.of(data))?
+            };
+        }
+        let headers = if ttl.is_empty() {
+            None
+        } else {
+            Some(vec![("cdc.ttl".to_string(), ttl_header(py, table, &ttl)?)])
+        };
+        Ok(CompactChange {
+            table: table.clone(),
+            op: if row.timestamp.is_some() { b'c' } else { b'u' },
+            key,
+            after: Some(after),
+            ts_us,
+            headers,
+        })
+    }
+}
+
+/// A deletion's compact change: no row, its kind in `cdc.deletion`.
+fn deletion_change(table: &Arc<Table>, key: Vec<Value>, ts_us: i64, kind: &str) -> CompactChange {
+    CompactChange {
+        table: table.clone(),
+        op: b'd',
+        key,
+        after: None,
+        ts_us,
+        headers: Some(vec![("cdc.deletion".to_string(), kind.to_string())]),
+    }
+}
+
+/// `json.dumps(ttl, sort_keys=True)` of `{column name: seconds}`, as the reference's header.
+fn ttl_header(py: Python<'_>, table: &Table, ttl: &[(usize, i128)]) -> R<String> {
+    let mut named: Vec<(String, i128)> = Vec::with_capacity(ttl.len());
+    for (column, seconds) in ttl {
+        let name = table.columns[*column].name.bind(py).to_str()?.to_string();
+        // json.dumps escapes these (and everything past ASCII): such names go to the reference.
+        if !name.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
+            return Err(Decline("a TTL column name json.dumps would escape"));
+        }
+        named.push((name, *seconds));
+    }
+    named.sort();
+    let entries: Vec<String> = named.iter().map(|(name, seconds)| format!("\"{name}\": {seconds}")).collect();
+    Ok(format!("{{{}}}", entries.join(", ")))
 }
 
 fn decode_optional<'py>(py: Python<'py>, data: &[u8], cql: &CqlType, value: Option<Span>) -> R<Bound<'py, PyAny>> {

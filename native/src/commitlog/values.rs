@@ -15,6 +15,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::batch::Value;
+
 /// The compiled core declines an input: the reference decides (it decodes, or raises the error).
 #[derive(Debug, Clone, Copy)]
 pub struct Decline(pub &'static str);
@@ -246,6 +248,57 @@ impl CqlType {
         }
     }
 
+    /// The value `decode` gives, held by the core where it can be (numbers, text, booleans,
+    /// uuids: what a compact batch writes without a Python object), else as that Python object.
+    pub fn compact(&self, py: Python<'_>, raw: &[u8]) -> R<Value> {
+        fn fixed<const N: usize>(raw: &[u8], convert: impl Fn(&[u8; N]) -> i64) -> R<Value> {
+            match <[u8; N]>::try_from(raw) {
+                Ok(bytes) => Ok(Value::Long(convert(&bytes))),
+                Err(_) if raw.is_empty() => Ok(Value::Null),
+                Err(_) => Err(Decline("integer of the wrong length")),
+            }
+        }
+        match self.kind {
+            // Strict UTF-8 both ways: Rust's check refuses exactly what CPython's strict decoder does.
+            Kind::Text => std::str::from_utf8(raw)
+                .map(|text| Value::Text(text.to_owned()))
+                .map_err(|_| Decline("not UTF-8")),
+            Kind::Boolean => Ok(if raw.is_empty() {
+                Value::Null
+            } else {
+                Value::Bool(raw != [0u8])
+            }),
+            Kind::TinyInt => fixed::<1>(raw, |b| b[0] as i8 as i64),
+            Kind::SmallInt => fixed::<2>(raw, |b| i16::from_be_bytes(*b) as i64),
+            Kind::Int => fixed::<4>(raw, |b| i32::from_be_bytes(*b) as i64),
+            Kind::BigInt => fixed::<8>(raw, |b| i64::from_be_bytes(*b)),
+            Kind::Date => fixed::<4>(raw, |b| u32::from_be_bytes(*b) as i64 - (1i64 << 31)),
+            Kind::Double => match <[u8; 8]>::try_from(raw) {
+                Ok(bytes) => Ok(Value::Double(f64::from_be_bytes(bytes))),
+                Err(_) if raw.is_empty() => Ok(Value::Null),
+                Err(_) => Err(Decline("double of the wrong length")),
+            },
+            Kind::Float => match <[u8; 4]>::try_from(raw) {
+                Ok(bytes) => Ok(Value::Double(f32::from_be_bytes(bytes) as f64)),
+                Err(_) if raw.is_empty() => Ok(Value::Null),
+                Err(_) => Err(Decline("float of the wrong length")),
+            },
+            Kind::Uuid => match <[u8; 16]>::try_from(raw) {
+                Ok(bytes) => Ok(Value::Text(uuid_string(&bytes))),
+                Err(_) if raw.is_empty() => Ok(Value::Null),
+                Err(_) => Err(Decline("uuid of the wrong length")),
+            },
+            _ => {
+                let object = self.decode(py, raw)?;
+                Ok(if object.is_none() {
+                    Value::Null
+                } else {
+                    Value::Py(object.unbind())
+                })
+            }
+        }
+    }
+
     fn reference_decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> R<Bound<'py, PyAny>> {
         Ok(self
             .reference
@@ -403,19 +456,20 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// `str(uuid.UUID(bytes=raw))`: lowercase 8-4-4-4-12.
 pub fn uuid_text<'py>(py: Python<'py>, raw: &[u8; 16]) -> Bound<'py, PyString> {
-    let mut out = [0u8; 36];
-    let mut at = 0;
+    PyString::new(py, &uuid_string(raw))
+}
+
+/// `str(uuid.UUID(bytes=raw))` as a Rust string.
+pub fn uuid_string(raw: &[u8; 16]) -> String {
+    let mut out = String::with_capacity(36);
     for (index, byte) in raw.iter().enumerate() {
         if matches!(index, 4 | 6 | 8 | 10) {
-            out[at] = b'-';
-            at += 1;
+            out.push('-');
         }
-        out[at] = HEX[(byte >> 4) as usize];
-        out[at + 1] = HEX[(byte & 0xF) as usize];
-        at += 2;
+        out.push(HEX[(byte >> 4) as usize] as char);
+        out.push(HEX[(byte & 0xF) as usize] as char);
     }
-    // The buffer is ASCII.
-    PyString::new(py, std::str::from_utf8(&out).unwrap_or_default())
+    out
 }
 
 fn hex(raw: &[u8]) -> String {

@@ -1,0 +1,227 @@
+"""Compact commit-log batches give exactly the events (and Kafka messages) the source's ``read``
+gives: random tables of every CQL type and random mutations of them (tests/commitlog_writer.py),
+and the real segments of tests/fixtures/commitlog.
+
+What a compact batch holds is checked against ``changes.change_event`` over the compiled
+decoder's row changes (held equal to the reference's by test_compiled_commitlog.py); what the
+converters write for a batch against what they write for each of those events. A mutation the
+compact form does not carry (a range deletion, a multi-cell column) must be declined, never
+written differently. Skipped when the compiled core is not built (or CDCFLOW_PURE_PYTHON=1).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdcflow.batches import BatchTable, EventBatch
+from cdcflow.contract import PluginContext
+from cdcflow.converters import AvroConverter, AvroConverterConfig, JsonConverter, JsonConverterConfig
+from cdcflow.events import ChangeEvent, Op
+from cdcflow.native import native_module
+from cdcflow.sources.cassandra_commitlog.changes import VERSION, change_event
+from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema
+from cdcflow.sources.cassandra_commitlog.segment import Entry, Section, read_entries
+from tests.commitlog_writer import catalogs, mutations
+
+NATIVE = native_module()
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
+
+if NATIVE is not None:
+    from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"
+FORMATS = sorted(p.name for p in FIXTURES.iterdir() if (p / "schema.json").exists())
+CONTEXT = PluginContext("compact", Path("compact.yaml"))
+CLUSTER, NODE, SEGMENT, NOW_MS = "c1", "node-1", 7, 1_795_000_000_000
+BASE = 1000  # the section's logical start: positions are offsets past it
+
+
+def _not_schema(table: TableSchema) -> bool:
+    return table.keyspace != "system_schema"  # as the source: schema updates are the reference's
+
+
+def _framed(mutation: bytes) -> bytes:
+    """The mutation framed as Cassandra frames a sync section's entries (size, its CRC, the
+    mutation, the CRC of both)."""
+    size = struct.pack(">i", len(mutation))
+    size_crc = zlib.crc32(size)
+    return size + struct.pack(">I", size_crc) + mutation + struct.pack(">I", zlib.crc32(mutation, size_crc))
+
+
+def _reference_events(decoder: Any, mutation: bytes, position: int) -> list[ChangeEvent] | None:
+    """The events ``read`` gives for the entry (None: the compiled decoder declines it)."""
+    updates = decoder.decode(mutation)
+    if updates is None:
+        return None
+    events, index = [], 0
+    for table, _, changes in updates:
+        for change in changes:
+            schema = table.row_schema(CLUSTER)
+            events.append(change_event(change, schema, CLUSTER, NODE, SEGMENT, position, index, NOW_MS))
+            index += 1
+    return events
+
+
+def _batch(builder: Any) -> EventBatch:
+    events = builder.take(NODE, NOW_MS)
+    tables = [
+        BatchTable(t.row_schema(CLUSTER), "cassandra", CLUSTER, t.keyspace, t.table, version=VERSION)
+        for t in builder.tables()
+    ]
+    return EventBatch(events, tables)
+
+
+def _compact_and_reference(
+    catalog: SchemaCatalog, mutation_list: list[bytes]
+) -> tuple[EventBatch, list[Any], list[tuple[bytes, str | None]]]:
+    """The entries the compact form takes, as one batch, with the reference's events for them;
+    and the mutations it declined."""
+    decoder = CompiledDecoder(catalog, _not_schema)
+    builder = NATIVE.CompactBatchBuilder()
+    expected: list[Any] = []
+    declined: list[tuple[bytes, str | None]] = []
+    base = BASE
+    for mutation in mutation_list:
+        # A section each, one after the other: each decline's reason is the decoder's last.
+        framed = _framed(mutation)
+        (item,), _ = decoder.section_entries(Section(0, len(framed), base, framed), base - 1, compact=True)
+        base += len(framed)
+        reason = decoder.last_decline
+        reference = _reference_events(decoder, mutation, item.end)
+        if builder.add(item, SEGMENT):
+            assert reference is not None, "compact changes for a mutation the compiled decoder declines"
+            expected.extend(reference)
+        else:
+            declined.append((mutation, reason))
+    return _batch(builder), expected, declined
+
+
+def _same_events(got: list[ChangeEvent], expected: list[ChangeEvent]) -> None:
+    # repr: every field, values with their types (1 is not 1.0 nor True), dicts in their order;
+    # but a position's keys in sorted order on both sides: it travels as canonical JSON text
+    # (SourceInfo.position_text), and a batch holds it so.
+    def comparable(event: ChangeEvent) -> str:
+        source = replace(event.source, position=dict(sorted(event.source.position.items())))
+        return repr(event.with_changes(source=source))
+
+    assert len(got) == len(expected)
+    for index, (event, reference) in enumerate(zip(got, expected, strict=True)):
+        assert comparable(event) == comparable(reference), f"event {index}"
+
+
+# Why the compact form declines a mutation the compiled decoder decodes (mutation.rs): changes
+# whose rows or headers only the reference writes.
+NOT_CARRIED = {
+    "a range deletion: its bounds are written by the reference",
+    "a multi-cell column: written by the reference",
+    "a multi-cell column replaced or deleted: written by the reference",
+    "a cell of a dropped column",
+    "a TTL column name json.dumps would escape",
+}
+
+
+def _declines_only_what_it_does_not_carry(catalog: SchemaCatalog, mutation: bytes, reason: str | None) -> None:
+    """A mutation the compact form declines is one the compiled decoder declines too, or one
+    with a change compact rows do not carry."""
+    if CompiledDecoder(catalog, _not_schema).decode(mutation) is not None:
+        assert reason in NOT_CARRIED, f"declined a mutation compact rows carry: {reason}"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), catalog=catalogs())
+def test_compact_batches_of_random_mutations_hold_the_events_read_gives(
+    data: st.DataObject, catalog: SchemaCatalog
+) -> None:
+    mutation_list = data.draw(st.lists(mutations(catalog), min_size=1, max_size=4))
+    batch, expected, declined = _compact_and_reference(catalog, mutation_list)
+    _same_events(batch.records(), expected)
+    _same_events([batch.record(i) for i in range(len(batch))], expected)
+    for mutation, reason in declined:
+        _declines_only_what_it_does_not_carry(catalog, mutation, reason)
+
+
+class _Registry:
+    """Schema ids for the Avro converter: the registry is not what is tested here (the
+    integration tests run the real one); what the converter writes for each event is."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def register(self, subject: str, schema: Any) -> int:
+        return self.ids.setdefault(subject, len(self.ids) + 1)
+
+
+def _converters() -> list[Any]:
+    converters: list[Any] = []
+    for decimal_handling in ("precise", "double", "string"):
+        for schemas_enable in (True, False):
+            config = {"type": "json", "schemas_enable": schemas_enable, "decimal_handling": decimal_handling}
+            converters.append(JsonConverter(JsonConverterConfig.model_validate(config), CONTEXT))
+        avro = AvroConverter(
+            AvroConverterConfig.model_validate(
+                {"type": "avro", "schema_registry_url": "http://registry.invalid", "decimal_handling": decimal_handling}
+            ),
+            CONTEXT,
+        )
+        avro._registry = _Registry()  # type: ignore[assignment]
+        converters.append(avro)
+    return converters
+
+
+CONVERTERS = _converters() if NATIVE is not None else []
+
+
+def _assert_messages_as_per_event(converter: Any, batch: EventBatch, tombstones: bool) -> None:
+    destinations = [t.destination() for t in batch.tables]
+    expected: list[tuple[Any, ...]] = []
+    for index, event in enumerate(batch.records()):
+        try:
+            key = converter.serialize_key(event, event.destination())
+            value = converter.serialize_value(event, event.destination())
+        except Exception:
+            # An event the converter rejects: the batch must then decline, so that it is rejected alone.
+            assert converter.serialize_event_batch(batch, destinations, tombstones) is None
+            return
+        headers = list(event.headers.items()) if event.headers else None
+        expected.append((destinations.index(event.destination()), index, key, value, headers))
+        if tombstones and event.op is Op.DELETE and event.key:
+            expected.append((destinations.index(event.destination()), index, key, None, None))
+    encoded = converter.serialize_event_batch(batch, destinations, tombstones)
+    assert encoded is not None, f"{type(converter).__name__} declined a batch whose every event it writes"
+    assert list(zip(*encoded, strict=True)) == expected
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), catalog=catalogs(), tombstones=st.booleans())
+def test_compact_commitlog_messages_are_what_each_converter_writes_for_each_event(
+    data: st.DataObject, catalog: SchemaCatalog, tombstones: bool
+) -> None:
+    mutation_list = data.draw(st.lists(mutations(catalog), min_size=1, max_size=4))
+    batch, _, _ = _compact_and_reference(catalog, mutation_list)
+    if not len(batch):
+        return
+    for converter in CONVERTERS:
+        _assert_messages_as_per_event(converter, batch, tombstones)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_the_segments_cassandra_wrote_give_the_same_events_compact(name: str) -> None:
+    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
+    catalog = SchemaCatalog.load(FIXTURES / name / "schema.json")
+    mutation_list = [e.mutation for e in read_entries(segment.read_bytes()) if isinstance(e, Entry)]
+    batch, expected, declined = _compact_and_reference(catalog, mutation_list)
+    assert len(batch) > 0, "the real segments' plain writes travel compact"
+    _same_events(batch.records(), expected)
+    for converter in CONVERTERS:
+        _assert_messages_as_per_event(converter, batch, True)
+    for mutation, reason in declined:
+        _declines_only_what_it_does_not_carry(catalog, mutation, reason)
+    assert len(declined) < len(mutation_list)
