@@ -1,9 +1,11 @@
-"""Where the commit-log → Kafka (avro) path spends its CPU, per row change, in one process: the
-compiled core decoding segments to row changes (``RowChange`` objects with Python values), the
-source building each ``ChangeEvent``, and the Avro converter encoding each key and envelope (its
-compiled writer, the schema registered once). Side by side, datagen's compact batches: building
-and encoding the same number of events in the compiled core without a Python object per value.
-What the difference says is what compact commit-log batches (issue 15, item 3) would save.
+"""Where the commit-log → Kafka (avro) path spends its CPU, per row change, in one process.
+
+Per record (what ``read`` gives): the compiled core decoding segments to row changes
+(``RowChange`` objects with Python values), the source building each ``ChangeEvent``, and the
+Avro converter encoding each key and envelope (its compiled writer, the schema registered once).
+Compact (what ``read_event_batches`` gives): the compiled core decoding the same segments to
+compact batches, and the converter encoding each batch whole. Side by side, datagen's compact
+batches: building and encoding the same number of events without a Python object per value.
 
     python benchmarks/commitlog_to_kafka_cost.py --segments DIR [--rounds 3]
 
@@ -37,6 +39,35 @@ def _row_changes(segments: list[Path], catalog: Any, table_id: str, native: Any)
             for table, _, row_changes_of_update in item.changes or ():
                 changes.extend((table, change) for change in row_changes_of_update)
     return changes
+
+
+def _compact_batches(segments: list[Path], catalog: Any, table_id: str, native: Any) -> list[Any]:
+    from cdcflow.batches import BatchTable, EventBatch
+    from cdcflow.sources.cassandra_commitlog.changes import VERSION
+    from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer
+    from cdcflow.sources.cassandra_commitlog.segment import read_framed
+
+    builder = native.CompactBatchBuilder()
+    batches = []
+
+    def take(count: int | None) -> None:
+        events = builder.take("node", 0, count)
+        tables = [
+            BatchTable(t.row_schema("c1"), "cassandra", "c1", t.keyspace, t.table, version=VERSION)
+            for t in builder.tables()
+        ]
+        batches.append(EventBatch(events, tables))
+
+    for segment_id, path in enumerate(segments):
+        decoder = CompiledDecoder(catalog, lambda table: table.table_id == table_id, native)
+        framer = CompiledFramer(native, 0, lambda d=decoder: d, compact=True)  # type: ignore[misc]
+        for item in read_framed(path.read_bytes(), path, framer):
+            assert builder.add(item, segment_id) == 0, "every entry of the benchmark's table travels compact"
+            while len(builder) >= 2000:
+                take(2000)
+    if len(builder):
+        take(None)
+    return batches
 
 
 def _per_change_us(started: float, count: int) -> float:
@@ -75,7 +106,14 @@ def main() -> None:
     avro_config = AvroConverterConfig.model_validate({"type": "avro", "schema_registry_url": REGISTRY})
     converter = AvroConverter(avro_config, context)
 
-    stages: dict[str, list[float]] = {"decode": [], "event": [], "avro": [], "datagen compact": []}
+    stages: dict[str, list[float]] = {
+        "decode": [],
+        "event": [],
+        "avro": [],
+        "compact decode": [],
+        "compact avro": [],
+        "datagen compact": [],
+    }
     count = 0
     for _ in range(args.rounds + 1):  # the first round warms up (and registers the schemas)
         started = time.process_time()
@@ -92,6 +130,18 @@ def main() -> None:
             converter.serialize_key(built, topic)
             converter.serialize_value(built, topic)
         avro = _per_change_us(started, count)
+        del events
+
+        started = time.process_time()
+        batches = _compact_batches(segments, catalog, table_id, native)
+        compact_decode = _per_change_us(started, count)
+        assert sum(len(batch) for batch in batches) == count
+        started = time.process_time()
+        for batch in batches:
+            encoded = converter.serialize_event_batch(batch, [topic] * len(batch.tables), True)
+            assert encoded is not None, "the commit log's compact batches are encoded whole"
+        compact_avro = _per_change_us(started, count)
+        del batches
 
         datagen = DatagenSource(
             DatagenConfig.model_validate({"type": "datagen", "count": count, "partitions": 1, "event_size": 150}),
@@ -108,9 +158,9 @@ def main() -> None:
             encoded = converter.serialize_event_batch(batch, [table.destination() for table in batch.tables], True)
             assert encoded is not None, "datagen's batches are encoded whole"
         compact = _per_change_us(started, count)
-        for name, value in zip(stages, (decode, event, avro, compact), strict=True):
+        for name, value in zip(stages, (decode, event, avro, compact_decode, compact_avro, compact), strict=True):
             stages[name].append(value)
-        del changes, events
+        del changes
 
     medians = {name: statistics.median(values[1:]) for name, values in stages.items()}
     print(f"{count:,} row changes from {len(segments)} segments (median of {args.rounds} rounds, CPU µs a change):")
@@ -119,6 +169,12 @@ def main() -> None:
     print(f"  Avro key and envelope                   {medians['avro']:6.2f}")
     total = medians["decode"] + medians["event"] + medians["avro"]
     print(f"  commit log to Kafka messages, in all    {total:6.2f}")
+    compact_total = medians["compact decode"] + medians["compact avro"]
+    print("compact batches (read_event_batches):")
+    print(f"  compiled decoding to compact batches    {medians['compact decode']:6.2f}")
+    print(f"  Avro keys and envelopes, batch by batch {medians['compact avro']:6.2f}")
+    print(f"  commit log to Kafka messages, in all    {compact_total:6.2f}")
+    print(f"ratio: {total / compact_total:.2f} (per-record CPU ÷ compact CPU)")
     print(f"datagen compact batches, built and encoded in the compiled core: {medians['datagen compact']:6.2f}")
 
 

@@ -984,8 +984,7 @@ impl AvroWriter {
                 },
                 (slot, prepare) => {
                     let object = slot_object(py, slot, prepare)?;
-                    self.write(py, out, field.node, &object, 0)
-                        .map_err(|e| e.to_string())?;
+                    self.write(py, out, field.node, &object, 0).map_err(|e| e.to_string())?;
                 }
             }
         }

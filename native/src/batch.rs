@@ -380,9 +380,7 @@ fn write_json_row(
             (Slot::Datum(datum), None) => write_scalar(out, datum),
             (slot, prepare) => {
                 let object = slot_object(py, slot, prepare)?;
-                objects
-                    .write_value(py, out, &object)
-                    .map_err(|e| e.to_string())?;
+                objects.write_value(py, out, &object).map_err(|e| e.to_string())?;
             }
         }
     }
@@ -424,14 +422,9 @@ impl EventBatch {
             value.extend_from_slice(format!(",\"{name}\":").as_bytes());
             match row {
                 None => value.extend_from_slice(b"null"),
-                Some(values) => write_json_row(
-                    py,
-                    value,
-                    &plan.value_names,
-                    values,
-                    &plan.objects,
-                    &plan.value_prepare,
-                )?,
+                Some(values) => {
+                    write_json_row(py, value, &plan.value_names, values, &plan.objects, &plan.value_prepare)?
+                }
             }
         }
         let (version, system, cluster, keyspace, table) = &plan.head;

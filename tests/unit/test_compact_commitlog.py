@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,19 @@ def _framed(mutation: bytes) -> bytes:
     return size + struct.pack(">I", size_crc) + mutation + struct.pack(">I", zlib.crc32(mutation, size_crc))
 
 
-def _reference_events(decoder: Any, mutation: bytes, position: int) -> list[ChangeEvent] | None:
-    """The events ``read`` gives for the entry (None: the compiled decoder declines it)."""
+Emits = Callable[[str, bytes], bool]
+
+
+def _reference_events(decoder: Any, mutation: bytes, position: int, emits: Emits | None) -> list[ChangeEvent] | None:
+    """The events ``read`` gives for the entry (None: the compiled decoder declines it), leaving
+    out the partition updates ``emits`` (a replica filter) says no to."""
     updates = decoder.decode(mutation)
     if updates is None:
         return None
     events, index = [], 0
-    for table, _, changes in updates:
+    for table, key, changes in updates:
+        if emits is not None and not emits(table.keyspace, key):
+            continue
         for change in changes:
             schema = table.row_schema(CLUSTER)
             events.append(change_event(change, schema, CLUSTER, NODE, SEGMENT, position, index, NOW_MS))
@@ -80,7 +87,7 @@ def _batch(builder: Any) -> EventBatch:
 
 
 def _compact_and_reference(
-    catalog: SchemaCatalog, mutation_list: list[bytes]
+    catalog: SchemaCatalog, mutation_list: list[bytes], emits: Emits | None = None
 ) -> tuple[EventBatch, list[Any], list[tuple[bytes, str | None]]]:
     """The entries the compact form takes, as one batch, with the reference's events for them;
     and the mutations it declined."""
@@ -95,8 +102,8 @@ def _compact_and_reference(
         (item,), _ = decoder.section_entries(Section(0, len(framed), base, framed), base - 1, compact=True)
         base += len(framed)
         reason = decoder.last_decline
-        reference = _reference_events(decoder, mutation, item.end)
-        if builder.add(item, SEGMENT):
+        reference = _reference_events(decoder, mutation, item.end, emits)
+        if builder.add(item, SEGMENT, emits) is not None:
             assert reference is not None, "compact changes for a mutation the compiled decoder declines"
             expected.extend(reference)
         else:
@@ -141,7 +148,9 @@ def test_compact_batches_of_random_mutations_hold_the_events_read_gives(
     data: st.DataObject, catalog: SchemaCatalog
 ) -> None:
     mutation_list = data.draw(st.lists(mutations(catalog), min_size=1, max_size=4))
-    batch, expected, declined = _compact_and_reference(catalog, mutation_list)
+    # A replica filter (replicas: primary) keeps some partition updates and leaves out the rest.
+    emits = data.draw(st.sampled_from([None, lambda keyspace, key: len(key) % 2 == 0]))
+    batch, expected, declined = _compact_and_reference(catalog, mutation_list, emits)
     _same_events(batch.records(), expected)
     _same_events([batch.record(i) for i in range(len(batch))], expected)
     for mutation, reason in declined:

@@ -13,8 +13,8 @@ use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use mutation::{Column, CompactChange, MutationDecoder, Table, Tables, Wanted};
 use crate::batch::{Event, EventBatch, Value};
+use mutation::{Column, CompactUpdate, MutationDecoder, Table, Tables, Wanted};
 use values::{CqlType, Decline, R};
 
 /// The smallest mutation there can be (Cassandra's own bound): guards against garbage.
@@ -41,7 +41,7 @@ pub struct FramedEntry {
 /// One entry's row changes in compact form, for `CompactBatchBuilder.add`.
 #[pyclass(frozen, module = "cdcflow._native")]
 pub struct CompactChanges {
-    changes: Vec<CompactChange>,
+    updates: Vec<CompactUpdate>,
 }
 
 enum Framed<'a> {
@@ -163,7 +163,7 @@ fn with_bytes<T>(payload: &Bound<'_, PyAny>, body: impl FnOnce(&[u8]) -> PyResul
 enum Decoded<'py> {
     Not,
     Changes(Bound<'py, PyList>),
-    Compact(Vec<CompactChange>),
+    Compact(Vec<CompactUpdate>),
 }
 
 fn framed_entry(
@@ -178,7 +178,7 @@ fn framed_entry(
     let (changes, compact) = match decoded {
         Decoded::Not => (None, None),
         Decoded::Changes(changes) => (Some(changes.unbind()), None),
-        Decoded::Compact(changes) => (None, Some(Py::new(py, CompactChanges { changes })?)),
+        Decoded::Compact(updates) => (None, Some(Py::new(py, CompactChanges { updates })?)),
     };
     Py::new(
         py,
@@ -222,7 +222,15 @@ pub fn frame_section(
                     reason,
                 } => {
                     if base + end as i64 > after {
-                        out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), Decoded::Not)?);
+                        out.push(framed_entry(
+                            py,
+                            base,
+                            start,
+                            end,
+                            Some(raw),
+                            Some(&reason),
+                            Decoded::Not,
+                        )?);
                     }
                 }
             }
@@ -435,7 +443,15 @@ impl CommitLogDecoder {
                         reason,
                     } => {
                         if base + end as i64 > after {
-                            out.push(framed_entry(py, base, start, end, Some(raw), Some(&reason), Decoded::Not)?);
+                            out.push(framed_entry(
+                                py,
+                                base,
+                                start,
+                                end,
+                                Some(raw),
+                                Some(&reason),
+                                Decoded::Not,
+                            )?);
                         }
                     }
                 }
@@ -478,34 +494,55 @@ impl CompactBatchBuilder {
     }
 
     /// Adds the compact changes of ``entry`` (read in segment ``segment``), their positions as
-    /// ``{"segment", "position": entry.end, "index"}``; False when it has none (the caller reads
-    /// the range with the reference instead).
-    fn add(&mut self, py: Python<'_>, entry: PyRef<'_, FramedEntry>, segment: i64) -> PyResult<bool> {
+    /// ``{"segment", "position": entry.end, "index"}``, leaving out the partition updates for
+    /// which ``emits(keyspace, partition key bytes)`` (the source's replica filter) is false.
+    /// How many updates were left out; None when the entry has no compact changes (the caller
+    /// reads the range with the reference instead).
+    #[pyo3(signature = (entry, segment, emits = None))]
+    fn add(
+        &mut self,
+        py: Python<'_>,
+        entry: PyRef<'_, FramedEntry>,
+        segment: i64,
+        emits: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<usize>> {
         let Some(compact) = &entry.compact else {
-            return Ok(false);
+            return Ok(None);
         };
-        for (index, change) in compact.get().changes.iter().enumerate() {
+        let mut skipped = 0;
+        let mut index = 0;
+        for update in &compact.get().updates {
+            if let Some(emits) = &emits {
+                let keyspace = update.table.keyspace.bind(py);
+                if !emits.call1((keyspace, PyBytes::new(py, &update.key)))?.is_truthy()? {
+                    skipped += 1;
+                    continue;
+                }
+            }
             let next = self.tables.len();
-            let table = *self.table_index.entry(change.table.id).or_insert(next as u16);
+            let table = *self.table_index.entry(update.table.id).or_insert(next as u16);
             if table as usize == next {
                 if next >= u16::MAX as usize {
-                    return Ok(false);
+                    return Ok(None);
                 }
-                self.tables.push(change.table.schema.clone_ref(py));
+                self.tables.push(update.table.schema.clone_ref(py));
             }
-            let clone = |row: &[Value]| row.iter().map(|v| v.clone_ref(py)).collect::<Vec<_>>();
-            self.events.push(Event {
-                op: change.op,
-                table,
-                key: clone(&change.key),
-                before: None,
-                after: change.after.as_deref().map(clone),
-                position: format!("{{\"index\":{index},\"position\":{},\"segment\":{segment}}}", entry.end),
-                ts_us: change.ts_us,
-                headers: change.headers.clone(),
-            });
+            for change in &update.changes {
+                let clone = |row: &[Value]| row.iter().map(|v| v.clone_ref(py)).collect::<Vec<_>>();
+                self.events.push(Event {
+                    op: change.op,
+                    table,
+                    key: clone(&change.key),
+                    before: None,
+                    after: change.after.as_deref().map(clone),
+                    position: format!("{{\"index\":{index},\"position\":{},\"segment\":{segment}}}", entry.end),
+                    ts_us: change.ts_us,
+                    headers: change.headers.clone(),
+                });
+                index += 1;
+            }
         }
-        Ok(true)
+        Ok(Some(skipped))
     }
 
     /// The ``TableSchema`` of each table index of the batches taken.

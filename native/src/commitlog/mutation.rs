@@ -170,10 +170,17 @@ impl Table {
     }
 }
 
+/// One partition update's row changes in compact form, with its raw partition key (for the
+/// source's replica filter).
+pub struct CompactUpdate {
+    pub table: Arc<Table>,
+    pub key: Vec<u8>,
+    pub changes: Vec<CompactChange>,
+}
+
 /// One row change in compact form: what `changes.change_event` makes an event of, with the key
 /// and the row in the event schema's column order (an untouched column absent).
 pub struct CompactChange {
-    pub table: Arc<Table>,
     pub op: u8,
     pub key: Vec<Value>,
     pub after: Option<Vec<Value>>,
@@ -325,13 +332,20 @@ impl MutationDecoder {
     /// The mutation's wanted row changes in compact form, in the order `decode` gives them.
     /// Declines what compact changes do not carry (range deletions, multi-cell columns: the
     /// caller reads those through `decode` and the reference's events).
-    pub fn decode_compact(&mut self, py: Python<'_>, data: &[u8], tables: &mut dyn Tables) -> R<Vec<CompactChange>> {
+    pub fn decode_compact(&mut self, py: Python<'_>, data: &[u8], tables: &mut dyn Tables) -> R<Vec<CompactUpdate>> {
         let wanted_updates = self.parse(py, data, tables)?;
-        let mut changes = Vec::new();
+        let mut updates = Vec::with_capacity(wanted_updates.len());
         for index in wanted_updates {
-            self.compact_changes(py, data, &self.arena.updates[index], &mut changes)?;
+            let update = &self.arena.updates[index];
+            let mut changes = Vec::new();
+            self.compact_changes(py, data, update, &mut changes)?;
+            updates.push(CompactUpdate {
+                table: update.table.clone(),
+                key: update.key.of(data).to_vec(),
+                changes,
+            });
         }
-        Ok(changes)
+        Ok(updates)
     }
 
     /// Parses the mutation into the arena; the indexes of the wanted partition updates.
@@ -1009,7 +1023,11 @@ impl MutationDecoder {
             Ok(key)
         };
         if let Some(deletion) = update.partition_deletion {
-            out.push(deletion_change(table, key_of(&[])?, deletion.marked_for_delete_at, "partition"));
+            out.push(deletion_change(
+                key_of(&[])?,
+                deletion.marked_for_delete_at,
+                "partition",
+            ));
         }
         if let Some(static_row) = update.static_row {
             out.push(self.compact_row(py, data, table, key_of(&[])?, &self.arena.rows[static_row])?);
@@ -1022,13 +1040,22 @@ impl MutationDecoder {
     }
 
     /// `row_change` in compact form: the row's values in the event schema's column order.
-    fn compact_row(&self, py: Python<'_>, data: &[u8], table: &Arc<Table>, key: Vec<Value>, row: &Row) -> R<CompactChange> {
+    fn compact_row(
+        &self,
+        py: Python<'_>,
+        data: &[u8],
+        table: &Arc<Table>,
+        key: Vec<Value>,
+        row: &Row,
+    ) -> R<CompactChange> {
         let cells = &self.arena.cells[row.cells.0..row.cells.1];
         if let (Some(deletion), true) = (row.deletion, cells.is_empty()) {
-            return Ok(deletion_change(table, key, deletion.marked_for_delete_at, "row"));
+            return Ok(deletion_change(key, deletion.marked_for_delete_at, "row"));
         }
         if row.complex_deletions.0 != row.complex_deletions.1 {
-            return Err(Decline("a multi-cell column replaced or deleted: written by the reference"));
+            return Err(Decline(
+                "a multi-cell column replaced or deleted: written by the reference",
+            ));
         }
         let mut after: Vec<Value> = Vec::with_capacity(table.value_width());
         after.extend(key.iter().map(|v| v.clone_ref(py)));
@@ -1063,7 +1090,6 @@ impl MutationDecoder {
             Some(vec![("cdc.ttl".to_string(), ttl_header(py, table, &ttl)?)])
         };
         Ok(CompactChange {
-            table: table.clone(),
             op: if row.timestamp.is_some() { b'c' } else { b'u' },
             key,
             after: Some(after),
@@ -1074,9 +1100,8 @@ impl MutationDecoder {
 }
 
 /// A deletion's compact change: no row, its kind in `cdc.deletion`.
-fn deletion_change(table: &Arc<Table>, key: Vec<Value>, ts_us: i64, kind: &str) -> CompactChange {
+fn deletion_change(key: Vec<Value>, ts_us: i64, kind: &str) -> CompactChange {
     CompactChange {
-        table: table.clone(),
         op: b'd',
         key,
         after: None,
@@ -1091,13 +1116,19 @@ fn ttl_header(py: Python<'_>, table: &Table, ttl: &[(usize, i128)]) -> R<String>
     for (column, seconds) in ttl {
         let name = table.columns[*column].name.bind(py).to_str()?.to_string();
         // json.dumps escapes these (and everything past ASCII): such names go to the reference.
-        if !name.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
+        if !name
+            .bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        {
             return Err(Decline("a TTL column name json.dumps would escape"));
         }
         named.push((name, *seconds));
     }
     named.sort();
-    let entries: Vec<String> = named.iter().map(|(name, seconds)| format!("\"{name}\": {seconds}")).collect();
+    let entries: Vec<String> = named
+        .iter()
+        .map(|(name, seconds)| format!("\"{name}\": {seconds}"))
+        .collect();
     Ok(format!("{{{}}}", entries.join(", ")))
 }
 
