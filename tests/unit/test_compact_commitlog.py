@@ -106,6 +106,8 @@ def _compact_and_reference(
         if builder.add(item, SEGMENT, emits) is not None:
             assert reference is not None, "compact changes for a mutation the compiled decoder declines"
             expected.extend(reference)
+            # An entry's changes are moved into the batch: a second add finds none, and says so.
+            assert builder.add(item, SEGMENT, emits) is None
         else:
             declined.append((mutation, reason))
     return _batch(builder), expected, declined

@@ -13,7 +13,7 @@ use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use crate::batch::{Event, EventBatch, Value};
+use crate::batch::{Event, EventBatch};
 use mutation::{Column, CompactUpdate, MutationDecoder, Table, Tables, Wanted};
 use values::{CqlType, Decline, R};
 
@@ -38,10 +38,11 @@ pub struct FramedEntry {
     compact: Option<Py<CompactChanges>>,
 }
 
-/// One entry's row changes in compact form, for `CompactBatchBuilder.add`.
+/// One entry's row changes in compact form, for `CompactBatchBuilder.add`, which takes them
+/// (moved, not copied: an entry is added once).
 #[pyclass(frozen, module = "cdcflow._native")]
 pub struct CompactChanges {
-    updates: Vec<CompactUpdate>,
+    updates: Mutex<Option<Vec<CompactUpdate>>>,
 }
 
 enum Framed<'a> {
@@ -178,7 +179,15 @@ fn framed_entry(
     let (changes, compact) = match decoded {
         Decoded::Not => (None, None),
         Decoded::Changes(changes) => (Some(changes.unbind()), None),
-        Decoded::Compact(updates) => (None, Some(Py::new(py, CompactChanges { updates })?)),
+        Decoded::Compact(updates) => (
+            None,
+            Some(Py::new(
+                py,
+                CompactChanges {
+                    updates: Mutex::new(Some(updates)),
+                },
+            )?),
+        ),
     };
     Py::new(
         py,
@@ -509,9 +518,18 @@ impl CompactBatchBuilder {
         let Some(compact) = &entry.compact else {
             return Ok(None);
         };
+        let taken = compact
+            .get()
+            .updates
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("compact changes lock poisoned"))?
+            .take();
+        let Some(updates) = taken else {
+            return Ok(None); // added before: the caller reads the range with the reference
+        };
         let mut skipped = 0;
         let mut index = 0;
-        for update in &compact.get().updates {
+        for update in updates {
             if let Some(emits) = &emits {
                 let keyspace = update.table.keyspace.bind(py);
                 if !emits.call1((keyspace, PyBytes::new(py, &update.key)))?.is_truthy()? {
@@ -527,17 +545,16 @@ impl CompactBatchBuilder {
                 }
                 self.tables.push(update.table.schema.clone_ref(py));
             }
-            for change in &update.changes {
-                let clone = |row: &[Value]| row.iter().map(|v| v.clone_ref(py)).collect::<Vec<_>>();
+            for change in update.changes {
                 self.events.push(Event {
                     op: change.op,
                     table,
-                    key: clone(&change.key),
+                    key: change.key,
                     before: None,
-                    after: change.after.as_deref().map(clone),
+                    after: change.after,
                     position: format!("{{\"index\":{index},\"position\":{},\"segment\":{segment}}}", entry.end),
                     ts_us: change.ts_us,
-                    headers: change.headers.clone(),
+                    headers: change.headers,
                 });
                 index += 1;
             }
