@@ -202,6 +202,18 @@ fn framed_entry(
     )
 }
 
+/// Bytes that could not be framed, as a `FramedEntry` with its fault.
+fn fault_entry(
+    py: Python<'_>,
+    base: i64,
+    start: usize,
+    end: usize,
+    raw: &[u8],
+    reason: &str,
+) -> PyResult<Py<FramedEntry>> {
+    framed_entry(py, base, start, end, Some(raw), Some(reason), Decoded::Not)
+}
+
 /// The entries of one section whose end is past `after`, as `FramedEntry` items, and whether the
 /// section ended on a zero size. ``with_mutations`` keeps each entry's bytes (else only positions).
 #[pyfunction]
@@ -231,15 +243,7 @@ pub fn frame_section(
                     reason,
                 } => {
                     if base + end as i64 > after {
-                        out.push(framed_entry(
-                            py,
-                            base,
-                            start,
-                            end,
-                            Some(raw),
-                            Some(&reason),
-                            Decoded::Not,
-                        )?);
+                        out.push(fault_entry(py, base, start, end, raw, &reason)?);
                     }
                 }
             }
@@ -452,15 +456,7 @@ impl CommitLogDecoder {
                         reason,
                     } => {
                         if base + end as i64 > after {
-                            out.push(framed_entry(
-                                py,
-                                base,
-                                start,
-                                end,
-                                Some(raw),
-                                Some(&reason),
-                                Decoded::Not,
-                            )?);
+                            out.push(fault_entry(py, base, start, end, raw, &reason)?);
                         }
                     }
                 }
