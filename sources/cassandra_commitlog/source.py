@@ -429,6 +429,10 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._cached = (path, data)
         return data
 
+    def _segment_bytes(self, path: Path) -> bytes:
+        """The segment's bytes: those latest_offset just read, when it read this segment last."""
+        return self._cached[1] if self._cached and self._cached[0] == path else path.read_bytes()
+
     def _open_buckets_start_us(self) -> int:
         """full: the start of the oldest open time bucket; every change before it can be read back."""
         interval_us = self.config.window_interval_ms * 1000
@@ -572,14 +576,10 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         emits = self._replica_filter.emits if self._replica_filter is not None else None
         batches: list[EventBatch] = []
         skipped = 0
-        for segment_id, path in self._segments(first.segment):
-            if segment_id > last.segment:
-                break
-            after = first.position if segment_id == first.segment else 0
-            up_to = last.position if segment_id == last.segment else None
+        for segment_id, path, after, up_to in self._range_segments(first, last):
             state = SegmentRead()
             try:
-                data = self._cached[1] if self._cached and self._cached[0] == path else path.read_bytes()
+                data = self._segment_bytes(path)
                 entries, framer = self._entries(data, path, state, after=after, decode=True, compact=True)
                 for item in entries:
                     if up_to is not None and item.end > up_to:
@@ -604,7 +604,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         if len(builder):
             batches.append(self._compact_batch(builder, None))
         if skipped:  # counted once the range is taken, as read counts them
-            source_counter(self.context.pipeline, "skipped_not_primary_replica").inc(skipped)
+            self._counted("skipped_not_primary_replica", skipped)
         return batches
 
     def _compact_batch(self, builder: Any, count: int | None) -> EventBatch:
@@ -621,12 +621,18 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     ) -> Iterator[tuple[_Decoded, int, int]]:
         """``decode`` applied to each entry of the range; ``compiled``: the compiled core decodes
         each section's entries first (row changes, for :meth:`_decode_changes`)."""
+        for segment_id, path, after, up_to in self._range_segments(first, last):
+            yield from self._read_segment(segment_id, path, after, up_to, decode, compiled)
+
+    def _range_segments(self, first: _Position, last: _Position) -> Iterator[tuple[int, Path, int, int | None]]:
+        """The segments of the range (first, last], each with the position its entries start after
+        and the one they end at (None: the segment's end)."""
         for segment_id, path in self._segments(first.segment):
             if segment_id > last.segment:
                 return
             after = first.position if segment_id == first.segment else 0
             up_to = last.position if segment_id == last.segment else None
-            yield from self._read_segment(segment_id, path, after, up_to, decode, compiled)
+            yield segment_id, path, after, up_to
 
     def _read_segment(
         self,
@@ -639,7 +645,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     ) -> Iterator[tuple[_Decoded, int, int]]:
         state = SegmentRead()
         try:
-            data = self._cached[1] if self._cached and self._cached[0] == path else path.read_bytes()
+            data = self._segment_bytes(path)
             # No durable_to here: ``up_to`` is an entry's end that latest_offset found synced, and
             # it may fall inside a section.
             entries, framer = self._entries(data, path, state, after=after, decode=compiled)
@@ -715,8 +721,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             return None
         return changes
 
-    def _counted(self, what: str) -> None:
-        source_counter(self.context.pipeline, what).inc()
+    def _counted(self, what: str, count: int = 1) -> None:
+        source_counter(self.context.pipeline, what).inc(count)
 
     def _store_error(self, segment_id: int, position: int, error: str, raw: bytes) -> None:
         self._counted("error_store_record")
