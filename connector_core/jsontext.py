@@ -19,7 +19,7 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any
 
-__all__ = ["canonical_json", "compact_json", "compiled_json_encoder", "json_default", "json_envelope"]
+__all__ = ["canonical_json", "compact_json", "compiled_json_encoder", "json_default", "json_envelope", "with_text_keys"]
 
 
 def json_default(value: Any) -> Any:
@@ -32,6 +32,27 @@ def json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return format(value, "f")
     return str(value)
+
+
+def with_text_keys(value: Any) -> Any:
+    """``value`` with every mapping key, at any depth, as the text JSON writes for it (``1`` as
+    ``"1"``, None as ``"null"``), and keys JSON cannot take (a decimal, a UUID, bytes, a frozen
+    collection: what a CQL map can be keyed by) as :func:`json_default` writes them: JSON text
+    for any map, and keys of one type, so that they sort."""
+    if isinstance(value, dict):
+        return {_text_key(key): with_text_keys(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [with_text_keys(item) for item in value]
+    return value
+
+
+def _text_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, int | float):  # bool is an int
+        return json.dumps(key)
+    text = json_default(key)
+    return text if isinstance(text, str) else compact_json(with_text_keys(text))
 
 
 def _encoder(sort_keys: bool, ensure_ascii: bool, default: Callable[[Any], Any] | None) -> Callable[[Any], str]:

@@ -20,6 +20,7 @@ from importlib import metadata
 from typing import Any
 
 from cdcflow.events import ChangeEvent, Op, RowSchema, SourceInfo
+from cdcflow.jsontext import with_text_keys
 from cdcflow.sources.cassandra_commitlog.exceptions import MutationDecodeError
 from cdcflow.sources.cassandra_commitlog.mutation import (
     Cell,
@@ -247,5 +248,14 @@ def _cdc_headers(change: RowChange) -> dict[str, str] | None:
     for name in ("deletion", "range", "replaced", "removed", "ttl"):
         value = getattr(change, name)
         if value:
-            headers[f"cdc.{name}"] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+            headers[f"cdc.{name}"] = value if isinstance(value, str) else _header_json(value)
     return headers
+
+
+def _header_json(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except TypeError:
+        # A range bound or removed element holding a map JSON cannot key (decimal keys) or sort
+        # (a null key beside ints): its keys as text, rather than a source that stops on it.
+        return json.dumps(with_text_keys(value), sort_keys=True, default=str)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from cdcflow.converters import json_default
+from cdcflow.jsontext import json_default, with_text_keys
 from cdcflow.sources.cassandra_commitlog.changes import row_changes
 from cdcflow.sources.cassandra_commitlog.cluster import connect
 from cdcflow.sources.cassandra_commitlog.exceptions import CommitLogError
@@ -40,7 +40,9 @@ def schema_catalog_from(where: str) -> SchemaCatalog:
 
 
 def _line(out: TextIO, document: dict[str, Any]) -> None:
-    out.write(json.dumps(document, default=json_default, separators=(",", ":"), ensure_ascii=False) + "\n")
+    out.write(
+        json.dumps(with_text_keys(document), default=json_default, separators=(",", ":"), ensure_ascii=False) + "\n"
+    )
 
 
 def dump_segment(path: Path, catalog: SchemaCatalog, out: TextIO, *, system_tables: bool = False) -> DumpSummary:
