@@ -13,7 +13,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::batch::{slot_object, Datum, RowValue, Slot};
+use crate::batch::{datum_to_py, slot_object, Datum, RowValue, Slot};
 
 /// Datum nesting deeper than this is refused (a recursive schema and a cyclic datum would
 /// otherwise recurse until the stack runs out).
@@ -974,7 +974,16 @@ impl AvroWriter {
         }
         for (index, (field, value)) in fields.iter().zip(values).enumerate() {
             match (value.slot(), prepare.get(index).and_then(Option::as_ref)) {
-                (Slot::Datum(datum), None) => self.write_datum(out, field.node, datum)?,
+                (Slot::Datum(datum), None) => {
+                    let start = out.len();
+                    if let Err(why) = self.write_datum(out, field.node, datum) {
+                        // A schema construct the direct path does not take (a logical type with a
+                        // preparer): the Python value it stands for, through the object path.
+                        out.truncate(start);
+                        self.write(py, out, field.node, &datum_to_py(py, datum), 0)
+                            .map_err(|_| why)?;
+                    }
+                }
                 (Slot::Absent, _) => match &field.value {
                     FieldValue::Required => return Err(format!("KeyError: {}", field.name)),
                     FieldValue::OrNone => self.write_datum(out, field.node, Datum::Null)?,
