@@ -39,10 +39,13 @@ from cdcflow.contract import PluginContext
 from cdcflow.events import ChangeEvent
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.sources.cassandra_commitlog.cluster import connect
-from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the ScyllaDB stand-in is test machinery, not part of the package
+
+from tests.standins.scylla.writer import ScyllaCdcWriter, SimulatedKeyspaces  # noqa: E402
+
 BOOTSTRAP = "127.0.0.1:9092"
 DAY_US = 86_400_000_000
 

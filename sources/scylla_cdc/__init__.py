@@ -1,10 +1,9 @@
 """The ScyllaDB CDC source: generation- and stream-aware reading of CDC log tables.
 
-``ScyllaCdcSource`` reads ScyllaDB's CDC log tables; ``ScyllaCdcWriter`` (in ``simulator``) writes
-what ScyllaDB's CDC writes into any CQL cluster, to test consumers without a ScyllaDB cluster.
+``ScyllaCdcSource`` reads ScyllaDB's CDC log tables. Tests write those tables with the ScyllaDB
+stand-in (``tests/standins/scylla``), which is test machinery and not part of this package.
 """
 
-from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 
-__all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig", "ScyllaCdcWriter", "SimulatedKeyspaces"]
+__all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from tests.integration.kafka_helpers import read_topics, topics_with_prefix
+from tests.standins.scylla.writer import ScyllaCdcWriter, SimulatedKeyspaces
 
 
 @pytest.fixture

@@ -20,10 +20,10 @@ from cdcflow.sources.cassandra_commitlog.snapshot import CassandraSnapshotSource
 from cdcflow.sources.cassandra_commitlog.source import CassandraCommitLogSource, CassandraCommitLogSourceConfig
 from cdcflow.sources.cql.connection import CqlAccessRefusedError
 from cdcflow.sources.scylla_cdc.exceptions import StreamsPerQueryError
-from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 from tests.integration.conftest import REPO
 from tests.integration.secure_cassandra import SecureNode, secure_keyspace, secure_node
+from tests.standins.scylla.writer import ScyllaCdcWriter, SimulatedKeyspaces
 
 __all__ = ["secure_keyspace", "secure_node"]  # the fixtures, for pytest
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from cdcflow.sources.scylla_cdc.simulator import Add, DeleteRange, ScyllaCdcWriter
 from tests.integration.kafka_helpers import start_logged
 from tests.integration.scylla_helpers import (
     Expectations,
@@ -24,6 +23,7 @@ from tests.integration.scylla_helpers import (
     source_section,
     wait_for,
 )
+from tests.standins.scylla.writer import Add, DeleteRange, ScyllaCdcWriter
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from cdcflow.events import ChangeEvent
 from cdcflow.sources.cql.snapshot import SnapshotOutlivedLogError
-from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter
 from tests.integration.scylla_helpers import scylla_writer, source_section
 from tests.integration.snapshot_helpers import (
     assert_snapshot_first,
@@ -22,6 +21,7 @@ from tests.integration.snapshot_helpers import (
     slice_of,
     written,
 )
+from tests.standins.scylla.writer import ScyllaCdcWriter
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
 

@@ -13,10 +13,10 @@ import pytest
 from cdcflow.contract import Partition, PluginContext
 from cdcflow.events import ChangeEvent
 from cdcflow.metrics import METRICS_REGISTRY
-from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter, SimulatedKeyspaces
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 from cdcflow.testing import check_source_contract
 from tests.integration.scylla_helpers import scylla_writer, source_section
+from tests.standins.scylla.writer import ScyllaCdcWriter, SimulatedKeyspaces
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
 

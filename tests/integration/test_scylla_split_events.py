@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from cdcflow.events import ChangeEvent
-from cdcflow.sources.scylla_cdc.simulator import (
+from cdcflow.sources.scylla_cdc.timeuuids import micros_of
+from tests.integration.commitlog_helpers import wait_for_changes
+from tests.integration.scylla_helpers import scylla_writer
+from tests.integration.test_scylla_source import drain, open_source
+from tests.integration.test_scylla_writer import log_rows
+from tests.standins.scylla.writer import (
     Add,
     DeleteColumns,
     DeletePartition,
@@ -24,11 +29,6 @@ from cdcflow.sources.scylla_cdc.simulator import (
     SetFields,
     Update,
 )
-from cdcflow.sources.scylla_cdc.timeuuids import micros_of
-from tests.integration.commitlog_helpers import wait_for_changes
-from tests.integration.scylla_helpers import scylla_writer
-from tests.integration.test_scylla_source import drain, open_source
-from tests.integration.test_scylla_writer import log_rows
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
 

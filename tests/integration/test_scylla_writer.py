@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from cdcflow.sources.scylla_cdc.simulator import ScyllaCdcWriter
 from tests.integration.scylla_helpers import scylla_writer
+from tests.standins.scylla.writer import ScyllaCdcWriter
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
 

@@ -4,6 +4,8 @@ imports no plugin, and engines that do not import each other."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -70,3 +72,23 @@ def test_a_plugin_package_imports_no_other_plugins_internals() -> None:
                 if other_plugin and not module.startswith(shared):
                     offenders.add(f"{file.relative_to(REPO)}: {module}")
     assert not offenders
+
+
+def test_the_product_neither_imports_nor_loads_test_stand_ins() -> None:
+    # Stand-ins of servers (tests/standins/: the ScyllaDB writer, the TiKV cluster) are test
+    # machinery: the installed package must not ship them nor load them when a plugin starts.
+    offenders = {
+        f"{file.relative_to(REPO)}: {module}"
+        for folder in FOLDERS.values()
+        for file in (REPO / folder).rglob("*.py")
+        for module in _imports(file)
+        if module == "tests" or module.startswith("tests.")
+    }
+    assert not offenders
+    probe = (
+        "import sys, cdcflow.sources.scylla_cdc, cdcflow.sources.scylla_cdc.plugin\n"
+        "print(sorted(n for n, m in list(sys.modules.items())"
+        " if n.startswith('tests') or hasattr(m, 'ScyllaCdcWriter')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/")
+    assert loaded.stdout.strip() == "[]"

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from cdcflow.sources.scylla_cdc.simulated_log import (
+from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
+from tests.standins.scylla.split import (
     Add,
     DeleteColumns,
     DeletePartition,
@@ -28,7 +29,6 @@ from cdcflow.sources.scylla_cdc.simulated_log import (
     build_mutation,
     log_records,
 )
-from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
 
 T = 1_700_000_000_000_000
 # t (pk int, ck int, s int static, v int, w int, m map<int,int>, st set<int>, l list<int>, u ut,

@@ -1,5 +1,5 @@
 """Which log rows ScyllaDB writes for one base write: its ``cdc/split.cc`` and ``cdc/log.cc``,
-written here from their code (scylladb/scylladb), for :class:`ScyllaCdcWriter`.
+written here from their code (scylladb/scylladb), for :class:`~tests.standins.scylla.writer.ScyllaCdcWriter`.
 
 A base write (a batch of statements on one partition) is first the *mutation* ScyllaDB's
 coordinator builds: per row a row marker, cells with their timestamp and TTL, collection and

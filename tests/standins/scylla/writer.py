@@ -9,7 +9,7 @@ would: the description tables of vnode keyspaces (``cdc_generation_timestamps``,
 ScyllaDB's columns and types, in keyspaces of your choice (a Cassandra node refuses tables in its
 own ``system*`` keyspaces); CDC log tables ``<table>_scylla_cdc_log`` with quoted ``cdc$``
 columns; and for each base write, the base write itself plus the log rows ScyllaDB writes, split
-into records as ``cdc/split.cc`` splits them (:mod:`.simulated_log`): per record the stream from
+into records as ``cdc/split.cc`` splits them (:mod:`.split`): per record the stream from
 :meth:`CdcMetadata.get_stream` (or the tablet set's), its own ``cdc$time``, pre-images, deltas and
 post-images numbered by ``cdc$batch_seq_no``, ``cdc$end_of_batch``, ``cdc$ttl``, the log TTL.
 Generations come from a simulated ring: :meth:`join_node` refines its vnodes and publishes a
@@ -42,7 +42,11 @@ from cdcflow.sources.scylla_cdc.generations import (
 )
 from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
 from cdcflow.sources.scylla_cdc.log_reader import LOG_SUFFIX
-from cdcflow.sources.scylla_cdc.simulated_log import (
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
+from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
+from cdcflow.sources.scylla_cdc.tokens import partition_token
+from tests.standins.scylla.split import (
     Add,
     ColumnKind,
     DeleteColumns,
@@ -64,10 +68,6 @@ from cdcflow.sources.scylla_cdc.simulated_log import (
     log_records,
     preimage_select,
 )
-from cdcflow.sources.scylla_cdc.stream_id import StreamId
-from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
-from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
-from cdcflow.sources.scylla_cdc.tokens import partition_token
 
 __all__ = [
     "Add",
@@ -597,7 +597,7 @@ class ScyllaCdcWriter:
         """One base write (a batch of ``operations`` on one partition; each may carry its own
         timestamp and TTL, else ``timestamp_us``/``ttl_s``), applied to the base table and logged
         as ScyllaDB logs it: one record (own ``cdc$time``, stream, sequence numbers and end of
-        batch) per timestamp of a split mutation (:mod:`.simulated_log`). Returns the write's
+        batch) per timestamp of a split mutation (:mod:`.split`). Returns the write's
         timestamp (µs). ``system_originated``: a delete ScyllaDB's expiration service made."""
         spec = self._tables[table]
         stamp = timestamp_us if timestamp_us is not None else self.client_timestamp_us()
