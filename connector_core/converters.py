@@ -212,10 +212,17 @@ class JsonConverter(Converter[JsonConverterConfig]):
             document = json.loads(data)
         except ValueError as exc:
             raise ConverterError(f"payload on {destination} is not JSON: {exc}") from exc
-        if not (self.config.schemas_enable and isinstance(document, dict)):
+        if not isinstance(document, dict):
+            raise ConverterError(f"payload on {destination} is {_json_kind(document)}, not an object")
+        if not self.config.schemas_enable:
             payload = document
+        elif "payload" not in document:
+            raise ConverterError(
+                f"payload on {destination} is a JSON object without a payload field: the json converter "
+                'reads {"schema": ..., "payload": ...} (schemas_enable: false reads bare objects)'
+            )
         else:
-            payload = document.get("payload")
+            payload = document["payload"]
             schema = document.get("schema")
             if isinstance(schema, dict) and isinstance(payload, dict):
                 key = json.dumps(schema, separators=(",", ":"), sort_keys=True)
@@ -227,8 +234,16 @@ class JsonConverter(Converter[JsonConverterConfig]):
                 except (ValueError, TypeError, KeyError) as exc:
                     raise ConverterError(f"payload on {destination} does not fit its schema: {exc}") from exc
         if not isinstance(payload, dict):
-            raise ConverterError(f"payload on {destination} has no object payload")
+            raise ConverterError(
+                f"payload on {destination} has a payload field that is {_json_kind(payload)}, not an object"
+            )
         return payload
+
+
+def _json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in words (for errors about records)."""
+    kinds = {list: "a JSON array", str: "a JSON string", bool: "a JSON boolean", type(None): "JSON null"}
+    return kinds.get(type(value), "a JSON number" if isinstance(value, int | float) else "a JSON object")
 
 
 # --- schema registry -----------------------------------------------------------------------

@@ -23,7 +23,8 @@ by type, never by parsing messages.
     ├── SinkError
     │   ├── SinkUnavailableError       (transient)
     │   ├── SinkDeliveryError          (transient) a flush could not make everything durable
-    │   └── RecordRejectedError        the sink refuses one record for good
+    │   ├── RecordRejectedError        the sink refuses one record for good
+    │   └── DeadLetterRefusedError     the dead-letter destination refused records (nowhere else to go)
     ├── ConverterError
     │   └── SchemaRegistryError
     │       ├── IncompatibleSchemaError    the registry refused a schema (409): its records go to the dead letters
@@ -58,6 +59,7 @@ __all__ = [
     "ConfigFieldError",
     "ConfigFileError",
     "ConverterError",
+    "DeadLetterRefusedError",
     "EngineError",
     "EngineUnavailableError",
     "EngineUnsupportedError",
@@ -226,6 +228,11 @@ class SinkDeliveryError(SinkError, TransientError):
 
 class RecordRejectedError(SinkError):
     """The sink refuses one record permanently (too large, not encodable, ...)."""
+
+
+class DeadLetterRefusedError(SinkError):
+    """The dead-letter destination refused records: they were rejected once already and have
+    nowhere else to go, so the pipeline stops rather than lose them."""
 
 
 class ConverterError(CdcflowError):

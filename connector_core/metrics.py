@@ -48,6 +48,12 @@ _ERRORS = Counter("cdcflow_errors", "Failures by kind", ["pipeline", "kind"], re
 _DEAD_LETTERS = Counter(
     "cdcflow_dead_letters", "Records sent to the dead-letter destination", ["pipeline"], registry=METRICS_REGISTRY
 )
+_DROPPED = Counter(
+    "cdcflow_dropped_records",
+    "Rejected records dropped because errors.dead_letter is none",
+    ["pipeline"],
+    registry=METRICS_REGISTRY,
+)
 _CHECKPOINTS = Counter("cdcflow_checkpoints", "Committed checkpoints", ["pipeline"], registry=METRICS_REGISTRY)
 _WATERMARK = Gauge(
     "cdcflow_watermark_seconds",
@@ -82,6 +88,8 @@ def source_counter(pipeline: str, what: str) -> Counter:
 class PipelineMetrics:
     pipeline: str
     committed_watermark_us: int | None = field(default=None, init=False)
+    records_read: int = field(default=0, init=False)  # by this process in this run (its last log line)
+    records_written: int = field(default=0, init=False)
     lag_seconds: Callable[[], float] = field(default=lambda: float("nan"), init=False)
     """Set by the delivery loop, which knows which partitions are caught up."""
 
@@ -91,6 +99,7 @@ class PipelineMetrics:
         self.events_out = _EVENTS_OUT.labels(name)
         self.batches = _BATCHES.labels(name)
         self.dead_letters = _DEAD_LETTERS.labels(name)
+        self.dropped = _DROPPED.labels(name)
         self.checkpoints = _CHECKPOINTS.labels(name)
         self.partitions_owned = _PARTITIONS.labels(name)
         # Lag is computed when scraped, so it keeps growing while a pipeline is stuck.
@@ -99,6 +108,19 @@ class PipelineMetrics:
 
     def error(self, kind: str) -> None:
         _ERRORS.labels(self.pipeline, kind).inc()
+
+    def read(self, count: int) -> None:
+        self.records_read += count
+        self.events_in.inc(count)
+
+    def wrote(self, count: int) -> None:
+        self.records_written += count
+        self.events_out.inc(count)
+        self.batches.inc()
+
+    def rejected_records(self, fate: str, count: int) -> None:
+        """``count`` rejected records went to the dead letters (``dead_lettered``) or were ``dropped``."""
+        (self.dropped if fate == "dropped" else self.dead_letters).inc(count)
 
     def committed(self, watermark_us: int | None) -> None:
         self.checkpoints.inc()

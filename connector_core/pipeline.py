@@ -34,13 +34,12 @@ from cdcflow.contract import (
 from cdcflow.errors import (
     CdcflowError,
     EngineUnsupportedError,
-    RecordRejectedError,
-    SinkError,
     StartupCheckError,
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Record
 from cdcflow.metrics import PipelineMetrics
+from cdcflow.record_errors import DEAD_LETTER_STAGE_HEADER, RecordFailedError, RejectedRecordRouter, dead_letter_record
 from cdcflow.retry import Backoff
 
 __all__ = [
@@ -50,6 +49,7 @@ __all__ = [
     "HashAssignment",
     "PartitionAssignment",
     "PipelineRunner",
+    "ReadSizing",
     "RecordFailedError",
     "StoppedWhileRetryingError",
     "apply_transforms",
@@ -125,18 +125,6 @@ class StoppedWhileRetryingError(CdcflowError):
     exits non-zero so that a supervisor knows the stop was not clean."""
 
 
-class RecordFailedError(CdcflowError):
-    """A record failed and ``errors.tolerance`` is ``none``: the pipeline stops before committing it."""
-
-    def __init__(self, pipeline: str, rejected: Rejected) -> None:
-        self.rejected = rejected
-        super().__init__(
-            f"pipeline {pipeline}: a record failed at {rejected.stage} ({type(rejected.error).__name__}: "
-            f"{rejected.error}) and errors.tolerance is none; set errors.tolerance: all and "
-            f"errors.dead_letter to route such records aside"
-        )
-
-
 def apply_transforms(
     transforms: Sequence[Transform[Any]], batch: Iterable[Record | Rejected]
 ) -> tuple[list[Record], list[Rejected]]:
@@ -169,23 +157,33 @@ def apply_transforms(
 _DECLINES_BEFORE_RECORDS = 3
 """Compact batches a stage declines in a row before the runner reads records instead (cdcflow.batches)."""
 
-DEAD_LETTER_STAGE_HEADER = "cdcflow.error.stage"
-"""Where a dead letter failed (``source``, ``transform:<type>``, ``convert``, ``sink``); every dead letter has it."""
 
+@dataclass
+class ReadSizing:
+    """How many records one read of a partition may take.
 
-def dead_letter_record(rejected: Rejected, pipeline: str) -> Record:
-    """The rejected record, carrying Kafka Connect-style error headers."""
-    headers = dict(rejected.record.headers or {})
-    headers.update(
-        {
-            "cdcflow.error.pipeline": pipeline,
-            DEAD_LETTER_STAGE_HEADER: rejected.stage,
-            "cdcflow.error.class": type(rejected.error).__name__,
-            "cdcflow.error.message": str(rejected.error)[:2000],
-            "cdcflow.error.original_topic": rejected.record.destination(),
-        }
-    )
-    return rejected.record.with_changes(headers=headers, topic=None)
+    Enough to keep the sink busy, few enough that one read is delivered in about one checkpoint
+    interval (``target_s``): offsets are committed between reads, so this is what bounds what a
+    crash replays while a backlog is read (``engine.max_records_per_read`` alone let one read of
+    50,000 records run for seconds before its commit). A run starts at ``floor`` (a batch), so its
+    first checkpoint comes right after its first batch, and grows at most twofold a read towards
+    what the measured delivery rate gets through in ``target_s``, never past ``ceiling``.
+    """
+
+    ceiling: int
+    floor: int
+    target_s: float
+    limit: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limit = self.floor
+
+    def delivered(self, records: int, seconds: float) -> None:
+        """A read of ``records`` took ``seconds``, reading to writing."""
+        if records < self.limit:
+            return  # caught up: a short read says nothing about how fast a full one goes
+        affordable = records / max(seconds, 1e-6) * self.target_s
+        self.limit = max(self.floor, min(self.ceiling, 2 * self.limit, int(affordable)))
 
 
 @dataclass
@@ -240,6 +238,21 @@ class PipelineRunner:
             type(t).apply_to_event_batch is not Transform.apply_to_event_batch for t in self.transforms
         )
         self._batches_declined_in_a_row = 0
+        dead_letter = self.dead_letter
+        self._rejected_records = RejectedRecordRouter(
+            self.spec.name,
+            self.spec.errors.tolerance,
+            None if dead_letter is None else lambda: dead_letter,
+            self.metrics.rejected_records,
+        )
+        self._read_sizing = ReadSizing(
+            ceiling=self.spec.engine.max_records_per_read,
+            floor=min(self.spec.engine.batch_size, self.spec.engine.max_records_per_read),
+            target_s=self.store.interval_ms / 1000,
+        )
+        # Until this run has committed once, a checkpoint follows the first read that delivered
+        # anything: a process that keeps being killed soon after it starts still moves forward.
+        self._committed_this_run = False
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -254,6 +267,13 @@ class PipelineRunner:
                 self._durable_until_us[pid] = checkpoint.durable_until_us()
             log.info("pipeline %s running: %d committed partition checkpoints", self.spec.name, len(self._committed))
             self._with_retries("deliver", self._deliver_until_done)
+            log.info(
+                "pipeline %s stopped: %d records read, %d written, %s",
+                self.spec.name,
+                self.metrics.records_read,
+                self.metrics.records_written,
+                self._rejected_records.summary(),
+            )
         except _StopRequestedError as exc:
             raise StoppedWhileRetryingError(
                 f"pipeline {self.spec.name}: stopped while retrying after {type(exc.__cause__).__name__}: "
@@ -313,8 +333,10 @@ class PipelineRunner:
             return result
 
     def _rewind_to_committed(self) -> None:
-        # What was written since the last commit may be lost downstream: read it again.
+        # What was written since the last commit may be lost downstream: read it again, and
+        # commit again as soon as something is through.
         self._states.clear()
+        self._committed_this_run = False
         self._last_refresh_at = float("-inf")
 
     # --- the loop ------------------------------------------------------------------------------
@@ -402,17 +424,20 @@ class PipelineRunner:
             if self.stop.is_set() or self._interrupted():
                 break
             start = state.position
-            end = self.source.latest_offset(state.partition, start, self.spec.engine.max_records_per_read)
+            end = self.source.latest_offset(state.partition, start, self._read_sizing.limit)
             news = offset_key(end) != offset_key(start)
             if news:
                 state.caught_up = False  # before writing: a sink that blocks shows as lag
-                state.uncommitted_records += self._deliver_range(state.partition, start, end)
+                started = self.clock()
+                records = self._deliver_range(state.partition, start, end)
+                self._read_sizing.delivered(records, self.clock() - started)
+                state.uncommitted_records += records
                 state.position = end
                 progressed = True
             state.watermark_us = self.source.watermark(state.partition, state.position)
             state.finished = self.source.is_finished(state.partition, state.position)
             self._note_caught_up(state, news)
-            if progressed and self._checkpoint_due():
+            if progressed and (self._checkpoint_due() or not self._committed_this_run):
                 # A cycle over many partitions (a snapshot's slices, thousands of stream groups)
                 # can outlast the interval: commit what is delivered, so a crash re-reads less.
                 self._checkpoint()
@@ -437,7 +462,7 @@ class PipelineRunner:
         read = 0
         for batch in batches:
             read += len(batch)
-            self.metrics.events_in.inc(len(batch))
+            self.metrics.read(len(batch))
             self._deliver_batch(batch)
         return read
 
@@ -465,8 +490,7 @@ class PipelineRunner:
             return
         self._batches_declined_in_a_row = 0
         self._handle_rejected(rejected)
-        self.metrics.events_out.inc(len(batch))
-        self.metrics.batches.inc()
+        self.metrics.wrote(len(batch))
 
     def _deliver(self, records: Iterator[Record | Rejected]) -> int:
         """Transform and write ``records``; how many were read."""
@@ -474,7 +498,7 @@ class PipelineRunner:
         read = 0
         while batch := list(islice(records, batch_size)):
             read += len(batch)
-            self.metrics.events_in.inc(len(batch))
+            self.metrics.read(len(batch))
             self._write(batch)
         return read
 
@@ -482,8 +506,7 @@ class PipelineRunner:
         transformed = self._transform(batch)
         if transformed:
             self._handle_rejected(self.sink.write(transformed))
-            self.metrics.events_out.inc(len(transformed))
-            self.metrics.batches.inc()
+            self.metrics.wrote(len(transformed))
 
     def _transform(self, batch: list[Record | Rejected]) -> list[Record]:
         output, rejected = apply_transforms(self.transforms, batch)
@@ -492,29 +515,9 @@ class PipelineRunner:
 
     def _handle_rejected(self, rejected: Iterable[Rejected]) -> None:
         rejected = list(rejected)
-        if not rejected:
-            return
-        self.metrics.error("record_rejected")
-        if self.spec.errors.tolerance == "none":
-            raise RecordFailedError(self.spec.name, rejected[0])
-        first = rejected[0]
-        # One line per batch, not per record: a poison table must not flood the log.
-        log.warning(
-            "%d record(s) rejected; first at %s: %s: %s",
-            len(rejected),
-            first.stage,
-            type(first.error).__name__,
-            first.error,
-            extra={"pipeline": self.spec.name, "destination": first.record.destination()},
-        )
-        if self.dead_letter is None:
-            return
-        refused = self.dead_letter.write([dead_letter_record(r, self.spec.name) for r in rejected])
-        self.metrics.dead_letters.inc(len(rejected) - len(refused))
-        if refused:
-            raise SinkError(
-                f"the dead-letter destination refused {len(refused)} records: {refused[0].error}"
-            ) from refused[0].error
+        if rejected:
+            self.metrics.error("record_rejected")
+            self._rejected_records.route(rejected)
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -532,10 +535,7 @@ class PipelineRunner:
         if pipeline_watermark is not None:
             self.sink.on_watermark(pipeline_watermark)
         self._handle_rejected(self.sink.flush())
-        if self.dead_letter is not None:
-            refused = self.dead_letter.flush()
-            if refused:
-                raise RecordRejectedError(f"the dead-letter destination refused a record: {refused[0].error}")
+        self._rejected_records.flush()
         now_us = int(self.clock() * 1_000_000)
         changed = {
             pid: Checkpoint(dict(s.position), s.watermark_us, now_us, s.caught_up)
@@ -545,6 +545,7 @@ class PipelineRunner:
         if changed:
             changed = self._commit(changed)
         if changed:
+            self._committed_this_run = True
             self._committed.update(changed)
             for pid, checkpoint in changed.items():
                 state = self._states[pid]

@@ -28,10 +28,10 @@ from pyspark.sql.types import StructType
 
 from cdcflow.config import ErrorsConfig, PipelineSpec, ResolvedPlugin
 from cdcflow.contract import Offset, Partition, PluginContext, Rejected, Sink, Source, Transform, offset_key
-from cdcflow.errors import SinkError
 from cdcflow.events import ChangeEvent, Record
-from cdcflow.pipeline import RecordFailedError, apply_transforms, dead_letter_record
+from cdcflow.pipeline import apply_transforms
 from cdcflow.processes import tune_garbage_collector
+from cdcflow.record_errors import RejectedRecordRouter
 from cdcflow.schemas import infer_row_schema
 from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, RowTyping, record_to_row, stream_arrow_schema
 
@@ -268,20 +268,13 @@ def _stream_batches(
 def _transformed_rows(
     job: SourceJob, transforms: list[Transform[Any]], records: Iterator[Record | Rejected]
 ) -> Iterator[tuple[Any, ...]]:
-    dead_letter: Sink[Any] | None = None
+    opened: list[Sink[Any]] = []
+    dead_letter = None if job.dead_letter is None else _opened_on_first_use(job, job.dead_letter, opened)
+    rejected_records = RejectedRecordRouter(job.pipeline, job.errors.tolerance, dead_letter)
     try:
         while batch := _take(records, 2000):
             output, rejected = apply_transforms(transforms, batch)
-            if rejected:
-                if job.errors.tolerance == "none":
-                    raise RecordFailedError(job.pipeline, rejected[0])
-                if job.dead_letter is not None:
-                    if dead_letter is None:
-                        dead_letter = build_plugin(job.pipeline, job.pipeline_file, job.dead_letter)
-                        dead_letter.open()
-                    refused = dead_letter.write([dead_letter_record(r, job.pipeline) for r in rejected])
-                    if refused:
-                        raise SinkError(f"the dead-letter destination refused {len(refused)} records")
+            rejected_records.route(rejected)
             for record in output:
                 if isinstance(record, ChangeEvent) and record.schema is None:
                     # Records read back from Kafka (or from a source that knows no table metadata)
@@ -289,11 +282,25 @@ def _transformed_rows(
                     yield record_to_row(record.with_changes(schema=infer_row_schema(record)), job.with_record)
                 else:
                     yield record_to_row(record, job.with_record)
-        if dead_letter is not None and dead_letter.flush():
-            raise SinkError("the dead-letter destination refused records at flush")
+        rejected_records.flush()
+        if rejected_records.dropped:
+            log.warning("pipeline %s: this task %s", job.pipeline, rejected_records.summary())
     finally:
-        if dead_letter is not None:
-            dead_letter.close()
+        for sink in opened:
+            sink.close()
+
+
+def _opened_on_first_use(job: SourceJob, plugin: ResolvedPlugin, opened: list[Sink[Any]]) -> Callable[[], Sink[Any]]:
+    """The dead-letter sink, built and opened at the first rejected record (most batches have
+    none); ``opened`` holds it for the caller to close."""
+
+    def dead_letter() -> Sink[Any]:
+        if not opened:
+            opened.append(build_plugin(job.pipeline, job.pipeline_file, plugin))
+            opened[0].open()
+        return opened[0]
+
+    return dead_letter
 
 
 def _take(records: Iterator[Record | Rejected], count: int) -> list[Record | Rejected]:

@@ -26,12 +26,11 @@ from cdcflow.errors import (
     EngineError,
     EngineUnavailableError,
     EngineUnsupportedError,
-    SinkError,
     TransientError,
 )
 from cdcflow.offsets import pipeline_running
-from cdcflow.pipeline import RecordFailedError, dead_letter_record
 from cdcflow.processes import run_in_threads
+from cdcflow.record_errors import RejectedRecordRouter
 from cdcflow.retry import Backoff
 from cdcflow.spark_engine.datasource import (
     DATA_SOURCE_NAME,
@@ -327,13 +326,11 @@ def _deliver(
         for chunk in _chunks(records, batch_size):
             rejected += sink.write(chunk)
         rejected += sink.flush()
-        if rejected:
-            if tolerance == "none":
-                raise RecordFailedError(pipeline, rejected[0])
-            if dead is not None:
-                refused = dead.write([dead_letter_record(r, pipeline) for r in rejected]) + dead.flush()
-                if refused:
-                    raise SinkError(f"the dead-letter destination refused {len(refused)} records")
+        rejected_records = RejectedRecordRouter(pipeline, tolerance, None if dead is None else lambda: dead)
+        rejected_records.route(rejected)
+        rejected_records.flush()
+        if rejected_records.dropped:
+            log.warning("pipeline %s: this task %s", pipeline, rejected_records.summary())
     finally:
         for plugin in opened:
             plugin.close()

@@ -17,8 +17,17 @@ from typing import Any, Literal
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pydantic import Field
 
-from cdcflow.contract import Converter, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
-from cdcflow.converters import JsonConverter, converter_from_fields
+from cdcflow.contract import (
+    Converter,
+    NestedPluginSection,
+    Offset,
+    Partition,
+    PluginConfig,
+    PluginContext,
+    Rejected,
+    Source,
+)
+from cdcflow.converters import JsonConverter, converter_from_fields, converter_plugin_sections
 from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError, TransientError
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
@@ -55,6 +64,10 @@ class KafkaSourceConfig(PluginConfig):
         default_factory=dict,
         description="extra librdkafka consumer settings (worker engine); Spark's connector takes kafka.java",
     )
+
+    @classmethod
+    def nested_plugin_sections(cls, section: Mapping[str, Any]) -> list[NestedPluginSection]:
+        return converter_plugin_sections(cls, section)
 
 
 class KafkaSource(Source[KafkaSourceConfig]):
@@ -179,7 +192,16 @@ class KafkaSource(Source[KafkaSourceConfig]):
         except SourceDataError as exc:
             # A record no converter can read would stop its partition for good: it goes to the
             # dead letters, bytes and all, and the partition goes on (errors.tolerance permitting).
-            source = SourceInfo("kafka", topic, "", "", partition.id, {"offset": offset}, ts_ms * 1000)
+            source = SourceInfo(
+                "kafka",
+                topic,
+                "",
+                "",
+                partition.id,
+                {"offset": offset},
+                ts_ms * 1000,
+                extra={"kafka": _read_at(topic, partition.info["partition"], offset)},
+            )
             return Rejected(raw_bytes_event(message.key(), message.value(), source, topic), exc, "source")
 
     def decode(
@@ -187,27 +209,33 @@ class KafkaSource(Source[KafkaSourceConfig]):
     ) -> Record:
         """One Kafka record as a cdcflow record: a cdcflow envelope becomes the change it describes;
         a bare row or a tombstone becomes the row state itself. Also used by the spark engine,
-        which reads Kafka with Spark's own connector."""
-        try:
-            key = self.converter.deserialize(topic, raw_key) if raw_key is not None else {}
-            value = self.converter.deserialize(topic, raw_value) if raw_value is not None else None
-        except ConverterError as exc:
-            if isinstance(exc, TransientError):
-                raise  # the registry is unreachable: read again later, nothing is wrong with the record
-            raise SourceDataError(f"{partition_id} offset {offset}: {exc}") from exc
+        which reads Kafka with Spark's own connector. A record that is neither raises
+        :class:`SourceDataError` saying what is wrong with it (which part, which field)."""
+        where = f"{topic} partition {_partition_number(partition_id)} offset {offset}"
+        key = self._deserialize(topic, raw_key, f"{where}: key") if raw_key is not None else {}
+        value = self._deserialize(topic, raw_value, f"{where}: value") if raw_value is not None else None
         position = {"offset": offset}
+        read_at = {"kafka": _read_at(topic, _partition_number(partition_id), offset)}
         if value is not None and "op" in value and "source" in value:
-            return _event_from_envelope(key, value, partition_id, position, topic)
+            return _event_from_envelope(key, value, partition_id, position, topic, read_at, where)
         return ChangeEvent(
             op=Op.DELETE if value is None else Op.CREATE,
             key=key,
             before=None,
             after=value,
-            source=SourceInfo("kafka", topic, "", "", partition_id, position, ts_ms * 1000),
+            source=SourceInfo("kafka", topic, "", "", partition_id, position, ts_ms * 1000, extra=read_at),
             ts_ms=int(time.time() * 1000),
             topic=topic,
             envelope=False,
         )
+
+    def _deserialize(self, topic: str, data: bytes, what: str) -> dict[str, Any]:
+        try:
+            return self.converter.deserialize(topic, data)
+        except ConverterError as exc:
+            if isinstance(exc, TransientError):
+                raise  # the registry is unreachable: read again later, nothing is wrong with the record
+            raise SourceDataError(f"{what}: {exc}") from exc
 
     def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any | None:
         # Spark's connector bounds a whole micro-batch, not each partition: max_records_per_batch.
@@ -343,30 +371,76 @@ def _is_cdcflow_tombstone(headers: Any) -> bool:
     return False
 
 
+def _read_at(topic: str, partition: int | str, offset: int) -> dict[str, Any]:
+    """Where a record was read in Kafka (dead letters name it in headers of their own)."""
+    return {"topic": topic, "partition": partition, "offset": offset}
+
+
+def _partition_number(partition_id: str) -> int | str:
+    """``<topic>:<n>`` (this source's partition ids) -> n."""
+    number = partition_id.rpartition(":")[2]
+    return int(number) if number.isdigit() else partition_id
+
+
+_OPS = {op.value for op in Op}
+
+
 def _event_from_envelope(
-    key: dict[str, Any], value: dict[str, Any], partition_id: str, position: dict[str, Any], topic: str
+    key: dict[str, Any],
+    value: dict[str, Any],
+    partition_id: str,
+    position: dict[str, Any],
+    topic: str,
+    read_at: dict[str, Any],
+    where: str,
 ) -> ChangeEvent:
     # The event keeps the topic it was read from as its destination (as a Kafka Connect record
     # does), so `route` renames relative to it; its `source` still names the original table.
-    source = value["source"]
+    source = _envelope_field(value, "source", dict, where)
+    if value["op"] not in _OPS:
+        raise SourceDataError(
+            f"{where}: value is a change envelope whose op is {value['op']!r}; "
+            f"expected one of {', '.join(sorted(_OPS))}"
+        )
+    before = _envelope_field(value, "before", dict | None, where)
+    after = _envelope_field(value, "after", dict | None, where)
     original_position = source.get("position")
+    try:
+        decoded_position = json.loads(original_position) if isinstance(original_position, str) else position
+        ts_us = int(source.get("ts_us", 0))
+        ts_ms = int(value.get("ts_ms") or time.time() * 1000)
+    except (ValueError, TypeError) as exc:
+        raise SourceDataError(
+            f"{where}: value is a change envelope with a bad source.position, ts_us or ts_ms: {exc}"
+        ) from exc
     return ChangeEvent(
         op=Op(value["op"]),
         key=key,
-        before=value.get("before"),
-        after=value.get("after"),
+        before=before,
+        after=after,
         source=SourceInfo(
             system=source.get("connector", "kafka"),
             cluster=source.get("name", ""),
             keyspace=source.get("keyspace", ""),
             table=source.get("table", ""),
             partition=source.get("partition", partition_id),
-            position=json.loads(original_position) if isinstance(original_position, str) else position,
-            ts_us=int(source.get("ts_us", 0)),
+            position=decoded_position,
+            ts_us=ts_us,
             snapshot=bool(source.get("snapshot", False)),
             version=source.get("version", ""),
-            extra={"kafka": {"partition": partition_id, **position}},
+            extra={"kafka": {"partition": partition_id, **position}, **read_at},
         ),
-        ts_ms=int(value.get("ts_ms") or time.time() * 1000),
+        ts_ms=ts_ms,
         topic=topic,
     )
+
+
+def _envelope_field(value: dict[str, Any], name: str, expected: Any, where: str) -> Any:
+    found = value.get(name)
+    if not isinstance(found, expected):
+        kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+        raise SourceDataError(
+            f"{where}: value is a change envelope whose {name} is {kinds.get(type(found), type(found).__name__)}; "
+            f"expected {'an object' if expected is dict else 'an object or null'}"
+        )
+    return found

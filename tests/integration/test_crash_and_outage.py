@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import random
 import signal
@@ -132,3 +134,79 @@ def test_broker_down_for_20_seconds_mid_stream_loses_nothing(
     missing = set(range(count)) - set(counts)
     print(f"\nbroker outage: {len(missing)} lost, {sum(counts.values()) - len(counts)} duplicates")
     assert not missing
+
+
+def _committed_seqs(folder: Path) -> dict[str, int]:
+    """Per partition, the committed datagen position (the file store writes each atomically)."""
+    committed = {}
+    for file in folder.glob("*.checkpoint.json"):
+        try:
+            committed[file.name.split(".")[0]] = json.loads(file.read_text())["offset"]["seq"]
+        except (OSError, ValueError):
+            continue  # replaced while read: the next look sees the new one
+    return committed
+
+
+def test_a_crash_loop_moves_forward_and_each_kill_replays_at_most_one_interval(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """Ten SIGKILLs, each at a random moment after the run committed a checkpoint of its own.
+
+    Every copy in Kafka carries the time cdcflow made it (``ts_ms``), so each duplicate is
+    charged to the run that wrote it: a run's replay is what it delivered past the position it
+    had committed when it was killed. That must stay within about one checkpoint interval of the
+    run's own delivery (its busiest ``interval_ms`` window), whatever the backlog."""
+    rate, interval_ms = 4000, 1000
+    count = 400_000  # far more than ten restarts reach: the last run is stopped, not drained
+    file = tmp_path / "loop.yaml"
+    file.write_text(
+        f"name: crash-loop-{topic_prefix}\n"
+        f"source: {{type: datagen, count: {count}, partitions: {PARTITIONS}, tables: 2, keys: 500, "
+        f"event_size: 32, rate: {rate}}}\n"
+        f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', linger_ms: 20}}\n"
+        f"checkpoint: {{type: file, path: ckpt, interval_ms: {interval_ms}}}\n"
+    )
+    runs: list[tuple[float, float, dict[str, int]]] = []  # (started, killed, committed when killed)
+    rng = random.Random(20261125)
+    for _ in range(10):
+        before = sum(_committed_seqs(tmp_path / "ckpt").values())
+        started = time.time()
+        process = start_worker(file)
+        deadline = time.monotonic() + 120
+        while sum(_committed_seqs(tmp_path / "ckpt").values()) <= before:  # this run's own first checkpoint
+            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint from this run"
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 1.5))  # a random moment mid-stream to crash at, not a timing assertion
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        runs.append((started, time.time(), _committed_seqs(tmp_path / "ckpt")))
+    # A graceful last run: what it flushed is committed, so everything delivered is accounted for.
+    final = start_worker(file)
+    while sum(_committed_seqs(tmp_path / "ckpt").values()) <= sum(runs[-1][2].values()):
+        time.sleep(0.01)
+    final.send_signal(signal.SIGTERM)
+    _, stderr = final.communicate(timeout=120)
+    assert final.returncode == 0, stderr.decode()[-2000:]
+
+    committed = _committed_seqs(tmp_path / "ckpt")
+    received = read_topics(kafka_bootstrap, topics_with_prefix(kafka_bootstrap, topic_prefix))
+    copies = [json.loads(r.value)["payload"] for r in received if r.value is not None]
+    delivered = {event_id(p) for p in copies}
+    # Nothing committed is missing (global id g is the (g // P + 1)-th event of partition g % P).
+    assert all(g in delivered for p, seq in committed.items() for g in range(int(p[-1]), seq * PARTITIONS, PARTITIONS))
+    totals = [sum(c.values()) for _, _, c in runs]
+    assert all(later > earlier for earlier, later in itertools.pairwise(totals)), totals  # the loop moves forward
+    for number, (started, killed, at_kill) in enumerate(runs, 1):
+        made = sorted(p["ts_ms"] for p in copies if started * 1000 <= p["ts_ms"] <= killed * 1000)
+        replayed = sum(
+            1
+            for p in copies
+            if started * 1000 <= p["ts_ms"] <= killed * 1000
+            and event_id(p) // PARTITIONS + 1 > at_kill[f"datagen-{event_id(p) % PARTITIONS}"]
+        )
+        busiest = max((bisect.bisect_right(made, t + interval_ms) - i for i, t in enumerate(made)), default=0)
+        print(f"run {number}: delivered {len(made)}, busiest {interval_ms} ms {busiest}, replayed {replayed}")
+        # Commits come after each read once an interval has passed, and a read takes about one
+        # interval: what waits uncommitted is at most about two intervals of the run's delivery.
+        assert replayed <= 2 * busiest + PARTITIONS * 100, (number, replayed, busiest)

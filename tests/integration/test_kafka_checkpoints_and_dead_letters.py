@@ -136,6 +136,30 @@ def test_records_too_large_for_kafka_go_to_dead_letters_and_do_not_block(
     assert sorted(ids) == list(range(300))
 
 
+# Each malformed record, and what its dead letter must say is wrong with it.
+MALFORMED_RECORDS: dict[int, tuple[bytes, bytes, str]] = {
+    3: (b'{"payload": {"n": 3}}', b"\xff\x00not json", "value: payload on {topic} is not JSON"),
+    4: (b"k4 is not json", json.dumps({"payload": {"n": 4}}).encode(), "key: payload on {topic} is not JSON"),
+    6: (b'{"payload": {"n": 6}}', b"[1,2,3]", "value: payload on {topic} is a JSON array, not an object"),
+    8: (b'{"payload": {"n": 8}}', b"{}", "value: payload on {topic} is a JSON object without a payload field"),
+    11: (
+        b'{"payload": {"n": 11}}',
+        json.dumps({"payload": {"op": "x", "source": {}, "after": {"n": 11}}}).encode(),
+        "value is a change envelope whose op is 'x'; expected one of c, d, r, u",
+    ),
+    12: (
+        b'{"payload": {"n": 12}}',
+        json.dumps({"payload": {"op": "c", "source": "cassandra", "after": {"n": 12}}}).encode(),
+        "value is a change envelope whose source is a string; expected an object",
+    ),
+    13: (
+        b'{"payload": {"n": 13}}',
+        json.dumps({"payload": {"op": "u", "source": {}, "after": [13]}}).encode(),
+        "value is a change envelope whose after is an array; expected an object or null",
+    ),
+}
+
+
 def test_a_record_the_kafka_source_cannot_decode_goes_to_dead_letters_and_the_partition_goes_on(
     tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
@@ -143,10 +167,11 @@ def test_a_record_the_kafka_source_cannot_decode_goes_to_dead_letters_and_the_pa
 
     topic = f"{topic_prefix}.in"
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    poisoned = {3, 4, 11}
     for n in range(15):
-        value = b"\xff\x00not json" if n in poisoned else json.dumps({"payload": {"n": n}}).encode()
-        producer.produce(topic, key=json.dumps({"payload": {"n": n}}).encode(), value=value, partition=0)
+        key, value, _ = MALFORMED_RECORDS.get(
+            n, (json.dumps({"payload": {"n": n}}).encode(), json.dumps({"payload": {"n": n}}).encode(), "")
+        )
+        producer.produce(topic, key=key, value=value, partition=0)
     assert producer.flush(30) == 0
     file = tmp_path / "poison.yaml"
     file.write_text(
@@ -168,10 +193,19 @@ def test_a_record_the_kafka_source_cannot_decode_goes_to_dead_letters_and_the_pa
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr.decode()
     out, dead = _json_lines(tmp_path / "out.jsonl"), _json_lines(tmp_path / "dlq.jsonl")
-    assert [line["value"]["n"] for line in out] == [n for n in range(15) if n not in poisoned]
-    assert [base64.b64decode(d["value"]["raw_value"]) for d in dead] == [b"\xff\x00not json"] * len(poisoned)
-    assert [json.loads(base64.b64decode(d["key"]["raw_key"]))["payload"]["n"] for d in dead] == sorted(poisoned)
-    assert {d["headers"]["cdcflow.error.stage"] for d in dead} == {"source"}
+    assert [line["value"]["n"] for line in out] == [n for n in range(15) if n not in MALFORMED_RECORDS]
+    assert len(dead) == len(MALFORMED_RECORDS)
+    for letter, (n, (key, value, says)) in zip(dead, sorted(MALFORMED_RECORDS.items()), strict=True):
+        # the bytes as they were, what is wrong with this record, and where it was read, field by field
+        assert base64.b64decode(letter["key"]["raw_key"]) == key
+        assert base64.b64decode(letter["value"]["raw_value"]) == value
+        headers = letter["headers"]
+        assert headers["cdcflow.error.stage"] == "source"
+        assert f"{topic} partition 0 offset {n}: " in headers["cdcflow.error.message"]
+        assert says.format(topic=topic) in headers["cdcflow.error.message"]
+        assert (headers["cdcflow.error.topic"], headers["cdcflow.error.partition"]) == (topic, "0")
+        assert headers["cdcflow.error.offset"] == str(n)
+    assert len({d["headers"]["cdcflow.error.message"].split(": ", 1)[1] for d in dead}) == len(MALFORMED_RECORDS)
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:

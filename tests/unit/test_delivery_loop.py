@@ -330,3 +330,62 @@ def test_records_that_wait_for_a_failing_sink_make_lag_grow(tmp_path: Path, regi
         runner.stop.set()
         thread.join(10)
     assert len(failures) == 1
+
+
+def test_the_first_checkpoint_of_a_run_follows_its_first_read(tmp_path: Path, registry: PluginRegistry) -> None:
+    # An interval far longer than the run: only the first-read rule can commit before the end.
+    runner = pipeline(
+        tmp_path, registry, checkpoint={"type": "file", "path": str(tmp_path / "ckpt"), "interval_ms": 600_000}
+    )
+    durable_at_commits: list[int] = []
+    original_commit = runner.store.commit
+
+    def recording_commit(checkpoints: Any) -> None:
+        durable_at_commits.append(len(RecordingSink.durable))
+        original_commit(checkpoints)
+
+    runner.store.commit = recording_commit  # type: ignore[method-assign]
+    runner.run()
+    # A process killed at any moment after its first read has moved forward: the first commit
+    # holds one read (a batch: 50 records), not the whole run's 2,000.
+    assert durable_at_commits[0] == 50
+    assert durable_at_commits[-1] == 2000
+
+
+def test_reads_are_sized_to_what_the_sink_delivers_in_one_checkpoint_interval(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    # The sink takes 1 ms of the runner's clock a record; checkpoints are due every 100 ms. One read
+    # may take up to 10,000 records, which would be 10 s of delivery between two commits.
+    runner = pipeline(
+        tmp_path,
+        registry,
+        source={"type": "datagen", "count": 30_000, "partitions": 2, "event_size": 8},
+        checkpoint={"type": "file", "path": str(tmp_path / "ckpt"), "interval_ms": 100},
+        engine={"max_records_per_read": 10_000, "batch_size": 20, "poll_interval_ms": 1},
+    )
+    now = [0.0]
+    runner.clock = lambda: now[0]
+    original_write = runner.sink.write
+
+    def one_ms_a_record(records: Sequence[Record]) -> list[Rejected]:
+        now[0] += len(records) / 1000
+        return original_write(records)
+
+    runner.sink.write = one_ms_a_record  # type: ignore[method-assign]
+    delivered_between_commits: list[int] = []
+    original_commit = runner.store.commit
+    last = [0]
+
+    def recording_commit(checkpoints: Any) -> None:
+        delivered_between_commits.append(len(RecordingSink.durable) - last[0])
+        last[0] = len(RecordingSink.durable)
+        original_commit(checkpoints)
+
+    runner.store.commit = recording_commit  # type: ignore[method-assign]
+    runner.run()
+    assert sum(delivered_between_commits) == 30_000
+    # What a crash just before a commit replays: never more than one interval's worth (100
+    # records) plus the read that was under way when the interval ended (at most 100 more).
+    assert max(delivered_between_commits) <= 200, delivered_between_commits
+    assert runner._read_sizing.limit == 100  # settled on exactly one interval's worth
