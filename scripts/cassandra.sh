@@ -136,19 +136,24 @@ java_flags=(
   -Dio.netty.tryReflectionSetAccessible=true
 )
 
+# CQL's OPTIONS request in a protocol v4 frame (native_protocol_v4.spec, sections 2 and 4.1.3):
+# version 4, no flags, stream 1, opcode 0x05, empty body. A node serving CQL answers SUPPORTED
+# (version 0x84: a response, stream 1, opcode 0x06); it opens the native transport last, once it
+# can serve queries. A node that takes CQL only over TLS is asked for a connection alone.
+cql_options_request='\x04\x00\x00\x01\x05\x00\x00\x00\x00'
 answers() {
-  python3 - "$CASSANDRA_HOST" "$CASSANDRA_PORT" <<'EOF'
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()
-except OSError:
-    sys.exit(1)
-EOF
+  if [ -n "$CASSANDRA_CLIENT_TLS_DIR" ]; then tcp_accepts "$CASSANDRA_HOST" "$CASSANDRA_PORT"; return; fi
+  [ "$(tcp_reply_hex "$CASSANDRA_HOST" "$CASSANDRA_PORT" "$cql_options_request" 5)" = 8400000106 ]
 }
 
 start() {
   install
-  if is_running "$pidfile" && answers; then echo "cassandra: already running on $CASSANDRA_HOST:$CASSANDRA_PORT"; return 0; fi
+  if is_running "$pidfile"; then
+    await_existing cassandra "$pidfile" 240 answers
+    echo "cassandra: already running on $CASSANDRA_HOST:$CASSANDRA_PORT (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  refuse_if_answering cassandra "$CASSANDRA_HOST:$CASSANDRA_PORT" answers
   write_config
   nohup java -Xms"$CASSANDRA_HEAP" -Xmx"$CASSANDRA_HEAP" -XX:+UseG1GC -Djava.awt.headless=true "${java_flags[@]}" \
     -Dcassandra.config="file://$data/cassandra.yaml" -Dcassandra.storagedir="$data" -Dcassandra.triggers_dir="$data/triggers" \
@@ -157,9 +162,9 @@ start() {
     -Dcassandra.skip_wait_for_gossip_to_settle=0 -Dcassandra.ring_delay_ms=1000 $CASSANDRA_JVM_EXTRA \
     -cp "$libs/*" org.apache.cassandra.service.CassandraDaemon >"$log" 2>&1 &
   echo $! >"$pidfile"
-  wait_until "cassandra" 240 answers || {
+  wait_started cassandra "$pidfile" 240 answers || {
     tail -n 40 "$log" "$data/system.log" 2>/dev/null
-    die "cassandra: did not answer CQL on $CASSANDRA_HOST:$CASSANDRA_PORT"
+    abandon_start cassandra "$pidfile" "cassandra: did not answer CQL on $CASSANDRA_HOST:$CASSANDRA_PORT"
   }
   echo "cassandra: running on $CASSANDRA_HOST:$CASSANDRA_PORT (pid $(cat "$pidfile"))"
 }
@@ -168,7 +173,7 @@ case "${1:-}" in
   install) install ;;
   start) start ;;
   stop) stop_pid "cassandra" "$pidfile" 60 ;;
-  status) is_running "$pidfile" && answers ;;
+  status) service_status cassandra "$CASSANDRA_HOST:$CASSANDRA_PORT" "$pidfile" answers ;;
   reset) stop_pid "cassandra" "$pidfile" 60; rm -rf "$data" ;;
   *) die "usage: $0 install|start|stop|status|reset" ;;
 esac

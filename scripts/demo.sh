@@ -13,9 +13,14 @@ case "${1:-}" in
   --avro) pipeline=config/datagen-to-kafka-avro.yaml; services=(kafka registry); topics="cdc-avro.datagen.shop.table_{0,1,2}" ;;
   *) echo "usage: $0 [--avro]" >&2; exit 2 ;;
 esac
+# The pipelines write to KAFKA_BOOTSTRAP (and REGISTRY_URL): the broker started below, also when
+# KAFKA_PORT (REGISTRY_PORT) puts it on another port.
+export KAFKA_BOOTSTRAP="${KAFKA_BOOTSTRAP:-127.0.0.1:${KAFKA_PORT:-9092}}"
+[ "${services[*]}" = "kafka" ] || export REGISTRY_URL="${REGISTRY_URL:-$(bash scripts/schema_registry.sh url)}"
 bash scripts/setup.sh
 bash scripts/services.sh install "${services[@]}"
 bash scripts/services.sh start "${services[@]}"
-"${CDCFLOW_VENV:-.venv}/bin/cdcflow" run "$pipeline"
-echo "done: topics $topics on 127.0.0.1:9092; offsets: .venv/bin/cdcflow offsets show $pipeline"
-[ "${services[*]}" = "kafka" ] || echo "schemas: $(bash scripts/schema_registry.sh url)"
+cdcflow="${CDCFLOW_VENV:-.venv}/bin/cdcflow"
+"$cdcflow" run "$pipeline"
+[ "${services[*]}" = "kafka" ] || echo "schemas: $REGISTRY_URL"
+echo "done: topics $topics on $KAFKA_BOOTSTRAP; offsets: $cdcflow offsets show $pipeline"

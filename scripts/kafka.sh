@@ -98,7 +98,7 @@ java_cmd=(java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true
 format_storage() {
   if [ -f "$data/logs/meta.properties" ]; then return 0; fi
   local cluster_id scram=() user users
-  cluster_id="$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+  cluster_id="$("${java_cmd[@]}" kafka.tools.StorageTool random-uuid)"
   # SCRAM credentials live in the KRaft metadata log: written once, when the storage is formatted.
   IFS=';' read -ra users <<<"$KAFKA_SCRAM_USERS"
   for user in "${users[@]}"; do [ -z "$user" ] || scram+=(--add-scram "$user"); done
@@ -107,25 +107,32 @@ format_storage() {
     || { cat "$data/format.out"; die "kafka: storage format failed"; }
 }
 
+# Kafka's ApiVersions request, version 0 (clients/src/main/resources/common/message/
+# ApiVersionsRequest.json; the framing in the protocol guide, kafka.apache.org/protocol): size 17,
+# api key 18, version 0, correlation id "cdcf", client id "cdcflow". The broker's reply echoes the
+# correlation id and error code 0; a KRaft broker processes requests only once the controller has
+# unfenced it (core/.../server/BrokerServer.scala, startup), so an answer means it serves clients.
+api_versions_request='\x00\x00\x00\x11\x00\x12\x00\x00cdcf\x00\x07cdcflow'
 answers() {
-  python3 - "$KAFKA_PORT" <<'EOF'
-import sys
-from confluent_kafka.admin import AdminClient
-try:
-    AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}", "log_level": 0}).list_topics(timeout=3)
-except Exception:
-    sys.exit(1)
-EOF
+  [[ "$(tcp_reply_hex 127.0.0.1 "$KAFKA_PORT" "$api_versions_request" 10)" =~ ^[0-9a-f]{8}636463660000$ ]]
 }
 
 start() {
   install
-  if is_running "$pidfile" && answers; then echo "$KAFKA_NAME: already running on 127.0.0.1:$KAFKA_PORT"; return 0; fi
+  if is_running "$pidfile"; then
+    await_existing "$KAFKA_NAME" "$pidfile" 120 answers
+    echo "$KAFKA_NAME: already running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  refuse_if_answering "$KAFKA_NAME" "127.0.0.1:$KAFKA_PORT" answers
   write_config
   format_storage
   nohup "${java_cmd[@]}" kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
   echo $! >"$pidfile"
-  wait_until "$KAFKA_NAME" 120 answers || { tail -n 40 "$log" "$data/server.log" 2>/dev/null; die "$KAFKA_NAME: did not answer on 127.0.0.1:$KAFKA_PORT"; }
+  wait_started "$KAFKA_NAME" "$pidfile" 120 answers || {
+    tail -n 40 "$log" "$data/server.log" 2>/dev/null
+    abandon_start "$KAFKA_NAME" "$pidfile" "$KAFKA_NAME: did not answer on 127.0.0.1:$KAFKA_PORT"
+  }
   echo "$KAFKA_NAME: running on 127.0.0.1:$KAFKA_PORT${KAFKA_SASL_SSL_PORT:+, SASL_SSL on 127.0.0.1:$KAFKA_SASL_SSL_PORT} (pid $(cat "$pidfile"))"
 }
 
@@ -133,7 +140,7 @@ case "${1:-}" in
   install) install ;;
   start) start ;;
   stop) stop_pid "$KAFKA_NAME" "$pidfile" 60 ;;
-  status) is_running "$pidfile" && answers ;;
+  status) service_status "$KAFKA_NAME" "127.0.0.1:$KAFKA_PORT" "$pidfile" answers ;;
   reset) stop_pid "$KAFKA_NAME" "$pidfile" 60; rm -rf "$data" ;;
   *) die "usage: $0 install|start|stop|status|reset" ;;
 esac

@@ -14,7 +14,6 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/.." && pwd)"
 # shellcheck source=scripts/_service_lib.sh
 source "$here/_service_lib.sh"
 
@@ -26,7 +25,7 @@ home="$CDCFLOW_CACHE/apicurio-registry-$APICURIO_VERSION"
 data="$CDCFLOW_DATA/apicurio-registry-$REGISTRY_PORT"
 pidfile="$data/registry.pid"
 log="$data/registry.out"
-venv_python="$root/${CDCFLOW_VENV:-.venv}/bin/python"
+venv_python="$(project_python)"
 REGISTRY_TLS_DIR="${REGISTRY_TLS_DIR:-}"
 REGISTRY_BASIC_AUTH="${REGISTRY_BASIC_AUTH:-}"
 scheme=http
@@ -67,7 +66,9 @@ install() {
   fi
 }
 
-answers() {  # up: any HTTP answer (401 when it wants credentials), whatever the certificate
+# Up: any HTTP answer (401 when it wants credentials), whatever the certificate. The standard
+# library alone, so the system's python3 will do (it has none of cdcflow's packages).
+answers() {
   python3 - "$url/subjects" <<'PY' 2>/dev/null
 import ssl, sys, urllib.error, urllib.request
 try:
@@ -95,7 +96,12 @@ security_options() {
 
 start() {
   install
-  if is_running "$pidfile" && answers; then echo "registry: already running at $url"; return 0; fi
+  if is_running "$pidfile"; then
+    await_existing registry "$pidfile" 120 answers
+    echo "registry: already running at $url (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  refuse_if_answering registry "$url" answers
   local java; java="$(find_java)" || die "registry: Apicurio $APICURIO_VERSION needs Java 21+ (set REGISTRY_JAVA)"
   mkdir -p "$data"
   # `cd` on its own line: `cd && cmd &` would background a subshell, and its pid is not the server's.
@@ -111,7 +117,8 @@ start() {
     "-Dapicurio.datasource.url=jdbc:h2:file:$data/h2/registry" \
     -jar quarkus-run.jar >"$log" 2>&1 &
   echo $! >"$pidfile"
-  wait_until "registry" 120 answers || { tail -n 40 "$log"; die "registry: did not answer at $url"; }
+  wait_started registry "$pidfile" 120 answers \
+    || { tail -n 40 "$log"; abandon_start registry "$pidfile" "registry: did not answer at $url"; }
   echo "registry: $url (Apicurio $APICURIO_VERSION on $("$java" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java\.home = //p'), pid $(cat "$pidfile"))"
 }
 
@@ -119,7 +126,7 @@ case "${1:-}" in
   install) install ;;
   start) start ;;
   stop) stop_pid "registry" "$pidfile" 30 ;;
-  status) is_running "$pidfile" && answers ;;
+  status) service_status registry "$url" "$pidfile" answers ;;
   reset) stop_pid "registry" "$pidfile" 30; rm -rf "$data" ;;
   url) echo "$url" ;;
   *) die "usage: $0 install|start|stop|status|reset|url" ;;

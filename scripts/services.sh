@@ -25,10 +25,10 @@ script_of() {
 
 where_of() {
   case "$1" in
-    kafka) echo "127.0.0.1:9092" ;;
+    kafka) echo "127.0.0.1:${KAFKA_PORT:-9092}" ;;
     registry) echo "http://127.0.0.1:${REGISTRY_PORT:-8081}/apis/ccompat/v7 (Apicurio Registry)" ;;
-    cassandra) echo "127.0.0.1:9042" ;;
-    kafka-secure) echo "127.0.0.1:19092, SASL_SSL 127.0.0.1:19094" ;;
+    cassandra) echo "${CASSANDRA_HOST:-127.0.0.1}:${CASSANDRA_PORT:-9042}" ;;
+    kafka-secure) echo "127.0.0.1:${KAFKA_SECURE_PORT:-19092}, SASL_SSL 127.0.0.1:${KAFKA_SECURE_SASL_SSL_PORT:-19094}" ;;
     spark-cluster) echo "spark://127.0.0.1:7077" ;;
     cassandra-ring) echo "127.0.0.11, 127.0.0.12" ;;
   esac

@@ -10,8 +10,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=scripts/_service_lib.sh
 source "$here/_service_lib.sh"
 
-python="${PYTHON:-${CDCFLOW_VENV:-$here/../.venv}/bin/python}"
-[ -x "$python" ] || python=python3
+# pyspark (and its spark-class) is in the project's virtual environment, never the system's python3.
+python="${PYTHON:-$(project_python)}"
+command -v "$python" >/dev/null || die "spark-cluster: no $python (pyspark lives in the project's virtual environment): run scripts/setup.sh first"
 SPARK_HOME="$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
 export SPARK_HOME
 MASTER_PORT="${SPARK_MASTER_PORT:-7077}"
@@ -40,11 +41,19 @@ EOF
 master_up() { [ "$(alive_workers)" -ge 0 ]; }
 all_up() { [ "$(alive_workers)" -ge "$WORKERS" ]; }
 
+launched=()  # the daemons this start launched: what a failed start stops (not ones that ran before)
 daemon() {  # name, class, arguments...
   local name="$1"; shift
   if is_running "$data/$name.pid"; then return 0; fi
   nohup "$SPARK_HOME/bin/spark-class" "$@" >"$data/$name.out" 2>&1 &
   echo $! >"$data/$name.pid"
+  launched+=("$name")
+}
+
+abandon_launched() {
+  local name
+  for name in ${launched[@]+"${launched[@]}"}; do stop_pid "spark-$name" "$data/$name.pid" 30 >&2; done
+  die "$@"
 }
 
 start() {
@@ -53,14 +62,14 @@ start() {
   daemon master org.apache.spark.deploy.master.Master --host 127.0.0.1 --port "$MASTER_PORT" \
     --webui-port "$WEBUI_PORT"
   wait_until spark-master 90 master_up \
-    || { tail -n 30 "$data/master.out"; die "spark-cluster: the master did not start"; }
+    || { tail -n 30 "$data/master.out"; abandon_launched "spark-cluster: the master did not start"; }
   for i in $(seq 1 "$WORKERS"); do
     mkdir -p "$data/worker$i"
     daemon "worker$i" org.apache.spark.deploy.worker.Worker --host 127.0.0.1 --cores "$WORKER_CORES" \
       --memory "$WORKER_MEMORY" --webui-port "$((WEBUI_PORT + i))" --work-dir "$data/worker$i" "$MASTER_URL"
   done
   wait_until spark-workers 120 all_up \
-    || { tail -n 30 "$data"/worker*.out; die "spark-cluster: $WORKERS workers did not register"; }
+    || { tail -n 30 "$data"/worker*.out; abandon_launched "spark-cluster: $WORKERS workers did not register"; }
   echo "spark-cluster: $MASTER_URL, $WORKERS workers of $WORKER_CORES core(s) and $WORKER_MEMORY"
 }
 

@@ -6,7 +6,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 . "$here/_service_lib.sh"
-python="${PYTHON:-python3}"
+# pyspark is in the project's virtual environment (scripts/setup.sh passes it as PYTHON).
+python="${PYTHON:-$(project_python)}"
+command -v "$python" >/dev/null \
+  || die "spark-jars: no $python (pyspark lives in the project's virtual environment): run scripts/setup.sh first"
 spark_version="$("$python" -c 'import pyspark; print(pyspark.__version__)')"
 spark_home="$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
 jars="$CDCFLOW_CACHE/spark-jars/$spark_version"

@@ -4,6 +4,8 @@
 # tree of links that mirrors the installed layout. Rebuilt on every run: new modules are never missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python="${CDCFLOW_VENV:-.venv}/bin/python"  # mypy is a test tool of the project's environment
+[ -x "$python" ] || { echo "typecheck: no $python: run scripts/setup.sh --dev first" >&2; exit 1; }
 tree=build/typecheck
 rm -rf "$tree"
 mkdir -p "$tree/cdcflow"
@@ -14,6 +16,4 @@ done
 for package in sources sinks plugins; do
   ln -s "$PWD/$package" "$tree/cdcflow/$package"
 done
-python="${CDCFLOW_VENV:-.venv}/bin/python"
-[ -x "$python" ] || python=python3
 MYPYPATH="$tree" exec "$python" -m mypy -p cdcflow "$@"
