@@ -6,7 +6,9 @@ The reader sorts every problem into one of three outcomes, as Cassandra's own re
   bytes go to the error store and reading goes on with the next entry when the framing allows;
 * a bad **section** (sync marker with a wrong CRC but not zero, a marker pointing backwards) ends
   the segment: nothing after it can be located reliably;
-* a clean **end** (a zeroed marker, or the durable offset from ``_cdc.idx``) means "wait for more".
+* a clean **end** (a zeroed marker, or the durable offset from ``_cdc.idx``) means "wait for more";
+* a segment **cut short** (its file ends before the offset its ``COMPLETED`` ``_cdc.idx`` says Cassandra
+  synced) is read as far as it goes, then kept whole in the error store: nothing more will come.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ __all__ = [
     "CorruptSectionError",
     "CorruptSegmentHeaderError",
     "EncryptedSegmentError",
+    "KeptSegmentNotFoundError",
     "MutationDecodeError",
+    "SegmentCutShortError",
+    "SegmentHeaderCutShortError",
     "UnknownTableError",
     "UnsupportedCompressionError",
     "UnsupportedSegmentVersionError",
@@ -44,6 +49,10 @@ class CorruptSegmentHeaderError(CommitLogError):
     """The segment's header (version, id, parameters) fails its CRC or is cut short."""
 
 
+class SegmentHeaderCutShortError(CorruptSegmentHeaderError):
+    """The file ends inside the segment's header."""
+
+
 class UnsupportedSegmentVersionError(CommitLogError):
     """A commit-log version this reader does not know (it reads 7 and 8: Cassandra 4.0 to 5.0)."""
 
@@ -58,6 +67,15 @@ class UnsupportedCompressionError(CommitLogError):
 
 class CorruptSectionError(CommitLogError):
     """A sync section cannot be trusted (bad marker, undecompressable); the rest of the segment is unreadable."""
+
+
+class SegmentCutShortError(CommitLogError):
+    """The segment's file ends before the offset its ``COMPLETED`` ``_cdc.idx`` says was synced: the
+    changes in the missing tail are lost to the stream; the segment is kept in the error store."""
+
+
+class KeptSegmentNotFoundError(CommitLogError):
+    """The error store holds no copy of the segment asked for (``cdcflow commitlog kept`` lists them)."""
 
 
 class CorruptEntryError(CommitLogError):

@@ -20,6 +20,11 @@ every entry whose end is at most P.
 How problems are handled (the rules Cassandra's replay applies, made to keep the stream going):
 
 * a marker of zeros, or a section past the durable offset, is the end for now (wait for more);
+* a file that ends before the offset a ``COMPLETED`` ``_cdc.idx`` says Cassandra synced (``synced_to``)
+  was cut short: Cassandra writes that index only after the bytes before it are on disk, and adds
+  nothing afterwards. It is read as far as it goes (a cut plain section to its last whole entry) and
+  :attr:`SegmentRead.cut_at` says where it ends. Without ``synced_to`` (a live segment, or one
+  without an index) a file that ends is only "more may come";
 * a marker with a bad CRC that is not zero, or one pointing backwards, ends the segment
   (:class:`CorruptSectionError`);
 * a bad entry is reported as an :class:`EntryFault` with its raw bytes: when its size passed its
@@ -44,6 +49,7 @@ from cdcflow.sources.cassandra_commitlog.exceptions import (
     CorruptSectionError,
     CorruptSegmentHeaderError,
     EncryptedSegmentError,
+    SegmentHeaderCutShortError,
     UnsupportedCompressionError,
     UnsupportedSegmentVersionError,
 )
@@ -108,7 +114,7 @@ class SegmentHeader:
 def read_segment_header(data: bytes, path: Path | str = "<segment>") -> SegmentHeader:
     """Parse and check the header at the start of ``data``."""
     if len(data) < _HEADER_FIXED.size:
-        raise CorruptSegmentHeaderError(f"file is {len(data)} bytes, shorter than a segment header", path, 0)
+        raise SegmentHeaderCutShortError(f"file is {len(data)} bytes, shorter than a segment header", path, 0)
     version, segment_id, params_length = _HEADER_FIXED.unpack_from(data, 0)
     if version not in SUPPORTED_VERSIONS:
         if version == 0 and segment_id == 0:
@@ -122,7 +128,7 @@ def read_segment_header(data: bytes, path: Path | str = "<segment>") -> SegmentH
     params_start = _HEADER_FIXED.size
     crc_at = params_start + params_length
     if len(data) < crc_at + 4:
-        raise CorruptSegmentHeaderError("header cut short", path, 0)
+        raise SegmentHeaderCutShortError(f"header cut short: {crc_at + 4} bytes, the file has {len(data)}", path, 0)
     params_bytes = bytes(data[params_start:crc_at])
     expected = zlib.crc32(params_bytes, _crc_ints(version, segment_id, segment_id >> 32, params_length))
     (stored,) = _UINT.unpack_from(data, crc_at)
@@ -172,6 +178,9 @@ class SegmentRead:
     read_to: int = 0  # logical position up to which everything was read (entries and faults)
     clean_end: bool = False  # reached the zero marker or the segment's end: nothing more will come
     section_error: CorruptSectionError | None = None  # the segment ended early on a bad section
+    # The logical position where the file's bytes ran out before ``synced_to``: the file was cut short
+    # (0 when even its header is cut). Set before the cut section's entries are framed.
+    cut_at: int | None = None
 
 
 Decompress = Callable[[bytes, int], bytes]
@@ -228,14 +237,22 @@ def _decompressor(header: SegmentHeader, path: Path | str) -> Decompress | None:
 
 
 def _sections(
-    data: bytes, header: SegmentHeader, path: Path | str, durable_to: int | None, state: SegmentRead
+    data: bytes,
+    header: SegmentHeader,
+    path: Path | str,
+    durable_to: int | None,
+    synced_to: int | None,
+    state: SegmentRead,
 ) -> Iterator[Section]:
     decompress = _decompressor(header, path)
     marker_position = logical = header.size
     id_low, id_high = header.segment_id, header.segment_id >> 32
     while True:
         if marker_position > len(data) - SYNC_MARKER_SIZE:
-            state.clean_end = True  # no room left for a marker: the segment is full
+            if synced_to is not None and logical < synced_to:
+                state.cut_at = logical  # the index says more was synced than the file holds
+            else:
+                state.clean_end = True  # no room left for a marker: the segment is full
             return
         next_marker, stored_crc = _MARKER.unpack_from(data, marker_position)
         if stored_crc != _crc_ints(id_low, id_high, marker_position):
@@ -249,9 +266,17 @@ def _sections(
             raise CorruptSectionError(
                 f"sync marker points back to {next_marker} (valid CRC: the file was altered)", path, marker_position
             )
-        if next_marker > len(data):
-            return  # the section is still being written (compressed segments grow); read it next time
         content_start = marker_position + SYNC_MARKER_SIZE
+        if next_marker > len(data):
+            if synced_to is None or logical >= synced_to:
+                return  # the section is still being written (compressed segments grow); read it next time
+            if decompress is None:
+                # A plain section cut: its whole entries are readable, the cut one is a fault.
+                state.cut_at = len(data)
+                yield Section(marker_position, next_marker, content_start, memoryview(data)[content_start:])
+            else:
+                state.cut_at = logical  # half a compressed block does not decompress
+            return
         if decompress is None:
             payload: bytes | memoryview = memoryview(data)[content_start:next_marker]
             section = Section(marker_position, next_marker, content_start, payload)
@@ -333,6 +358,7 @@ def read_entries(
     *,
     after: int = 0,
     durable_to: int | None = None,
+    synced_to: int | None = None,
     state: SegmentRead | None = None,
 ) -> Iterator[Entry | EntryFault]:
     """Every entry (or fault) of a segment whose end is past ``after``, up to ``durable_to``.
@@ -340,8 +366,12 @@ def read_entries(
     ``state`` receives the header and where reading stopped; a bad section ends the iteration with
     ``state.section_error`` set rather than raising, so entries before it are kept. A bad header,
     an encrypted segment or an unknown compressor raise: nothing in such a file is readable.
+    ``synced_to``, the offset of a ``COMPLETED`` ``_cdc.idx``, makes a file that ends before it a cut
+    one (``state.cut_at``), a cut header included, instead of one still being written.
     """
-    return read_framed(data, path, _section_entries, after=after, durable_to=durable_to, state=state)
+    return read_framed(
+        data, path, _section_entries, after=after, durable_to=durable_to, synced_to=synced_to, state=state
+    )
 
 
 def read_framed(
@@ -351,15 +381,22 @@ def read_framed(
     *,
     after: int = 0,
     durable_to: int | None = None,
+    synced_to: int | None = None,
     state: SegmentRead | None = None,
 ) -> Iterator[FramedT]:
     """:func:`read_entries` with each section's entries framed by ``frame``."""
     state = state if state is not None else SegmentRead()
-    header = read_segment_header(data, path)
+    try:
+        header = read_segment_header(data, path)
+    except SegmentHeaderCutShortError:
+        if synced_to is None:
+            raise
+        state.cut_at = 0
+        return
     state.header = header
     state.read_to = max(after, header.size)
     try:
-        for section in _sections(data, header, path, durable_to, state):
+        for section in _sections(data, header, path, durable_to, synced_to, state):
             if section.logical_end <= after:
                 state.read_to = max(state.read_to, section.logical_end)
                 continue

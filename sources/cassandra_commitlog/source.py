@@ -8,7 +8,13 @@ never from a half-written section. A segment is left behind only once Cassandra 
 ``COMPLETED`` and it was read to its end; after the checkpoint covering it is durable it is
 deleted (or moved to an archive), so cdc_raw never fills up and blocks Cassandra's writes.
 
-Bytes that cannot be read go to the error store with their position, and reading goes on.
+Bytes that cannot be read go to the error store with their position, and reading goes on. A
+``COMPLETED`` segment whose file ends before the offset its index says was synced (cut short:
+truncated by a disk, a copy, a hand) is read as far as it goes, then kept whole with its index in
+the error store (``cdcflow commitlog kept`` / ``dump --error-store``), logged with its path, offset and
+size, and counted (``segment_cut_short``); the stream goes on with the next segment, and the file
+leaves cdc_raw for ``cdc_unreadable/``, never deleted or archived. A segment still being written
+is never taken for a cut one: its file may end anywhere until Cassandra marks it ``COMPLETED``.
 
 With the compiled core and the ``delta`` row image, a range whose every entry the core decodes to
 compact rows is handed over as compact batches (:meth:`CassandraCommitLogSource.read_event_batches`,
@@ -29,6 +35,7 @@ the oldest segments when full and ``cdc_block_writes`` is false) it fails with
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import socket
@@ -57,13 +64,14 @@ from cdcflow.sources.cassandra_commitlog.changes import (
 from cdcflow.sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
 from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer, UpdateChanges, compiled_core
 from cdcflow.sources.cassandra_commitlog.error_store import (
-    CassandraErrorStore,
     ErrorRecord,
     ErrorStore,
     ErrorStoreConfig,
-    FileErrorStore,
+    KeptSegment,
+    KeptSegmentInfo,
+    open_error_store,
 )
-from cdcflow.sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
+from cdcflow.sources.cassandra_commitlog.exceptions import CommitLogError, SegmentCutShortError, UnknownTableError
 from cdcflow.sources.cassandra_commitlog.full_rows import FullRowReader
 from cdcflow.sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate, newest_timestamp
 from cdcflow.sources.cassandra_commitlog.out_of_sequence import OutOfSequenceStore
@@ -71,6 +79,7 @@ from cdcflow.sources.cassandra_commitlog.replicas import PrimaryReplicaFilter
 from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema, load_schema_catalog
 from cdcflow.sources.cassandra_commitlog.segment import (
     EntryFault,
+    Section,
     SegmentRead,
     parse_segment_name,
     read_entries,
@@ -197,7 +206,6 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._native = compiled_core()
         self._compiled: CompiledDecoder | None = None
         self._cached: tuple[Path, bytes] | None = None  # the segment latest_offset read last
-        self._unreadable: set[int] = set()  # segments not to delete: they hold bytes nothing could read
         self._unreadable_dir = config.cdc_raw.parent / "cdc_unreadable"
         self._dropped_tables: set[str] = set()  # ids absent from the schema after a refresh
         self._replica_filter: PrimaryReplicaFilter | None = None
@@ -235,12 +243,9 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             self._out_of_sequence = OutOfSequenceStore(self._session, self.config.error_store.keyspace, self.node)
         if self.config.replicas == "primary":
             self._replica_filter = PrimaryReplicaFilter(self._cluster, self.config.node_address or self.config.hosts[0])
-        store = self.config.error_store
-        if store.type == "file":
-            path = store.path or self.context.base_dir / f"{self.context.pipeline}.commitlog_errors.jsonl"
-            self._error_store = FileErrorStore(path)
-        else:
-            self._error_store = CassandraErrorStore(self._session, store.keyspace, store.table)
+        self._error_store = open_error_store(
+            self.config.error_store, default_error_file(self.context), lambda: self._session
+        )
         if self.config.snapshot != "never":
             self._snapshot = self._build_snapshot()
         if self.config.snapshot == "initial":
@@ -346,18 +351,20 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         *,
         after: int,
         durable_to: int | None = None,
+        synced_to: int | None = None,
         decode: bool = False,
         with_mutations: bool = True,
         compact: bool = False,
     ) -> tuple[Iterator[Any], CompiledFramer | None]:
         """A segment's entries and faults, framed by the compiled core when it is built (then also
         decoded to row changes with ``decode``, in compact form with ``compact``), else by the
-        reference reader."""
+        reference reader. ``synced_to``: see :func:`_synced_to`."""
+        bounds: dict[str, Any] = {"after": after, "durable_to": durable_to, "synced_to": synced_to, "state": state}
         if self._native is None:
-            return read_entries(data, path, after=after, durable_to=durable_to, state=state), None
+            return read_entries(data, path, **bounds), None
         decoder = self._compiled_decoder if decode else None
         framer = CompiledFramer(self._native, after, decoder, with_mutations, compact)
-        return read_framed(data, path, framer, after=after, durable_to=durable_to, state=state), framer
+        return read_framed(data, path, framer, **bounds), framer
 
     # --- partitions and offsets --------------------------------------------------------------
 
@@ -476,7 +483,15 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             end = begin
             try:
                 entries, _ = self._entries(
-                    self._bytes(path), path, state, after=begin, durable_to=index.offset, with_mutations=full
+                    self._bytes(path),
+                    path,
+                    state,
+                    after=begin,
+                    # A closed segment is read whole: every byte of it is final (and the offset
+                    # Cassandra writes after a replay is the file's length, not a logical position).
+                    durable_to=None if index.completed else index.offset,
+                    synced_to=_synced_to(index),
+                    with_mutations=full,
                 )
                 for item in entries:
                     if full and not isinstance(item, EntryFault) and state.header is not None:
@@ -498,7 +513,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                 continue
             if not index.completed:
                 return _Position(segment_id, max(end, begin)).offset(), True
-            # Read to its end and closed by Cassandra: this segment is done, go on with the next.
+            # Read to its end (a cut one as far as it goes: read keeps it) and closed by Cassandra:
+            # this segment is done, go on with the next.
             position = _Position(segment_id, max(end, index.offset, state.read_to))
         return position.offset(), True
 
@@ -580,7 +596,10 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             state = SegmentRead()
             try:
                 data = self._segment_bytes(path)
-                entries, framer = self._entries(data, path, state, after=after, decode=True, compact=True)
+                synced_to = _synced_to(read_cdc_index(index_path(path)))
+                entries, framer = self._entries(
+                    data, path, state, after=after, synced_to=synced_to, decode=True, compact=True
+                )
                 for item in entries:
                     if up_to is not None and item.end > up_to:
                         break
@@ -599,8 +618,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                         batches.append(self._compact_batch(builder, batch_size))
             except CommitLogError:
                 return None
-            if state.section_error is not None:
-                return None
+            if state.section_error is not None or state.cut_at is not None:
+                return None  # read stores the error, or keeps the cut segment
         if len(builder):
             batches.append(self._compact_batch(builder, None))
         if skipped:  # counted once the range is taken, as read counts them
@@ -644,15 +663,20 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         compiled: bool,
     ) -> Iterator[tuple[_Decoded, int, int]]:
         state = SegmentRead()
+        data = b""
+        index = read_cdc_index(index_path(path))
         try:
             data = self._segment_bytes(path)
             # No durable_to here: ``up_to`` is an entry's end that latest_offset found synced, and
             # it may fall inside a section.
-            entries, framer = self._entries(data, path, state, after=after, decode=compiled)
+            synced_to = _synced_to(index)
+            entries, framer = self._entries(data, path, state, after=after, synced_to=synced_to, decode=compiled)
             for item in entries:
                 if up_to is not None and item.end > up_to:
                     return
                 if isinstance(item, EntryFault):
+                    if state.cut_at is not None and item.end >= state.cut_at:
+                        continue  # the entry the cut went through: kept with the whole segment below
                     self._store_error(segment_id, item.end, str(item.error), item.raw)
                     continue
                 assert state.header is not None
@@ -660,12 +684,15 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                 if decoded is not None:
                     yield decoded, segment_id, item.end
         except CommitLogError as exc:
-            self._unreadable.add(segment_id)
             self._store_error(segment_id, after, f"{exc}; the segment is kept in {self._unreadable_dir}", b"")
             return
+        # A cut segment is kept once, by the range that reaches its end: latest_offset's next position
+        # is the index's offset, and a range starting there reads nothing more of this segment.
+        reaches_end = index is not None and after < index.offset and (up_to is None or up_to >= index.offset)
+        if state.cut_at is not None and index is not None and reaches_end:
+            self._keep_cut_segment(segment_id, path, data, index, state)
         if state.section_error is not None:
             error = state.section_error
-            self._unreadable.add(segment_id)
             start = error.position or state.read_to
             self._store_error(
                 segment_id,
@@ -724,11 +751,33 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     def _counted(self, what: str, count: int = 1) -> None:
         source_counter(self.context.pipeline, what).inc(count)
 
-    def _store_error(self, segment_id: int, position: int, error: str, raw: bytes) -> None:
+    def _store_error(
+        self, segment_id: int, position: int, error: str, raw: bytes, level: int = logging.WARNING
+    ) -> None:
         self._counted("error_store_record")
-        self.context.logger.warning("commit log %s segment %d position %d: %s", self.node, segment_id, position, error)
+        self.context.logger.log(
+            level, "commit log %s segment %d position %d: %s", self.node, segment_id, position, error
+        )
         if self._error_store is not None:
             self._error_store.save(ErrorRecord(self.node, segment_id, position, error, raw))
+
+    def _keep_cut_segment(self, segment_id: int, path: Path, data: bytes, index: CdcIndex, state: SegmentRead) -> None:
+        """A segment cut short: kept whole with its index in the error store (before the offsets past
+        it can be committed), logged, counted; commit then moves the file aside (:meth:`_retire`)."""
+        assert state.cut_at is not None
+        error = SegmentCutShortError(
+            f"segment cut short: the file has {len(data)} bytes, but its _cdc.idx says Cassandra synced it to "
+            f"position {index.offset} and completed it; its entries were read to position {state.cut_at} and the "
+            f"changes after that are missing. The segment and its index are kept in the error store "
+            f"(cdcflow commitlog kept) and the file is moved to {self._unreadable_dir}",
+            path,
+            state.cut_at,
+        )
+        self._counted("segment_cut_short")
+        if self._error_store is not None:
+            info = KeptSegmentInfo(self.node, segment_id, path.name, len(data), index.text(), str(error))
+            self._error_store.keep_segment(KeptSegment(info, data))
+        self._store_error(segment_id, state.cut_at, str(error), b"", logging.ERROR)
 
     def _full_events(self, mutations: Iterator[tuple[Mutation, int, int]]) -> Iterator[Record]:
         """full: each row changed in the range once, read back from the local node after the range.
@@ -908,19 +957,28 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                     index is not None and index.completed and done.position >= index.offset
                 )
                 if finished and index is not None and index.completed:
-                    self._retire(segment_id, path)
+                    self._retire(segment_id, path, index)
 
-    def _retire(self, segment_id: int, path: Path) -> None:
+    def _retire(self, segment_id: int, path: Path, cdc_index: CdcIndex) -> None:
         index = index_path(path)
-        if self.config.processed_segments == "keep" and segment_id not in self._unreadable:
+        unreadable = self._not_wholly_read(path, cdc_index)
+        if self.config.processed_segments == "keep" and not unreadable:
             return
-        if segment_id in self._unreadable or self.config.processed_segments == "archive":
+        if unreadable or self.config.processed_segments == "archive":
             target = (
                 self._unreadable_dir
-                if segment_id in self._unreadable
+                if unreadable
                 else self.config.archive_dir or self.config.cdc_raw.parent / "cdc_archive"
             )
             target.mkdir(parents=True, exist_ok=True)
+            if unreadable:
+                self.context.logger.warning(
+                    "commit log %s: %s holds bytes its reading could not account for (see the error store): "
+                    "moved to %s, not deleted",
+                    self.node,
+                    path,
+                    target,
+                )
             shutil.move(str(path), target / path.name)
             if index.exists():
                 shutil.move(str(index), target / index.name)
@@ -929,3 +987,35 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             index.unlink(missing_ok=True)
         if self._cached and self._cached[0] == path:
             self._cached = None
+
+    def _not_wholly_read(self, path: Path, index: CdcIndex) -> bool:
+        """Whether the segment holds what reading it could not account for: a bad header or
+        section (the error store says where), or a cut file (the store keeps a copy). Decided from
+        the file itself, as read decided, so it holds whichever process read the segment (the spark
+        engine commits in its driver, reads in executors)."""
+        state = SegmentRead()
+        try:
+            walk = read_framed(self._segment_bytes(path), path, _no_entries, synced_to=_synced_to(index), state=state)
+            for _ in walk:
+                pass
+        except CommitLogError:
+            return True
+        return state.section_error is not None or state.cut_at is not None
+
+
+def _synced_to(index: CdcIndex | None) -> int | None:
+    """The offset the segment's file must reach, from a ``COMPLETED`` index Cassandra wrote (not one
+    assumed for a segment without any): a file that ends before it was cut short."""
+    if index is None or index is _CLOSED_WITHOUT_INDEX or not index.completed:
+        return None  # still being written (or never indexed): its file may end anywhere
+    return index.offset
+
+
+def _no_entries(section: Section, path: Path | str, state: SegmentRead) -> Iterator[EntryFault]:
+    """A section framer that frames nothing: for a walk over a segment's sections only."""
+    return iter(())
+
+
+def default_error_file(context: PluginContext) -> Path:
+    """The file error store's path when ``error_store.path`` is not set."""
+    return context.base_dir / f"{context.pipeline}.commitlog_errors.jsonl"
