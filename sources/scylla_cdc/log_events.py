@@ -14,14 +14,20 @@ apart from collection cells), so the events are one per row per record, as the
   (row, partition and range deletions are events, with their kind in the ``cdc.deletion`` header,
   a range's bounds in ``cdc.range``, ``cdc.origin: service`` for -3/-4).
 * ``before``: the pre-image of the row, when the table logs them (a partition deletion of a table
-  without clustering columns gets one since ScyllaDB 2026.1).
-* ``after``: the post-image when the table logs them; otherwise the deltas applied in order: a
+  without clustering columns gets one since ScyllaDB 2026.1): the columns it names, a null one
+  as ``None``.
+* ``after``: the post-image when the table logs them (every column of the row's kind, a missing
+  one ``None``); otherwise the deltas applied in order: a
   written column with its value, a column set to null (``cdc$deleted_X``) as ``None``, untouched
   columns absent. A collection or user type overwritten or deleted as a whole is named in
   ``cdc.replaced``; removed elements (``cdc$deleted_elements_X``) are in ``cdc.removed``: list
   elements by their timeuuid key (lists are maps keyed by timeuuid in the log), user-type fields
   by name. A user-type value whose fields are all null only marks the column as touched.
 * ``cdc$ttl`` goes to ``cdc.ttl`` as ``{column: seconds}`` for the columns the write set.
+* An image holds one kind of column: the static row's the static columns, a clustered row's the
+  regular ones (``cdc/log.cc`` generate_image). Columns an image says nothing of are absent from
+  ``before``/``after``, never ``None``, and ``cdc.absent`` names them per image
+  (``{"before": [...], "after": [...]}``) for formats that give every column a value (Avro).
 
 A column deleted with ``DELETE c FROM`` is logged one microsecond after the write (its tombstone
 is at the write's timestamp, and ScyllaDB logs tombstones at ``t + 1``): a record, and an event,
@@ -109,6 +115,7 @@ class LogLayout:
     clustering: tuple[str, ...]
     value_columns: tuple[str, ...]
     types: Mapping[str, CqlType]
+    static_columns: frozenset[str] = frozenset()
     row_schema: RowSchema = field(init=False, compare=False)
     key_columns: tuple[str, ...] = field(init=False, compare=False)
     # non-frozen collections and user types: they have a cdc$deleted_elements_X column
@@ -174,15 +181,29 @@ def _key(layout: LogLayout, row: LogRow, columns: Sequence[str]) -> dict[str, An
     return key
 
 
-def _image(layout: LogLayout, row: LogRow, whole_row: bool) -> dict[str, Any]:
+def _image_columns(layout: LogLayout, row: LogRow) -> tuple[str, ...]:
+    """The columns an image row can hold: a row's image is built from one kind of column, the
+    static row's from the static columns (its clustering columns are null), a clustered row's
+    from the regular ones (scylladb ``cdc/log.cc`` line 1849 picks the kind, 1909 takes
+    ``_schema->columns(kind)`` for a post-image; a pre-image's columns are of that kind too)."""
+    if not layout.static_columns:
+        return layout.value_columns
+    static_row = bool(layout.clustering) and all(row.values.get(n) is None for n in layout.clustering)
+    return tuple(n for n in layout.value_columns if (n in layout.static_columns) == static_row)
+
+
+def _image(layout: LogLayout, row: LogRow, post_image: bool) -> tuple[dict[str, Any], list[str]]:
+    """An image row as a row, and the value columns it says nothing of (absent from it). A
+    post-image holds every column of its kind, a missing one is null; a pre-image holds the
+    columns it names, a null one flagged ``cdc$deleted_X`` (``cdc/log.cc`` generate_image)."""
     image = _key(layout, row, layout.key_columns)
-    for name in layout.value_columns:
+    for name in _image_columns(layout, row):
         raw = row.values.get(name)
         if raw is not None:
             image[name] = layout.value(name, raw)
-        elif whole_row or row.values.get(DELETED_PREFIX + name):
+        elif post_image or row.values.get(DELETED_PREFIX + name):
             image[name] = None
-    return image
+    return image, [n for n in layout.value_columns if n not in image]
 
 
 def _source(layout: LogLayout, partition: str, row: LogRow) -> SourceInfo:
@@ -393,15 +414,18 @@ def _change_event(
 ) -> ChangeEvent:
     first = change.rows[0]
     operation = change.rows[-1].operation
+    before = None
+    absent: dict[str, list[str]] = {}
     before_row = images.get("before")
-    before = _image(layout, before_row, whole_row=False) if before_row is not None else None
+    if before_row is not None:
+        before, absent["before"] = _image(layout, before_row, post_image=False)
     after = None
     if operation in (UPDATE, INSERT):
         op = Op.CREATE if any(r.operation == INSERT for r in change.rows) else Op.UPDATE
         after = _coalesced_delta(layout, change.rows, headers)
         image = images.get("after")
         if image is not None:
-            after = _image(layout, image, whole_row=True)  # the post-image: the whole row after
+            after, absent["after"] = _image(layout, image, post_image=True)  # the whole row after
     else:
         op = Op.DELETE
         if operation in _ROW_DELETES:
@@ -415,6 +439,11 @@ def _change_event(
             # -3 / -4: deleted by ScyllaDB itself (the expiration service of Alternator TTL and,
             # since 2026.2, CQL per-row TTL; cdc/log.hh service_row_delete, service_partition_delete)
             headers["cdc.origin"] = "service"
+    absent = {image: columns for image, columns in absent.items() if columns}
+    if absent:
+        # Avro records and Parquet rows have every column: this tells what an image left out
+        # from what it says is null (JSON leaves them out).
+        headers["cdc.absent"] = absent
     return ChangeEvent(
         op,
         change.key,

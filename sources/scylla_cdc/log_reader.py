@@ -121,7 +121,10 @@ class LogTableReader:
         clustering = tuple(c.name for c in base.clustering_key)
         keys = set(partition_key) | set(clustering)
         values = tuple(sorted(n for n in types if not n.startswith("cdc$") and n not in keys))
-        return LogLayout(self._cluster_name, self.keyspace, self.table, partition_key, clustering, values, types)
+        static = frozenset(name for name, column in base.columns.items() if column.is_static)
+        return LogLayout(
+            self._cluster_name, self.keyspace, self.table, partition_key, clustering, values, types, static
+        )
 
     def _refresh_layout(self, names: Sequence[str]) -> None:
         """A response named columns the layout does not know: the table was altered since."""

@@ -71,6 +71,34 @@ def test_a_post_image_is_the_whole_row_after_the_write() -> None:
     assert event.after == {"pk": 1, "ck": 2, "v1": 5, "v2": 7}
 
 
+def test_an_image_holds_the_columns_of_its_row_kind_and_names_the_rest_absent() -> None:
+    # cdc/log.cc generate_image: a static row's image has the static columns (s), a clustered
+    # row's the regular ones (v, w); pre-images only the columns the write changed.
+    types = {"pk": "int", "ck": "int", "s": "int", "v": "int", "w": "int"}
+    types.update({f"cdc$deleted_{n}": "boolean" for n in ("s", "v", "w")})
+    table = LogLayout(
+        "scy", "ks", "t", ("pk",), ("ck",), ("s", "v", "w"),
+        {n: build_type(t, {}) for n, t in types.items()}, frozenset({"s"}),
+    )  # fmt: skip
+    rows = [
+        row(0, 0, pk=0, s=7),
+        row(1, 0, pk=0, ck=0, **{"cdc$deleted_v": True}),
+        row(2, 1, pk=0, s=8),
+        row(3, 1, pk=0, ck=0, v=2),
+        row(4, 9, pk=0, s=8),
+        row(5, 9, pk=0, ck=0, v=2),
+    ]
+    static_row, clustered_row = events(table, rows)
+    assert (static_row.key, static_row.before, static_row.after) == ({"pk": 0}, {"pk": 0, "s": 7}, {"pk": 0, "s": 8})
+    assert (clustered_row.before, clustered_row.after) == (
+        {"pk": 0, "ck": 0, "v": None},
+        {"pk": 0, "ck": 0, "v": 2, "w": None},
+    )
+    assert static_row.headers is not None and clustered_row.headers is not None
+    assert json.loads(static_row.headers["cdc.absent"]) == {"before": ["v", "w"], "after": ["v", "w"]}
+    assert json.loads(clustered_row.headers["cdc.absent"]) == {"before": ["s", "w"], "after": ["s"]}
+
+
 def test_images_are_matched_to_the_delta_of_their_own_row() -> None:
     # A batch writing two rows of one partition: all pre-images, then deltas, then post-images.
     table = layout(v="int")
