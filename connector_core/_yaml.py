@@ -13,7 +13,12 @@ from typing import Any
 
 import yaml
 
-from cdcflow.errors import ConfigFileError, MalformedEnvironmentReferenceError, MissingEnvironmentVariableError
+from cdcflow.errors import (
+    ConfigFieldError,
+    ConfigFileError,
+    MalformedEnvironmentReferenceError,
+    MissingEnvironmentVariableError,
+)
 
 FieldPath = tuple[str | int, ...]
 
@@ -80,18 +85,23 @@ def interpolate_environment(
     lines: Mapping[FieldPath, int],
     environ: Mapping[str, str] | None = None,
     path: FieldPath = (),
+    problems: dict[FieldPath, ConfigFieldError] | None = None,
 ) -> Any:
     """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of ``data``; ``$$`` is a literal ``$``.
 
     What looks like a reference and is neither form is an error naming the field and line, never
     text used as it is. A value from the environment stays text: the field's type converts it
     (``workers: ${WORKERS}`` becomes an integer, a password ``007`` stays ``007``).
+
+    With a ``problems`` dict, each field's bad or unset reference goes in it under the field's path
+    and the field keeps its text, so that the rest of the file can still be checked; without one,
+    the first is raised.
     """
     env = os.environ if environ is None else environ
     if isinstance(data, dict):
-        return {k: interpolate_environment(v, file, lines, env, (*path, k)) for k, v in data.items()}
+        return {k: interpolate_environment(v, file, lines, env, (*path, k), problems) for k, v in data.items()}
     if isinstance(data, list):
-        return [interpolate_environment(v, file, lines, env, (*path, i)) for i, v in enumerate(data)]
+        return [interpolate_environment(v, file, lines, env, (*path, i), problems) for i, v in enumerate(data)]
     if not isinstance(data, str) or "$" not in data:
         return data
 
@@ -107,4 +117,10 @@ def interpolate_environment(
             return default
         raise MissingEnvironmentVariableError(file, dotted(path), name, lines.get(path))
 
-    return _DOLLAR.sub(substitute, data)
+    try:
+        return _DOLLAR.sub(substitute, data)
+    except (MalformedEnvironmentReferenceError, MissingEnvironmentVariableError) as exc:
+        if problems is None:
+            raise
+        problems[path] = exc
+        return data

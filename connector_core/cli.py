@@ -38,13 +38,21 @@ class _JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+# HTTP clients that log every request at INFO (httpx, which confluent-kafka's schema registry
+# client uses): one line per registry call drowns a run's own lines, so theirs show at DEBUG only.
+_PER_REQUEST_LOGGERS = ("httpx", "httpx2")
+
+
 def _configure_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         _JsonLogFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    logging.getLogger("py4j").setLevel(max(logging.WARNING, logging.getLogger().level))
+    root_level = logging.getLogger().level
+    logging.getLogger("py4j").setLevel(max(logging.WARNING, root_level))
+    for name in _PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if root_level <= logging.DEBUG else logging.WARNING)
 
 
 @functools.cache
@@ -67,6 +75,9 @@ def _load_all(files: Sequence[str], registry: Any) -> list[PipelineSpec]:
             errors.append(str(exc))
     if errors:
         raise ConfigError("\n".join(errors))
+    for spec in specs:
+        for warning in spec.warnings:
+            log.warning("%s", warning.describe(str(spec.file)))
     return specs
 
 
@@ -75,15 +86,29 @@ def _load_all(files: Sequence[str], registry: Any) -> list[PipelineSpec]:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     registry = _registry()
-    specs = _load_all(args.files, registry)
-    for spec in specs:
-        # Building every plugin checks the parts a model alone cannot (a sink's converter); no I/O.
-        context = PluginContext(pipeline=spec.name, pipeline_file=spec.file)
-        for resolved in (spec.source, *spec.transforms, spec.sink, spec.checkpoint, spec.dead_letter):
-            if resolved is not None:
-                registry.create(resolved, context)
+    errors = []
+    for file in args.files:  # every file's problems, not only the first file's
+        try:
+            spec = load_pipeline(file, registry)
+            _build_every_plugin(spec, registry)
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
+        for warning in spec.warnings:
+            print(f"warning: {warning.describe(str(spec.file))}", file=sys.stderr)
         print(f"{spec.file}: ok (pipeline {spec.name}: {spec.source.config.type} -> {spec.sink.config.type})")
+    if errors:
+        raise ConfigError("\n".join(errors))
     return 0
+
+
+def _build_every_plugin(spec: PipelineSpec, registry: Any) -> None:
+    """Build each plugin, which checks what its model alone cannot (a schema registry client's
+    settings); plugins do no I/O before ``open``."""
+    context = PluginContext(pipeline=spec.name, pipeline_file=spec.file)
+    for resolved in (spec.source, *spec.transforms, spec.sink, spec.checkpoint, spec.dead_letter):
+        if resolved is not None:
+            registry.create(resolved, context)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -10,21 +10,26 @@ was found.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
-from cdcflow.contract import FencingCheckpointStore, PluginConfig
-from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError
+from cdcflow.contract import FencingCheckpointStore, NestedPluginSection, PluginConfig
+from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError, closest_name
 
 if TYPE_CHECKING:
     from cdcflow.group.config import GroupConfig
 
 __all__ = [
+    "NAME_PATTERN",
+    "ConfigWarning",
     "EngineConfig",
     "ErrorsConfig",
     "PipelineConfig",
@@ -50,6 +55,12 @@ ResolvedPath = Annotated[Path, AfterValidator(_resolve_against_pipeline_folder)]
 """A filesystem path in a config; a relative one resolves against the pipeline file's folder."""
 
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""What a pipeline's or a group's name may be: it becomes part of file paths, topics and ids."""
+
+# What a value of a pattern looks like, in words, for the error that says a value does not match.
+_PATTERNS_IN_WORDS = {NAME_PATTERN: "letters, digits, '.', '_' and '-', starting with a letter or digit"}
 
 
 def _resolve_location(value: str, info: ValidationInfo) -> str:
@@ -84,10 +95,17 @@ class ErrorsConfig(_Strict):
         description="none: a record that fails a transform or is refused by the sink stops the pipeline; "
         "all: it goes to the dead-letter destination and the pipeline goes on",
     )
-    dead_letter: dict[str, Any] | None = Field(
-        default=None, description="a sink config (kafka topic, file...) that receives rejected records"
+    dead_letter: dict[str, Any] | Literal["none"] | None = Field(
+        default=None,
+        description="a sink config (kafka topic, file...) that receives the records tolerance all sets aside; "
+        "required with tolerance all, where none drops them (counted, kept nowhere)",
     )
     retry: RetryConfig = RetryConfig()
+
+    @property
+    def drops_accepted(self) -> bool:
+        """``tolerance: all`` with ``dead_letter: none``: the file accepts that records set aside are dropped."""
+        return self.tolerance == "all" and self.dead_letter == "none"
 
 
 class EngineConfig(_Strict):
@@ -138,7 +156,7 @@ class EngineConfig(_Strict):
 class PipelineConfig(_Strict):
     """The pipeline's own shape; plugin sections are checked against their plugin's model later."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=200)
+    name: str = Field(pattern=NAME_PATTERN, max_length=200, examples=["orders-to-kafka"])
     source: dict[str, Any]
     transforms: list[dict[str, Any]] = Field(default_factory=list)
     sink: dict[str, Any]
@@ -162,6 +180,19 @@ class ResolvedPlugin:
 
 
 @dataclass(frozen=True)
+class ConfigWarning:
+    """Something a pipeline file asks for that runs, but that its author should know the cost of."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+    def describe(self, file: str) -> str:
+        where = f"{file}: line {self.line}" if self.line is not None else file
+        return f"{where}: field {self.path}: {self.message}"
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """A pipeline file, fully validated: everything needed to build and run it."""
 
@@ -176,6 +207,7 @@ class PipelineSpec:
     engine: EngineConfig
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
     group: GroupConfig | None = None
+    warnings: tuple[ConfigWarning, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -183,73 +215,78 @@ class PipelineSpec:
 
 
 def load_pipeline(file: Path | str, registry: PluginLookup, environ: Mapping[str, str] | None = None) -> PipelineSpec:
-    """Read, interpolate and validate a pipeline file. Raises a ConfigError subclass."""
+    """Read, interpolate and validate a pipeline file. Raises a ConfigError subclass naming every
+    problem of the file."""
     path = Path(file).resolve()
     data, lines = load_yaml_with_lines(path)
-    data = interpolate_environment(data, path, lines, environ)
-    return parse_pipeline(data, path, registry, lines)
+    unresolved: dict[FieldPath, ConfigFieldError] = {}
+    data = interpolate_environment(data, path, lines, environ, problems=unresolved)
+    if not unresolved:
+        return parse_pipeline(data, path, registry, lines)
+    # The rest of the file is checked too. A field whose reference is unresolved keeps its text,
+    # so what its own check says of that text is left out (not that the field is unknown, say).
+    references = [p for error in unresolved.values() for p in error.problems]
+    texts = {dotted(where): _describe(_value_at(data, where)) for where in unresolved}
+    try:
+        parse_pipeline(data, path, registry, lines)
+        others: list[FieldProblem] = []
+    except ConfigFieldError as exc:
+        others = [p for p in exc.problems if texts.get(p.path) != p.found]
+    if not others and len(unresolved) == 1:
+        raise next(iter(unresolved.values()))
+    raise ConfigFieldError(path, _in_file_order([*references, *others]))
 
 
 def parse_pipeline(
     data: Any, file: Path, registry: PluginLookup, lines: Mapping[FieldPath, int] | None = None
 ) -> PipelineSpec:
+    """Validate a pipeline's data. Every section that can be checked is, even when another is
+    wrong, so that one ``cdcflow validate`` shows everything to fix."""
     lines = lines or {}
     if not isinstance(data, dict):
         raise ConfigFieldError(file, [FieldProblem("", "a mapping of pipeline fields", _describe(data), 1)])
     context = {"base_dir": file.parent}
-    try:
-        pipeline = PipelineConfig.model_validate(data)
-    except ValidationError as exc:
-        # Report the plugin sections' problems too, so one `validate` shows everything to fix.
-        found = _problems(exc, (), PipelineConfig, lines) + _plugin_section_problems(data, registry, context, lines)
-        found.sort(key=lambda p: (p.line is None, p.line or 0))
-        raise ConfigFieldError(file, found) from None
-
     problems: list[FieldProblem] = []
+    try:
+        pipeline: PipelineConfig | None = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        pipeline = None
+        problems += _problems(exc, (), PipelineConfig, lines)
 
-    def resolve(kind: str, section: Mapping[str, Any], path: FieldPath) -> ResolvedPlugin | None:
+    def resolve(kind: str, section: Any, path: FieldPath) -> ResolvedPlugin | None:
+        if not isinstance(section, Mapping):
+            return None  # absent, or not a section: the pipeline's own model says which
         resolved, found = resolve_plugin_config(kind, section, path, registry, context, lines)
         problems.extend(found)
         return resolved
 
-    source = resolve("source", pipeline.source, ("source",))
-    transforms = [resolve("transform", t, ("transforms", i)) for i, t in enumerate(pipeline.transforms)]
-    sink = resolve("sink", pipeline.sink, ("sink",))
-    checkpoint_section = pipeline.checkpoint or {"type": "file", "path": f"state/{pipeline.name}"}
-    checkpoint = resolve("checkpoint", checkpoint_section, ("checkpoint",))
-    dead_letter = (
-        resolve("sink", pipeline.errors.dead_letter, ("errors", "dead_letter"))
-        if pipeline.errors.dead_letter is not None
-        else None
+    source = resolve("source", data.get("source"), ("source",))
+    listed = data.get("transforms")
+    transforms = (
+        [resolve("transform", t, ("transforms", i)) for i, t in enumerate(listed)] if isinstance(listed, list) else []
     )
-    engine = pipeline.engine.type
-    for resolved, where in ((sink, ("sink", "type")), (dead_letter, ("errors", "dead_letter", "type"))):
-        engines = getattr(resolved.cls, "engines", None) if resolved is not None else None
-        if resolved is not None and engines is not None and engine not in engines:
-            problems.append(
-                FieldProblem(
-                    dotted(where),
-                    f"a sink type that runs on the {engine} engine (engine.type)",
-                    f"{resolved.config.type!r}, which runs on the {' and '.join(sorted(engines))} engine only",
-                    lines.get(where),
-                )
-            )
-    if engine == "spark" and checkpoint is not None and checkpoint.config.type != "file":
-        problems.append(
-            FieldProblem(
-                "checkpoint.type",
-                "file (the spark engine keeps offsets in Spark's checkpoint folder, checkpoint.path)",
-                repr(checkpoint.config.type),
-                lines.get(("checkpoint", "type")),
-            )
-        )
+    sink = resolve("sink", data.get("sink"), ("sink",))
+    given_name = data.get("name")
+    name = given_name if isinstance(given_name, str) else "pipeline"
+    checkpoint_section = data.get("checkpoint")
+    if checkpoint_section is None:
+        checkpoint_section = {"type": "file", "path": f"state/{name}"}
+    checkpoint = resolve("checkpoint", checkpoint_section, ("checkpoint",))
+    given_errors = data.get("errors")
+    errors_section: Mapping[str, Any] = given_errors if isinstance(given_errors, Mapping) else {}
+    dead_letter = resolve("sink", errors_section.get("dead_letter"), ("errors", "dead_letter"))
+    found, warnings = _dead_letter_checks(errors_section, lines)
+    problems += found
+
+    engine = pipeline.engine if pipeline is not None else _valid_or_none(EngineConfig, data.get("engine", {}))
     group = None
-    if pipeline.engine.group is not None:
-        group, found = _resolve_group(pipeline, checkpoint, lines, context)
-        problems += found
-    if problems:
-        problems.sort(key=lambda p: (p.line is None, p.line or 0))
-        raise ConfigFieldError(file, problems)
+    if engine is not None:
+        problems += _engine_problems(engine, sink, dead_letter, checkpoint, lines)
+        if engine.group is not None:
+            group, found = _resolve_group(name, engine, checkpoint, lines, context)
+            problems += found
+    if problems or pipeline is None:
+        raise ConfigFieldError(file, _in_file_order(problems))
     assert source is not None and sink is not None and checkpoint is not None
     return PipelineSpec(
         file=file,
@@ -263,11 +300,77 @@ def parse_pipeline(
         engine=pipeline.engine,
         raw=data,
         group=group,
+        warnings=tuple(warnings),
     )
 
 
+def _valid_or_none(model: type[_Strict], section: Any) -> Any:
+    """``section`` as ``model``, or None when it is not one (its problems are reported already)."""
+    try:
+        return model.model_validate(section)
+    except ValidationError:
+        return None
+
+
+def _dead_letter_checks(
+    errors: Mapping[str, Any], lines: Mapping[FieldPath, int]
+) -> tuple[list[FieldProblem], list[ConfigWarning]]:
+    """``tolerance: all`` sets records aside: it needs a dead-letter sink, or ``none`` said outright."""
+    if errors.get("tolerance") != "all":
+        return [], []
+    where: FieldPath = ("errors", "dead_letter")
+    dead_letter = errors.get("dead_letter")
+    if dead_letter is None:
+        expected = (
+            "a sink for the records tolerance: all sets aside (such as {type: file, path: dead-letters.jsonl}), "
+            "or none to drop them"
+        )
+        line = lines.get(where, lines.get(("errors", "tolerance")))
+        return [FieldProblem(dotted(where), expected, "nothing", line)], []
+    if dead_letter == "none":
+        message = (
+            "none: records that tolerance: all sets aside (unreadable at the source, failing a transform, "
+            "refused by the sink) are dropped and kept nowhere; they are only counted"
+        )
+        return [], [ConfigWarning(dotted(where), message, lines.get(where))]
+    return [], []
+
+
+def _engine_problems(
+    engine: EngineConfig,
+    sink: ResolvedPlugin | None,
+    dead_letter: ResolvedPlugin | None,
+    checkpoint: ResolvedPlugin | None,
+    lines: Mapping[FieldPath, int],
+) -> list[FieldProblem]:
+    """What the engine needs of the sinks and the checkpoint store."""
+    problems = []
+    for resolved, where in ((sink, ("sink", "type")), (dead_letter, ("errors", "dead_letter", "type"))):
+        engines = getattr(resolved.cls, "engines", None) if resolved is not None else None
+        if resolved is not None and engines is not None and engine.type not in engines:
+            problems.append(
+                FieldProblem(
+                    dotted(where),
+                    f"a sink type that runs on the {engine.type} engine (engine.type)",
+                    f"{resolved.config.type!r}, which runs on the {' and '.join(sorted(engines))} engine only",
+                    lines.get(where),
+                )
+            )
+    if engine.type == "spark" and checkpoint is not None and checkpoint.config.type != "file":
+        problems.append(
+            FieldProblem(
+                "checkpoint.type",
+                "file (the spark engine keeps offsets in Spark's checkpoint folder, checkpoint.path)",
+                repr(checkpoint.config.type),
+                lines.get(("checkpoint", "type")),
+            )
+        )
+    return problems
+
+
 def _resolve_group(
-    pipeline: PipelineConfig,
+    name: str,
+    engine: EngineConfig,
     checkpoint: ResolvedPlugin | None,
     lines: Mapping[FieldPath, int],
     context: Mapping[str, Any],
@@ -279,11 +382,11 @@ def _resolve_group(
     problems: list[FieldProblem] = []
     group = None
     try:
-        section = {"id": f"cdcflow-{pipeline.name}", **(pipeline.engine.group or {})}
+        section = {"id": f"cdcflow-{name}", **(engine.group or {})}
         group = GroupConfig.model_validate(section, context=dict(context))  # relative certificate paths
     except ValidationError as exc:
         problems += _problems(exc, path, GroupConfig, lines)
-    if pipeline.engine.type != "worker":
+    if engine.type != "worker":
         problems.append(
             FieldProblem(
                 "engine.group",
@@ -292,12 +395,12 @@ def _resolve_group(
                 lines.get(path),
             )
         )
-    if pipeline.engine.workers != 1:
+    if engine.workers != 1:
         problems.append(
             FieldProblem(
                 "engine.workers",
                 "1 with engine.group (a group grows by starting `cdcflow run` on more machines)",
-                str(pipeline.engine.workers),
+                str(engine.workers),
                 lines.get(("engine", "workers")),
             )
         )
@@ -314,28 +417,6 @@ def _resolve_group(
     return group, problems
 
 
-def _plugin_section_problems(
-    data: Mapping[str, Any], registry: PluginLookup, context: Mapping[str, Any], lines: Mapping[FieldPath, int]
-) -> list[FieldProblem]:
-    """Problems inside the plugin sections that are at least mappings (the first pass flags the rest)."""
-    sections: list[tuple[str, Any, FieldPath]] = [
-        ("source", data.get("source"), ("source",)),
-        ("sink", data.get("sink"), ("sink",)),
-        ("checkpoint", data.get("checkpoint"), ("checkpoint",)),
-    ]
-    transforms = data.get("transforms")
-    if isinstance(transforms, list):
-        sections += [("transform", t, ("transforms", i)) for i, t in enumerate(transforms)]
-    errors = data.get("errors")
-    if isinstance(errors, dict):
-        sections.append(("sink", errors.get("dead_letter"), ("errors", "dead_letter")))
-    problems: list[FieldProblem] = []
-    for kind, section, path in sections:
-        if isinstance(section, dict):
-            problems += resolve_plugin_config(kind, section, path, registry, context, lines)[1]
-    return problems
-
-
 def resolve_plugin_config(
     kind: str,
     section: Mapping[str, Any],
@@ -344,7 +425,8 @@ def resolve_plugin_config(
     context: Mapping[str, Any],
     lines: Mapping[FieldPath, int],
 ) -> tuple[ResolvedPlugin | None, list[FieldProblem]]:
-    """Find the plugin a section names and validate the section against its config model."""
+    """Find the plugin a section names and validate the section against its config model, and
+    the plugin sections inside it (a sink's converter) against theirs."""
     type_name = section.get("type")
     if not isinstance(type_name, str):
         found = "nothing" if type_name is None else _describe(type_name)
@@ -354,13 +436,44 @@ def resolve_plugin_config(
         cls = registry.lookup(kind, type_name)
     except UnknownPluginTypeError as exc:
         expected = f"one of the installed {kind} types ({', '.join(sorted(exc.known)) or 'none'})"
-        return None, [FieldProblem(dotted((*path, "type")), expected, repr(type_name), lines.get((*path, "type")))]
+        suggestion = repr(exc.suggestion) if exc.suggestion is not None else None
+        where = (*path, "type")
+        return None, [FieldProblem(dotted(where), expected, repr(type_name), _nearest_line(where, lines), suggestion)]
     model: type[PluginConfig] = cls.config_model
+    problems: list[FieldProblem] = []
+    config = None
     try:
         config = model.model_validate(dict(section), context=dict(context))
     except ValidationError as exc:
-        return None, _problems(exc, path, model, lines)
+        problems += _problems(exc, path, model, lines)
+    for nested in model.nested_plugin_sections(section):
+        problems += _nested_problems(nested, path, registry, context, lines)
+    if problems or config is None:
+        return None, problems
     return ResolvedPlugin(kind, cls, config, dotted(path)), []
+
+
+def _nested_problems(
+    nested: NestedPluginSection,
+    outer: FieldPath,
+    registry: PluginLookup,
+    context: Mapping[str, Any],
+    lines: Mapping[FieldPath, int],
+) -> list[FieldProblem]:
+    """A nested plugin section's problems, each named where the file holds the field."""
+    inner: FieldPath = (*outer, nested.field_name)
+    _, found = resolve_plugin_config(nested.kind, nested.section, inner, registry, context, lines)
+    written_at = {dotted((*inner, name)): (*outer, *at) for name, at in nested.written_at.items()}
+    return [_named_where_written(problem, written_at, lines) for problem in found]
+
+
+def _named_where_written(
+    problem: FieldProblem, written_at: Mapping[str, FieldPath], lines: Mapping[FieldPath, int]
+) -> FieldProblem:
+    for was, place in written_at.items():
+        if _within(problem.path, was):
+            return replace(problem, path=dotted(place) + problem.path[len(was) :], line=_nearest_line(place, lines))
+    return problem
 
 
 def validate_plugin_config(
@@ -394,6 +507,12 @@ def _undotted(field_path: str) -> FieldPath:
     return tuple(name if name else int(index) for name, index in _PATH_PART.findall(field_path))
 
 
+def _value_at(data: Any, path: FieldPath) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
 def _lines_of(file: Path) -> Mapping[FieldPath, int]:
     try:
         return load_yaml_with_lines(file)[1]
@@ -401,32 +520,137 @@ def _lines_of(file: Path) -> Mapping[FieldPath, int]:
         return {}  # not a file (built in code): the problems go without lines
 
 
+def _within(path: str, outer: str) -> bool:
+    """Whether dotted ``path`` is ``outer`` or a field inside it."""
+    return path == outer or path.startswith((f"{outer}.", f"{outer}["))
+
+
+def _in_file_order(problems: Iterable[FieldProblem]) -> list[FieldProblem]:
+    """Each problem once (a shortcut field is checked by its plugin and its converter), by line."""
+    return sorted(dict.fromkeys(problems), key=lambda p: (p.line is None, p.line or 0))
+
+
 def _problems(
     exc: ValidationError, prefix: FieldPath, model: type[BaseModel], lines: Mapping[FieldPath, int]
 ) -> list[FieldProblem]:
+    """pydantic's errors as problems in plain words: one per field, whatever choice of types the
+    field allows; a check's own explanation as it is; "did you mean" for a name close to a known one."""
     problems = []
+    choices: dict[FieldPath, list[tuple[ErrorDetails, _Place]]] = {}
     for error in exc.errors(include_url=False):
-        location: FieldPath = (*prefix, *(p for p in error["loc"] if isinstance(p, str | int)))
-        line = _nearest_line(location, lines)
-        kind = error["type"]
-        if kind == "missing":
-            problems.append(FieldProblem(dotted(location), "a value (the field is required)", "nothing", line))
-        elif kind == "extra_forbidden":
-            known = _known_fields(model, tuple(error["loc"][:-1]))
-            expected = f"one of the known fields ({', '.join(known)})" if known else "no such field"
-            problems.append(FieldProblem(dotted(location), expected, "an unrecognized field", line))
+        place = _place(model, error["loc"])
+        if place.union_at is not None:
+            choices.setdefault(place.path[: place.union_at], []).append((error, place))
         else:
-            problems.append(FieldProblem(dotted(location), _expected_from(error), _describe(error["input"]), line))
+            problems.append(_problem(error, place, prefix, lines))
+    for location, tried in choices.items():
+        deeper = [(error, place) for error, place in tried if len(place.path) > len(location)]
+        if deeper:  # the value is of one of the kinds allowed, and wrong inside
+            problems += [_problem(error, place, prefix, lines) for error, place in deeper]
+        else:
+            problems.append(_no_choice_fits([error for error, _ in tried], tried[0][1], prefix, location, lines))
     return problems
 
 
-def _expected_from(error: Mapping[str, Any]) -> str:
+def _problem(error: ErrorDetails, place: _Place, prefix: FieldPath, lines: Mapping[FieldPath, int]) -> FieldProblem:
+    location: FieldPath = (*prefix, *place.path)
+    line = _nearest_line(location, lines)
+    kind = error["type"]
+    if kind == "missing":
+        return FieldProblem(dotted(location), "a value (the field is required)", "nothing", line)
+    if kind == "extra_forbidden":
+        known = sorted(place.container.model_fields) if place.container is not None else []
+        expected = f"one of the known fields ({', '.join(known)})" if known else "no such field"
+        name = place.path[-1] if place.path else None
+        return FieldProblem(dotted(location), expected, "an unrecognized field", line, closest_name(name, known))
+    if kind in ("value_error", "assertion_error"):
+        # The check explains itself; a whole section the file shows anyway is not repeated.
+        found = "" if isinstance(error["input"], Mapping) else _describe(error["input"])
+        return FieldProblem.because(dotted(location), _expected_from(error), found, line)
+    found = _describe(error["input"])
+    if kind == "string_pattern_mismatch":
+        expected, allowed = _pattern_in_words(str((error.get("ctx") or {}).get("pattern", "")), place.field)
+        return FieldProblem(dotted(location), expected, found, line, _suggested(error["input"], allowed))
+    return FieldProblem(
+        dotted(location), _expected_from(error), found, line, _suggested(error["input"], _quoted(error))
+    )
+
+
+def _no_choice_fits(
+    tried: Sequence[ErrorDetails], place: _Place, prefix: FieldPath, location: FieldPath, lines: Mapping[FieldPath, int]
+) -> FieldProblem:
+    """One problem for a value that is none of the kinds its field allows (``converter: 5``)."""
+    kinds = list(dict.fromkeys(_expected_from(error) for error in tried))
+    expected = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+    named_field = place.container is not None and location and place.container.model_fields.get(str(location[-1]))
+    if named_field and named_field.description:  # the field's own words for what it takes
+        expected += f" ({named_field.description})"
+    allowed = [name for error in tried for name in _quoted(error)]
+    full: FieldPath = (*prefix, *location)
+    return FieldProblem(
+        dotted(full),
+        expected,
+        _describe(tried[0]["input"]),
+        _nearest_line(full, lines),
+        _suggested(tried[0]["input"], allowed),
+    )
+
+
+def _suggested(found: Any, allowed: Sequence[str]) -> str | None:
+    match = closest_name(found, allowed)
+    return repr(match) if match is not None else None
+
+
+_QUOTED = re.compile(r"'([^']*)'")
+_ALTERNATIVES = re.compile(r"^\^\(([\w.|-]+)\)\$$")
+
+
+def _quoted(error: ErrorDetails) -> list[str]:
+    """The values a literal or enum field allows, from its error."""
+    if error["type"] not in ("literal_error", "enum"):
+        return []
+    return _QUOTED.findall(str((error.get("ctx") or {}).get("expected", "")))
+
+
+def _pattern_in_words(pattern: str, field_info: FieldInfo | None) -> tuple[str, list[str]]:
+    """What a value matching ``pattern`` looks like, and the values it allows when it lists them."""
+    alternatives = _ALTERNATIVES.match(pattern)
+    if alternatives is not None:
+        allowed = alternatives.group(1).split("|")
+        return f"one of {', '.join(allowed)}", allowed
+    words = _PATTERNS_IN_WORDS.get(pattern)
+    if words is None:
+        words = f"text matching the regular expression {pattern}"
+        if field_info is not None and field_info.description:
+            words = f"{field_info.description} ({words})"
+    if field_info is not None and field_info.examples:
+        words += f" (like {field_info.examples[0]!r})"
+    return words, []
+
+
+# pydantic's message openings, and what an expectation (or a check's own reason) starts with instead.
+_LEADS = (
+    ("Input should be ", ""),
+    ("Value error, ", ""),
+    ("Assertion failed, ", ""),
+    ("String should have ", "text with "),
+    ("List should have ", "a list with "),
+    ("Dictionary should have ", "a mapping with "),
+    ("Input ", ""),
+)
+_COUNT_TAIL = re.compile(r"( after validation)?, not \d+$")
+_BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of")
+
+
+def _expected_from(error: ErrorDetails) -> str:
     message = str(error["msg"])
-    for lead in ("Input should be ", "Value error, ", "String should ", "Input "):
+    for lead, instead in _LEADS:
         if message.startswith(lead):
-            message = message[len(lead) :]
+            message = instead + message[len(lead) :]
             break
-    return message
+    if error["type"] in ("too_short", "too_long", "string_too_short", "string_too_long"):
+        message = _COUNT_TAIL.sub("", message)  # "... after validation, not 0": the value found says it
+    return f"a number {message}" if error["type"] in _BOUNDS else message
 
 
 def _nearest_line(location: FieldPath, lines: Mapping[FieldPath, int]) -> int | None:
@@ -436,18 +660,70 @@ def _nearest_line(location: FieldPath, lines: Mapping[FieldPath, int]) -> int | 
     return None
 
 
-def _known_fields(model: type[BaseModel], location: Sequence[Any]) -> list[str]:
+@dataclass(frozen=True)
+class _Place:
+    """Where an error's location leads in a model.
+
+    ``path`` is the location without pydantic's union-member tags (``converter.str``);
+    ``union_at`` how much of ``path`` comes before the first such tag; ``field`` the last model
+    field on the way; ``container`` the model whose field the last part names (or would name).
+    """
+
+    path: FieldPath
+    union_at: int | None
+    field: FieldInfo | None
+    container: type[BaseModel] | None
+
+
+def _place(model: type[BaseModel], loc: Sequence[str | int]) -> _Place:
     current: Any = model
-    for part in location:
-        if isinstance(part, int):
+    path: list[str | int] = []
+    union_at: int | None = None
+    field_info: FieldInfo | None = None
+    container: type[BaseModel] | None = None
+    for part in loc:
+        current = _without_none(current)
+        if _is_union(current):
+            union_at = len(path) if union_at is None else union_at
+            current = next((m for m in get_args(current) if _tag_names(part, m)), Any)
             continue
-        fields = getattr(current, "model_fields", None)
-        if not fields or part not in fields:
-            return []
-        current = fields[part].annotation
-        current = next((a for a in getattr(current, "__args__", ()) if hasattr(a, "model_fields")), current)
-    fields = getattr(current, "model_fields", None)
-    return sorted(fields) if fields else []
+        path.append(part)
+        container = None
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            container = current
+            field_info = current.model_fields.get(part) if isinstance(part, str) else None
+            current = field_info.annotation if field_info is not None else Any
+        elif get_origin(current) in (dict, Mapping) and len(get_args(current)) == 2:
+            current = get_args(current)[1]
+        elif get_origin(current) in (list, tuple, Sequence) and get_args(current):
+            current = get_args(current)[0]
+        else:
+            current = Any
+    return _Place(tuple(path), union_at, field_info, container)
+
+
+def _is_union(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType)
+
+
+def _without_none(annotation: Any) -> Any:
+    """``X | None`` is ``X`` to pydantic's locations (a nullable value, not a choice of types)."""
+    if not _is_union(annotation):
+        return annotation
+    members = [m for m in get_args(annotation) if m is not type(None)]
+    if len(members) == 1:
+        return members[0]
+    return Union[tuple(members)]  # noqa: UP007 - built from a runtime tuple
+
+
+def _tag_names(tag: str | int, member: Any) -> bool:
+    """Whether pydantic's union-member tag (``str``, ``dict[str,any]``, a model's name) is ``member``."""
+    if not isinstance(tag, str):
+        return False
+    if isinstance(member, type):
+        return tag == member.__name__
+    origin = get_origin(member)
+    return isinstance(origin, type) and tag.startswith(f"{origin.__name__}[")
 
 
 def _describe(value: Any) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "CheckpointStoreConfig",
     "Converter",
     "FencingCheckpointStore",
+    "NestedPluginSection",
     "Offset",
     "Partition",
     "PluginConfig",
@@ -48,12 +49,38 @@ def offset_key(offset: Offset | None) -> str:
     return canonical_json(offset)
 
 
+@dataclass(frozen=True)
+class NestedPluginSection:
+    """A plugin section inside another plugin's section (a sink's converter), which the outer
+    plugin builds through ``context.factory``.
+
+    ``field_name`` is the outer section's field it stands for; ``section`` is the nested plugin's
+    config as the outer plugin will build it. ``written_at`` maps a field of ``section`` that the
+    file holds elsewhere to where, relative to the outer section (``converter: avro`` is
+    ``{type: avro}`` written at ``("converter",)``; ``schema_registry_url`` written beside
+    ``converter``), so that a problem there names the place the user wrote it.
+    """
+
+    kind: str
+    field_name: str
+    section: Mapping[str, Any]
+    written_at: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
 class PluginConfig(BaseModel):
     """Base of every plugin's config model: unknown fields are errors, ``type`` selects the plugin."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: str
+
+    @classmethod
+    def nested_plugin_sections(cls, section: Mapping[str, Any]) -> list[NestedPluginSection]:
+        """The plugin sections this plugin builds from its own section (a sink's converter), read
+        from ``section`` as the file holds it (not yet validated: skip what is not a section), so
+        that loading the file checks them with everything else and reports their mistakes in the
+        same run. Default: none."""
+        return []
 
 
 ConfigT = TypeVar("ConfigT", bound=PluginConfig)

@@ -10,7 +10,7 @@ import io
 import json
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 
 from cdcflow._avro_writer import AvroEncoder, avro_encoder
 from cdcflow.batches import BatchTable, EncodedMessages, EventBatch
-from cdcflow.contract import Converter, PluginConfig, PluginContext
+from cdcflow.contract import Converter, NestedPluginSection, PluginConfig, PluginContext
 from cdcflow.errors import (
     ConfigError,
     ConverterError,
@@ -48,6 +48,7 @@ __all__ = [
     "JsonConverterConfig",
     "SchemaRegistryClient",
     "converter_from_fields",
+    "converter_plugin_sections",
     "json_default",
 ]
 
@@ -496,14 +497,44 @@ def converter_from_fields(
     converter takes them and the ``converter`` section does not set them."""
     if context.factory is None:
         raise ConverterError("building a converter needs the plugin registry in the plugin context")
-    section: dict[str, Any] = {"type": converter} if isinstance(converter, str) else dict(converter)
-    given = {"schema_registry_url": schema_registry_url, **shortcuts}
-    accepted = _converter_fields(section.get("type"))
-    for name, value in given.items():
-        if value is not None and value != {} and name in accepted:
-            section.setdefault(name, value)
+    section, _ = _converter_section(converter, {"schema_registry_url": schema_registry_url, **shortcuts})
     path = f"{context.field_path}.converter" if context.field_path else "converter"
     return context.factory.create_converter(section, replace(context, field_path=path))
+
+
+def converter_plugin_sections(
+    model: type[PluginConfig], plugin_section: Mapping[str, Any]
+) -> list[NestedPluginSection]:
+    """The converter section a plugin builds with :func:`converter_from_fields`, from its section
+    as the file holds it: ``converter`` (else the field's default) and the
+    :data:`CONVERTER_SHORTCUTS` the plugin's ``model`` has beside it. What such a plugin's
+    ``nested_plugin_sections`` returns, so that its converter's mistakes are reported with the
+    rest of the file."""
+    fields = model.model_fields
+    converter = plugin_section.get("converter", fields["converter"].default)
+    if not isinstance(converter, str | Mapping):
+        return []  # not a converter at all: the plugin's own model says so
+    beside = {name: plugin_section.get(name) for name in CONVERTER_SHORTCUTS if name in fields}
+    section, filled = _converter_section(converter, beside)
+    written_at = {name: (name,) for name in filled}
+    if isinstance(converter, str):
+        written_at["type"] = ("converter",)
+    return [NestedPluginSection("converter", "converter", section, written_at)]
+
+
+def _converter_section(
+    converter: str | Mapping[str, Any], beside: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """``converter`` as a section, with the settings ``beside`` it that the converter takes and
+    the section does not set; and the names of those filled in."""
+    section: dict[str, Any] = {"type": converter} if isinstance(converter, str) else dict(converter)
+    accepted = _converter_fields(section.get("type"))
+    filled = []
+    for name, value in beside.items():
+        if value is not None and value != {} and name in accepted and name not in section:
+            section[name] = value
+            filled.append(name)
+    return section, filled
 
 
 def _converter_fields(type_name: Any) -> set[str]:

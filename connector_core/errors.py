@@ -9,9 +9,9 @@ by type, never by parsing messages.
     CdcflowError
     ├── ConfigError
     │   ├── ConfigFileError            unreadable file or YAML
-    │   ├── ConfigFieldError           one or more bad fields (file, dotted path, expected, found)
-    │   ├── MissingEnvironmentVariableError
-    │   └── MalformedEnvironmentReferenceError  looks like ${NAME} but is not
+    │   └── ConfigFieldError           one or more bad fields (file, dotted path, expected, found)
+    │       ├── MissingEnvironmentVariableError
+    │       └── MalformedEnvironmentReferenceError  looks like ${NAME} but is not
     ├── PluginError
     │   ├── UnknownPluginTypeError
     │   ├── PluginConflictError        two packages claim one type name
@@ -46,7 +46,8 @@ by type, never by parsing messages.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,7 @@ __all__ = [
     "TransientError",
     "UnknownPartitionError",
     "UnknownPluginTypeError",
+    "closest_name",
 ]
 
 
@@ -117,18 +119,42 @@ class ConfigFileError(ConfigError):
         super().__init__(f"{where}: {reason}")
 
 
+def closest_name(found: object, known: Iterable[str]) -> str | None:
+    """The known name ``found`` most likely misspells ("did you mean"), or None when none is close."""
+    if not isinstance(found, str):
+        return None
+    matches = difflib.get_close_matches(found, list(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
 @dataclass(frozen=True)
 class FieldProblem:
-    """One bad field: where it is, what was expected there and what was found."""
+    """One bad field: where it is, what was expected there and what was found, or, for a check
+    that explains itself (a regular expression that does not compile), its ``reason`` instead of
+    the expectation. ``suggestion`` is a known name close to the one found ("did you mean")."""
 
     path: str
     expected: str
     found: str
     line: int | None = None
+    suggestion: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def because(cls, path: str, reason: str, found: str = "", line: int | None = None) -> FieldProblem:
+        """A problem a check explains in its own words; ``found`` empty when the value is a whole
+        section the file shows anyway."""
+        return cls(path, "", found, line, reason=reason)
 
     def describe(self, file: str) -> str:
         where = f"{file}: line {self.line}" if self.line is not None else file
-        return f"{where}: field {self.path or '<root>'}: expected {self.expected}, found {self.found}"
+        if self.reason is not None:
+            what = self.reason + (f" (found {self.found})" if self.found else "")
+        else:
+            what = f"expected {self.expected}, found {self.found}"
+        if self.suggestion is not None:
+            what += f"; did you mean {self.suggestion}?"
+        return f"{where}: field {self.path or '<root>'}: {what}"
 
 
 class ConfigFieldError(ConfigError):
@@ -140,30 +166,27 @@ class ConfigFieldError(ConfigError):
         super().__init__("\n".join(p.describe(self.file) for p in self.problems))
 
 
-class MissingEnvironmentVariableError(ConfigError):
+class MissingEnvironmentVariableError(ConfigFieldError):
     """``${NAME}`` names a variable that is not set and has no ``:-default``."""
 
     def __init__(self, file: Path | str, path: str, variable: str, line: int | None = None) -> None:
-        self.file, self.path, self.variable = str(file), path, variable
-        where = f"{file}: line {line}" if line is not None else str(file)
-        super().__init__(
-            f"{where}: field {path}: environment variable {variable} is not set "
-            f"(set it, or write ${{{variable}:-default}})"
-        )
+        self.path, self.variable = path, variable
+        reason = f"environment variable {variable} is not set (set it, or write ${{{variable}:-default}})"
+        super().__init__(file, [FieldProblem.because(path, reason, line=line)])
 
 
-class MalformedEnvironmentReferenceError(ConfigError):
+class MalformedEnvironmentReferenceError(ConfigFieldError):
     """Text that looks like an environment reference but is neither ``${NAME}`` nor
     ``${NAME:-default}`` (``$NAME``, ``${A B}``, ``${NAME:default}``, an unclosed ``${``)."""
 
     def __init__(self, file: Path | str, path: str, reference: str, line: int | None = None) -> None:
-        self.file, self.path, self.reference = str(file), path, reference
-        where = f"{file}: line {line}" if line is not None else str(file)
-        super().__init__(
-            f"{where}: field {path}: {reference!r} is not an environment reference cdcflow reads: write "
+        self.path, self.reference = path, reference
+        reason = (
+            f"{reference!r} is not an environment reference cdcflow reads: write "
             "${NAME} or ${NAME:-default} (NAME: letters, digits and _, not starting with a digit), "
             "or $$ for a literal $"
         )
+        super().__init__(file, [FieldProblem.because(path, reason, line=line)])
 
 
 # --- plugins -------------------------------------------------------------------------------
@@ -176,8 +199,10 @@ class PluginError(CdcflowError):
 class UnknownPluginTypeError(PluginError):
     def __init__(self, kind: str, type_name: str, known: Sequence[str]) -> None:
         self.kind, self.type_name, self.known = kind, type_name, list(known)
+        self.suggestion = closest_name(type_name, self.known)
+        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion is not None else ""
         super().__init__(
-            f"unknown {kind} type {type_name!r}; installed {kind} types: {', '.join(sorted(known)) or 'none'}"
+            f"unknown {kind} type {type_name!r}; installed {kind} types: {', '.join(sorted(known)) or 'none'}{hint}"
         )
 
 

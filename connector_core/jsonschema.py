@@ -36,7 +36,12 @@ def pipeline_json_schema(registry: Any) -> dict[str, Any]:
     errors = definitions.get("ErrorsConfig")
     if errors is not None:
         errors["properties"]["dead_letter"] = {
-            "anyOf": [_plugin_choices(registry, "sink", definitions), {"type": "null"}]
+            "anyOf": [
+                _plugin_choices(registry, "sink", definitions),
+                {"const": "none", "description": "drop what tolerance all sets aside (counted, kept nowhere)"},
+                {"type": "null"},
+            ],
+            "description": errors["properties"]["dead_letter"].get("description", ""),
         }
     engine = definitions.get("EngineConfig")
     if engine is not None:

@@ -716,7 +716,13 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                     return self._decode(version, entry, path, segment_id)
                 # Not in the current schema either: the table was dropped since this was written.
                 self._dropped_tables.add(exc.table_id)
-                self.context.logger.info("skipping mutations of table id %s: not in the schema (dropped)", exc.table_id)
+                # cdc_raw holds every table dropped since its segments were written: one line, the rest at DEBUG.
+                first = len(self._dropped_tables) == 1
+                (self.context.logger.info if first else self.context.logger.debug)(
+                    "skipping mutations of table id %s: not in the schema (dropped)%s",
+                    exc.table_id,
+                    "; further dropped tables are logged at DEBUG" if first else "",
+                )
             self._counted("skipped_dropped_table_mutation")
         except CommitLogError as exc:
             self._store_error(segment_id, entry.end, str(exc), entry.mutation)

@@ -40,7 +40,7 @@ def test_unknown_sink_type_names_field_line_and_installed_types(tmp_path: Path, 
     [line] = problem_lines(caught.value)
     assert line.startswith(f"{file}: line 3: field sink.type:")
     assert "kafka" in line and "file" in line  # the installed choices
-    assert line.endswith("found 'kafak'")
+    assert line.endswith("found 'kafak'; did you mean 'kafka'?")
 
 
 def test_unknown_field_inside_a_plugin_section(tmp_path: Path, registry: PluginRegistry) -> None:
@@ -49,7 +49,7 @@ def test_unknown_field_inside_a_plugin_section(tmp_path: Path, registry: PluginR
         load_pipeline(file, registry)
     [line] = problem_lines(caught.value)
     assert line.startswith(f"{file}: line 4: field source.cuont: expected one of the known fields (")
-    assert "count" in line and line.endswith("found an unrecognized field")
+    assert "count" in line and line.endswith("found an unrecognized field; did you mean count?")
 
 
 def test_unknown_top_level_field(tmp_path: Path, registry: PluginRegistry) -> None:
