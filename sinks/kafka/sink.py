@@ -7,15 +7,15 @@ off, so a compacted topic forgets deleted keys (Debezium's relational connectors
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import Field
 
 from cdcflow.batches import EventBatch
-from cdcflow.contract import Converter, PluginConfig, PluginContext, Rejected, Sink
-from cdcflow.converters import SubjectNameStrategy, converter_from_fields
+from cdcflow.contract import Converter, NestedPluginSection, PluginConfig, PluginContext, Rejected, Sink
+from cdcflow.converters import SubjectNameStrategy, converter_from_fields, converter_plugin_sections
 from cdcflow.errors import (
     ConverterError,
     RecordRejectedError,
@@ -75,6 +75,10 @@ class KafkaSinkConfig(PluginConfig):
     producer: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra librdkafka producer settings (worker engine and Spark tasks)"
     )
+
+    @classmethod
+    def nested_plugin_sections(cls, section: Mapping[str, Any]) -> list[NestedPluginSection]:
+        return converter_plugin_sections(cls, section)
 
 
 class KafkaSink(Sink[KafkaSinkConfig]):
