@@ -177,7 +177,9 @@ def _cdc_raw(folder: Path, written: _Written, cut: int | None, completed: bool =
     return cdc_raw, cdc_raw / written.closed.name
 
 
-def _source(folder: Path, cdc_raw: Path, keyspace: str) -> tuple[Any, str, Path]:
+def _source(
+    folder: Path, cdc_raw: Path, keyspace: str, error_store: dict[str, str] | None = None
+) -> tuple[Any, str, Path]:
     """The source, its pipeline's name, and a pipeline file naming the same source (for the CLI)."""
     from cdcflow.contract import PluginContext
     from cdcflow.sources.cassandra_commitlog import CassandraCommitLogSource, CassandraCommitLogSourceConfig
@@ -187,7 +189,7 @@ def _source(folder: Path, cdc_raw: Path, keyspace: str) -> tuple[Any, str, Path]
         "cdc_raw": str(cdc_raw),
         "node": NODE,
         "tables": [f"{keyspace}.cut"],
-        "error_store": {"type": "file", "path": str(folder / "errors.jsonl")},
+        "error_store": error_store or {"type": "file", "path": str(folder / "errors.jsonl")},
     }
     name = f"cut-{uuid.uuid4().hex[:8]}"
     pipeline = folder / "pipeline.yaml"
@@ -322,3 +324,46 @@ def test_whole_segments_are_read_and_deleted_as_before(tmp_path: Path, written: 
     assert ids == _before(written, len(written.closed.data)) + _later(written)
     assert not closed.exists() and not (tmp_path / "cdc_unreadable").exists()
     assert not (tmp_path / "errors.jsonl.segments").exists()
+
+
+def test_the_cassandra_error_store_keeps_a_cut_segment_in_chunks_and_the_cli_reads_it_back(
+    tmp_path: Path, written: _Written, cassandra_session: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default store: a table of its own beside the error records, the segment in chunks a
+    mutation of the node (1 MiB segments: at most 512 KiB) can hold."""
+    from cdcflow.cli import main
+    from cdcflow.sources.cassandra_commitlog.error_store import CassandraErrorStore
+
+    store_keyspace = f"k{uuid.uuid4().hex[:10]}"
+    cut = _cuts(written)["mid-entry"]
+    cdc_raw, closed = _cdc_raw(tmp_path, written, cut)
+    store = {"type": "cassandra", "keyspace": store_keyspace}
+    source, _, pipeline = _source(tmp_path, cdc_raw, written.keyspace, store)
+    source.open()
+    try:
+        ids, _ = _follow(source, rounds=500)
+        assert ids == _before(written, cut) + _later(written)
+        kept = CassandraErrorStore(cassandra_session, store_keyspace, "commitlog_errors").kept_segment(
+            NODE, _segment_id(closed)
+        )
+        assert kept.data == written.closed.data[:cut] and kept.info.index == written.closed.index
+        assert len(kept.data) > 2 * (256 << 10)  # more than one chunk
+
+        capsys.readouterr()
+        assert main(["commitlog", "kept", str(pipeline)]) == 0
+        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [(k["node"], k["segment"], k["size"]) for k in listed] == [(NODE, _segment_id(closed), cut)]
+        assert main(["commitlog", "dump", str(_segment_id(closed)), "--error-store", str(pipeline)]) == 1
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        dumped = [
+            change["key"]["id"]
+            for line in lines
+            for change in line.get("changes", [])
+            if (change["keyspace"], change["table"]) == (written.keyspace, "cut")
+        ]
+        assert dumped == _before(written, cut) and "cut short" in lines[-1]["error"]
+        assert main(["commitlog", "dump", "12345", "--error-store", str(pipeline)]) == 1  # not kept: says so
+        assert "no kept copy of node node1's segment 12345" in capsys.readouterr().err
+    finally:
+        source.close()
+        cassandra_session.execute(f"DROP KEYSPACE IF EXISTS {store_keyspace}")

@@ -8,6 +8,7 @@ compiled core's framing gives the same entries, faults and state as the referenc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,16 @@ def _closed(name: str) -> tuple[bytes, list[Entry], int]:
 
 
 def _sections(data: bytes) -> list[Section]:
-    from cdcflow.sources.cassandra_commitlog.segment import _sections as sections
+    """The segment's sync sections, as the reader walks them."""
+    found: list[Section] = []
 
-    return list(sections(data, read_segment_header(data), "cut.log", None, None, SegmentRead()))
+    def record(section: Section, path: Path | str, state: SegmentRead) -> Iterator[Entry]:
+        found.append(section)
+        return iter(())
+
+    for _ in read_framed(data, "cut.log", record):
+        pass
+    return found
 
 
 @pytest.mark.parametrize("framer", FRAMERS)
@@ -154,3 +162,33 @@ def test_compiled_framing_of_cut_segments_is_the_reference(name: str) -> None:
                 reference_state.read_to,
                 reference_state.clean_end,
             )
+
+
+@pytest.mark.parametrize("name", ["v7", "v8-lz4"])
+def test_dump_of_a_cut_segment_beside_its_completed_index_reports_the_cut(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cdcflow commitlog dump`` reads the ``_cdc.idx`` beside the file (as the error store's file
+    copies and cdc_unreadable/ keep them): the changes before the cut, then the cut, and exit 1."""
+    import json
+
+    from cdcflow.cli import main
+
+    data, entries, synced = _closed(name)
+    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
+    section = _sections(data)[len(_sections(data)) // 2]
+    cut = section.marker_position + 5  # inside its sync marker
+    before = section.logical_start - 8  # the marker's logical position: where reading ends
+    copy = tmp_path / segment.name
+    copy.write_bytes(data[:cut])
+    (tmp_path / f"{copy.stem}_cdc.idx").write_text(f"{synced}\nCOMPLETED")
+    schema = str(FIXTURES / name / "schema.json")
+    assert main(["commitlog", "dump", str(copy), "--schema-from", schema, "--system-tables"]) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    positions = [line["position"] for line in lines if "changes" in line]
+    assert positions == [e.end for e in entries if e.end <= before]
+    assert "cut short" in lines[-1]["error"] and lines[-1]["position"] == before
+    assert (lines[-1]["file_bytes"], lines[-1]["cdc_index"]) == (cut, synced)
+    (tmp_path / f"{copy.stem}_cdc.idx").write_text(str(synced))  # still being written: nothing to report
+    assert main(["commitlog", "dump", str(copy), "--schema-from", schema, "--system-tables"]) == 0
+    assert "cut short" not in capsys.readouterr().out
