@@ -389,3 +389,25 @@ def test_reads_are_sized_to_what_the_sink_delivers_in_one_checkpoint_interval(
     # records) plus the read that was under way when the interval ended (at most 100 more).
     assert max(delivered_between_commits) <= 200, delivered_between_commits
     assert runner._read_sizing.limit == 100  # settled on exactly one interval's worth
+
+
+def test_records_dropped_without_dead_letters_are_counted_and_reported_last(
+    tmp_path: Path, registry: PluginRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    from cdcflow.metrics import METRICS_REGISTRY
+
+    registry.register(SimpleNamespace(cdcflow_source_types=lambda: [PoisonedDatagenSource]), "tests-source")
+    runner = pipeline(
+        tmp_path,
+        registry,
+        name="drops-counted",
+        source={"type": "poisoned_datagen", "count": 2000, "partitions": 3, "event_size": 8},
+        errors={"tolerance": "all", "dead_letter": "none"},
+    )
+    with caplog.at_level("INFO", logger="cdcflow"):
+        runner.run()
+    poisoned = len([seq for seq in range(2000) if seq % 7 == 0])
+    assert METRICS_REGISTRY.get_sample_value("cdcflow_dropped_records_total", {"pipeline": "drops-counted"}) == poisoned
+    assert set(seqs(RecordingSink.durable)) == {seq for seq in range(2000) if seq % 7}
+    last = [r.getMessage() for r in caplog.records if r.name == "cdcflow.pipeline"][-1]
+    assert f"2000 records read, {2000 - poisoned} written, 0 sent to the dead letters, {poisoned} dropped" in last
