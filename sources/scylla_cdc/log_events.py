@@ -23,7 +23,8 @@ apart from collection cells), so the events are one per row per record, as the
   ``cdc.replaced``; removed elements (``cdc$deleted_elements_X``) are in ``cdc.removed``: list
   elements by their timeuuid key (lists are maps keyed by timeuuid in the log), user-type fields
   by name. A user-type value whose fields are all null only marks the column as touched.
-* ``cdc$ttl`` goes to ``cdc.ttl`` as ``{column: seconds}`` for the columns the write set.
+* ``cdc$ttl`` goes to ``cdc.ttl`` as ``{column: seconds}`` for the columns the write set, and for
+  the primary key columns when an INSERT's row marker has a TTL (an INSERT of keys alone too).
 * An image holds one kind of column: the static row's the static columns, a clustered row's the
   regular ones (``cdc/log.cc`` generate_image). Columns an image says nothing of are absent from
   ``before``/``after``, never ``None``, and ``cdc.absent`` names them per image
@@ -258,6 +259,10 @@ def _coalesced_delta(layout: LogLayout, rows: Sequence[LogRow], headers: dict[st
     removed: dict[str, set[Any]] = {}
     ttl: dict[str, int] = {}
     for row in rows:
+        if row.operation == INSERT and row.ttl is not None:
+            # An insert row's cdc$ttl is its row marker's (cdc/log.cc lines 1540-1541): the
+            # primary key lives that long, also when the INSERT wrote nothing else.
+            ttl.update(dict.fromkeys(layout.key_columns, row.ttl))
         for name in layout.value_columns:
             raw = row.values.get(name)
             if raw is not None and name in layout.user_type_columns and _all_null_udt(raw):
