@@ -14,6 +14,10 @@ Three figures (``all`` runs them in turn):
   splits into three log rows each (``INSERT`` of a map with a TTL: the row marker, the map's
   tombstone, its cells), which the source coalesces into one event each: events/s of both, as a
   ratio.
+* ``idle``: CQL requests per second the source sends to a table nobody writes to (``--idle-vnodes``
+  stream groups, 256 by default), run by the worker engine's own loop in process with the
+  source's defaults, counted by a request listener on its session after ``--idle-warmup`` s, over
+  ``--idle-seconds`` s: log queries and the rest (CDC metadata).
 
     bash scripts/services.sh start kafka cassandra
     python benchmarks/scylla_cdc.py all
@@ -28,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -35,9 +40,12 @@ from typing import Any
 
 from cassandra_to_kafka_latency import _consume as consume  # benchmarks/ is on the path of its scripts
 
+from cdcflow.config import parse_pipeline
 from cdcflow.contract import PluginContext
 from cdcflow.events import ChangeEvent
 from cdcflow.metrics import METRICS_REGISTRY
+from cdcflow.pipeline import build_runner
+from cdcflow.plugins import PluginRegistry
 from cdcflow.sources.cassandra_commitlog.cluster import connect
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource, ScyllaCdcSourceConfig
 
@@ -52,6 +60,8 @@ DAY_US = 86_400_000_000
 
 class Setup:
     """A data keyspace, simulated system keyspaces and one CDC table, dropped afterwards."""
+
+    consistency: str | None = None  # --consistency: the source's, when not its default
 
     def __init__(self, session: Any, vnodes: int, shards: int, generation_start_us: int | None = None) -> None:
         self.session = session
@@ -82,6 +92,7 @@ class Setup:
             "tables": [table or self.table],
             "generations_keyspace": self.writer.keyspaces.distributed,
             "tablets_keyspace": self.writer.keyspaces.local,
+            **({"consistency": self.consistency} if self.consistency else {}),
             **overrides,
         }
 
@@ -241,9 +252,61 @@ def catchup(session: Any, args: argparse.Namespace) -> None:
         setup.drop()
 
 
+class RequestCounter:
+    """Counts the requests a driver session sends (its request-init listener), log queries apart."""
+
+    def __init__(self) -> None:
+        self.log_queries = 0
+        self.other = 0
+
+    def __call__(self, response_future: Any) -> None:
+        statement = response_future.query
+        text = getattr(statement, "query_string", None) or getattr(
+            getattr(statement, "prepared_statement", None), "query_string", ""
+        )
+        if "_scylla_cdc_log" in text:
+            self.log_queries += 1
+        else:
+            self.other += 1
+
+
+def idle(session: Any, args: argparse.Namespace) -> None:
+    setup = Setup(session, args.idle_vnodes, args.shards, generation_start_us=int(time.time() * 1e6) - 60_000_000)
+    folder = Path(tempfile.mkdtemp(prefix="scylla-idle-"))
+    try:
+        registry = PluginRegistry.from_entry_points()
+        data = {
+            "name": f"idle-{setup.keyspace}",
+            "source": setup.source_config(),
+            "sink": {"type": "file", "path": str(folder / "events.jsonl")},
+            "checkpoint": {"type": "file", "path": str(folder / "ckpt")},
+        }
+        runner = build_runner(parse_pipeline(data, folder / "p.yaml", registry), registry)
+        worker = threading.Thread(target=runner.run, daemon=True)
+        worker.start()
+        source: Any = runner.source
+        while getattr(source, "_session", None) is None:
+            time.sleep(0.05)
+        counter = RequestCounter()
+        source._session.add_request_init_listener(counter)
+        time.sleep(args.idle_warmup)
+        before = (counter.log_queries, counter.other)
+        time.sleep(args.idle_seconds)
+        log_queries, other = counter.log_queries - before[0], counter.other - before[1]
+        runner.stop.set()
+        worker.join(timeout=60)
+        print(
+            f"idle, {args.idle_vnodes} stream groups ({args.idle_vnodes * args.shards} streams), after "
+            f"{args.idle_warmup:g} s, over {args.idle_seconds:g} s: {log_queries / args.idle_seconds:,.1f} log "
+            f"queries/s, {other / args.idle_seconds:,.1f} other requests/s"
+        )
+    finally:
+        setup.drop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["throughput", "latency", "catchup", "split", "all"])
+    parser.add_argument("what", choices=["throughput", "latency", "catchup", "split", "idle", "all"])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--vnodes", type=int, default=64)
     parser.add_argument("--shards", type=int, default=4)
@@ -252,10 +315,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--sparse-rows", type=int, default=500)
     parser.add_argument("--concurrent-queries", type=int, default=4, help="the source's max_concurrent_queries")
+    parser.add_argument("--idle-vnodes", type=int, default=256, help="idle: stream groups of the idle table")
+    parser.add_argument("--idle-warmup", type=float, default=30.0, help="idle: seconds before counting")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle: seconds counted")
+    parser.add_argument("--consistency", help="the source's consistency (default: the source's own)")
     args = parser.parse_args()
+    Setup.consistency = args.consistency
     cluster, session = connect(["127.0.0.1"])
     try:
-        for what in ("throughput", "latency", "catchup", "split"):
+        for what in ("throughput", "latency", "catchup", "split", "idle"):
             if args.what in (what, "all"):
                 globals()[what](session, args)
     finally:
