@@ -9,7 +9,10 @@ sent together, their rows merged.
 Queries are sent unprepared: every response then carries its own column list, so rows written
 after ``ALTER TABLE`` (which alters the log table too) are read with their new columns at once,
 without re-preparing and without a stale result-metadata cache (ScyllaDB speaks protocol v4, where
-a prepared ``SELECT *`` keeps the columns it was prepared with).
+a prepared ``SELECT *`` keeps the columns it was prepared with). Its column types name user types
+with their fields, so a field added by ``ALTER TYPE`` (which alters every table using the type,
+the log table too: scylladb ``cql3/statements/alter_type_statement.cc`` lines 74-93) is seen on the
+first page that has it, and the layout is re-read before any of its rows becomes an event.
 """
 
 from __future__ import annotations
@@ -42,6 +45,30 @@ _META = ("cdc$stream_id", "cdc$time", "cdc$batch_seq_no", "cdc$operation", "cdc$
 _TOO_MANY_KEYS = re.compile(r"is greater than maximum (\d+)|partition_keys_in_select violated.*?threshold of (\d+)")
 
 log = logging.getLogger("cdcflow.scylla_cdc")
+
+
+def _user_type_key(name: str) -> str:
+    return name.strip('"').lower()
+
+
+def _response_user_types(column_types: Sequence[Any]) -> dict[str, tuple[str, ...]]:
+    """The user types a response's column types (the driver's type classes) name, nested ones
+    too, with their field names as the server described them."""
+    from cassandra.cqltypes import UserType
+
+    found: dict[str, tuple[str, ...]] = {}
+    pending = list(column_types)
+    while pending:
+        cql_type = pending.pop()
+        if isinstance(cql_type, type) and issubclass(cql_type, UserType):
+            user_type: Any = cql_type  # a class the driver made for the type: its fields are attributes
+            found[user_type.typename] = tuple(user_type.fieldnames)
+        pending.extend(getattr(cql_type, "subtypes", None) or ())
+    return found
+
+
+def _layout_user_types(layout: LogLayout) -> dict[str, tuple[str, ...]]:
+    return {_user_type_key(t.name): tuple(n for n, _ in t.fields) for t in layout.row_schema.user_types}
 
 
 class WindowTooLargeError(Exception):
@@ -101,6 +128,7 @@ class LogTableReader:
         self._max_streams = max_streams_per_query
         self._columns: dict[tuple[str, ...], _Columns] = {}
         self.layout = self._load_layout()
+        self._user_types = _layout_user_types(self.layout)
         self._from = f'"{keyspace}"."{self.log_table}"'
 
     # --- schema ------------------------------------------------------------------------------
@@ -126,9 +154,12 @@ class LogTableReader:
             self._cluster_name, self.keyspace, self.table, partition_key, clustering, values, types, static
         )
 
-    def _refresh_layout(self, names: Sequence[str]) -> None:
-        """A response named columns the layout does not know: the table was altered since."""
+    def _refresh_layout(self, names: Sequence[str], user_types: Sequence[str] = ()) -> None:
+        """A response named columns, or user-type fields, the layout does not know: the table or
+        a type it uses was altered since."""
         try:
+            for name in user_types:
+                self._cluster.refresh_user_type_metadata(self.keyspace, name)
             self._cluster.refresh_table_metadata(self.keyspace, self.log_table)
             self._cluster.refresh_table_metadata(self.keyspace, self.table)
         except Exception as exc:
@@ -136,6 +167,7 @@ class LogTableReader:
                 f"re-reading the schema of {self.keyspace}.{self.log_table}: {exc}"
             ) from exc
         self.layout = self._load_layout()
+        self._user_types = _layout_user_types(self.layout)
         log.info(
             "%s.%s: the log table's columns changed; now reading %s",
             self.keyspace,
@@ -146,14 +178,33 @@ class LogTableReader:
         if unknown:
             log.warning("%s: columns %s are not in the schema yet; their values pass as read", self.log_table, unknown)
 
-    def _columns_of(self, names: Sequence[str]) -> _Columns:
+    def _columns_of(self, names: Sequence[str], column_types: Sequence[Any]) -> _Columns:
         key = tuple(names)
         columns = self._columns.get(key)
         if columns is None:
             if any(n not in self.layout.types for n in names if n not in _META):
                 self._refresh_layout(names)
             columns = self._columns[key] = _Columns.of(names)
+        self._check_user_types(names, column_types)
         return columns
+
+    def _check_user_types(self, names: Sequence[str], column_types: Sequence[Any]) -> None:
+        """Re-read the layout when a page's user types have fields the layout does not (ALTER
+        TYPE ... ADD): their values would lose the new fields. Still different after the re-read
+        (the schema not agreed yet): unavailable, so the window is read again later, not lost."""
+        described = _response_user_types(column_types)
+        stale = sorted(n for n, fields in described.items() if self._user_types.get(_user_type_key(n)) != fields)
+        if not stale:
+            return
+        self._refresh_layout(names, stale)
+        still = [n for n in stale if self._user_types.get(_user_type_key(n)) != described[n]]
+        if still:
+            raise CdcMetadataUnavailableError(
+                f"{self.keyspace}.{self.log_table}: user types {still} have the fields "
+                f"{[list(described[n]) for n in still]} in the log's rows and "
+                f"{[list(self._user_types.get(_user_type_key(n), ())) for n in still]} in the schema the "
+                "driver reads (schema changes not agreed yet)"
+            )
 
     # --- queries -----------------------------------------------------------------------------
 
@@ -202,16 +253,16 @@ class LogTableReader:
                 result = future.result()
             except Exception as exc:
                 raise self._failure(exc, size) from exc
-            for page_rows, names in self._pages(result):
-                columns = self._columns_of(names)
+            for page_rows, names, column_types in self._pages(result):
+                columns = self._columns_of(names, column_types)
                 rows.extend(self._log_row(columns, row) for row in page_rows)
                 if limit is not None and len(rows) > limit:
                     raise WindowTooLargeError(len(rows))
         return rows
 
-    def _pages(self, result: Any) -> Iterator[tuple[list[Any], list[str]]]:
+    def _pages(self, result: Any) -> Iterator[tuple[list[Any], list[str], list[Any]]]:
         while True:
-            yield result.current_rows, list(result.column_names or ())
+            yield result.current_rows, list(result.column_names or ()), list(result.column_types or ())
             if not result.has_more_pages:
                 return
             try:

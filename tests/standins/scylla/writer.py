@@ -471,6 +471,15 @@ class ScyllaCdcWriter:
             self.session.execute(f"ALTER TABLE {table}{LOG_SUFFIX} ADD {definition}")
         spec.columns[name] = type_text
 
+    def alter_type_add_field(self, keyspace: str, type_name: str, field: str, type_text: str) -> None:
+        """``ALTER TYPE ... ADD``: ScyllaDB alters every table of the keyspace whose columns use the
+        type, its CDC log tables too (``cql3/statements/alter_type_statement.cc`` lines 74-93), so
+        log rows written from now on carry the field; a Cassandra node does the same with the log
+        tables written here. Statements prepared before bind the type's old fields: prepared anew."""
+        self.session.execute(f"ALTER TYPE {keyspace}.{type_name} ADD {field} {type_text}")
+        self._udt_fields.pop((keyspace, type_name), None)
+        self._prepared.clear()
+
     def _known_user_types(self, keyspace: str) -> set[str]:
         rows = self.session.execute("SELECT type_name FROM system_schema.types WHERE keyspace_name = %s", (keyspace,))
         return {row[0] for row in rows}
