@@ -6,6 +6,8 @@
     ├── StreamIdError (SourceDataError)             bytes that are not a 128-bit stream ID
     ├── GenerationMetadataError (SourceDataError)   description tables that contradict the design
     ├── LogRowError (SourceDataError)               a log row the event mapping cannot place
+    ├── CdcOptionsError (SourceDataError)           a table's cdc schema extension cannot be read
+    ├── LogExpiredError                             the log's TTL removed rows not read yet
     ├── CdcMetadataUnavailableError (SourceUnavailableError)   the cluster cannot be read now
     ├── MetadataTablesMissingError (ConfigError)    no CDC description tables in the named keyspace
     ├── UnknownCdcTableError (ConfigError)          a configured table has no CDC log table
@@ -19,7 +21,9 @@ from cdcflow.errors import ConfigError, SourceDataError, SourceError, SourceUnav
 
 __all__ = [
     "CdcMetadataUnavailableError",
+    "CdcOptionsError",
     "GenerationMetadataError",
+    "LogExpiredError",
     "LogRowError",
     "MetadataTablesMissingError",
     "ScyllaCdcError",
@@ -45,6 +49,27 @@ class GenerationMetadataError(ScyllaCdcError, SourceDataError):
 class LogRowError(ScyllaCdcError, SourceDataError):
     """A CDC log row the source cannot turn into an event (an unknown operation, an image without
     its delta); it goes to the dead-letter destination with the row."""
+
+
+class CdcOptionsError(ScyllaCdcError, SourceDataError):
+    """A table's ``cdc`` schema extension (``system_schema.tables.extensions['cdc']``) is not the
+    serialized options map ScyllaDB writes, or holds an option or value ScyllaDB refuses."""
+
+
+class LogExpiredError(ScyllaCdcError):
+    """A stream group's position is older than the log's TTL: rows after it may have expired
+    unread. Not retried: reading on would skip them without a word."""
+
+    def __init__(self, table: str, group: str, lag_s: float, ttl_s: float) -> None:
+        self.table = table
+        self.group = group
+        self.lag_s = lag_s
+        self.ttl_s = ttl_s
+        super().__init__(
+            f"table {table}, stream group {group}: the reader is {lag_s:.0f} s behind, past the log's TTL of "
+            f"{ttl_s:.0f} s: changes after its position may have expired unread. Re-snapshot the table "
+            "(snapshot: initial with a new pipeline name) or raise the table's cdc ttl before falling this far behind"
+        )
 
 
 class CdcMetadataUnavailableError(ScyllaCdcError, SourceUnavailableError):

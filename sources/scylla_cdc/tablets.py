@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import bisect
 import enum
-import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cdcflow.sources.scylla_cdc.exceptions import GenerationMetadataError, WriteRejectedError
+from cdcflow.sources.scylla_cdc.exceptions import GenerationMetadataError
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
-from cdcflow.sources.scylla_cdc.tokens import MIN_TOKEN
 
-__all__ = ["StreamLifetime", "StreamState", "TabletStreamHistory", "tablet_stream_ids"]
+__all__ = ["StreamLifetime", "StreamState", "TabletStreamHistory"]
 
 
 class StreamState(enum.IntEnum):
@@ -76,24 +74,6 @@ class TabletStreamHistory:
                 history._opened.setdefault(stream, timestamp)
         return history
 
-    @classmethod
-    def starting(cls, timestamp_us: int, streams: Iterable[StreamId]) -> TabletStreamHistory:
-        """A table's first stream set (``system.cdc_streams_state``)."""
-        history = cls()
-        history._add(timestamp_us, set(streams), set())
-        return history
-
-    def change(self, timestamp_us: int, closed: Iterable[StreamId], opened: Iterable[StreamId]) -> None:
-        """Append a stream-set change (``system.cdc_streams_history``) after the last one."""
-        if self._timestamps and timestamp_us <= self._timestamps[-1]:
-            raise GenerationMetadataError(f"stream set change at {timestamp_us} is not after {self._timestamps[-1]}")
-        closed_set, opened_set = set(closed), set(opened)
-        previous = set(self._sets[self._timestamps[-1]]) if self._timestamps else set()
-        unknown = closed_set - previous
-        if unknown:
-            raise GenerationMetadataError(f"closing streams that are not current: {sorted(unknown)}")
-        self._add(timestamp_us, (previous - closed_set) | opened_set, closed_set)
-
     def _add(self, timestamp_us: int, current: set[StreamId], closed: set[StreamId]) -> None:
         bisect.insort(self._timestamps, timestamp_us)
         self._sets[timestamp_us] = _by_token(current)
@@ -122,22 +102,3 @@ class TabletStreamHistory:
             (StreamLifetime(s, opened, self._closed.get(s)) for s, opened in self._opened.items()),
             key=lambda life: (life.opened_us, life.stream.token, life.stream.raw),
         )
-
-    def get_stream(self, ts_us: int, token: int) -> StreamId:
-        """The stream of the tablet holding ``token`` in the set operating at ``ts_us``: the first
-        stream whose token (its tablet's last token) is at or past ``token``."""
-        streams = self.streams_at(ts_us)
-        if not streams:
-            raise WriteRejectedError(f"no CDC stream set operates at {ts_us}")
-        index = bisect.bisect_left([s.token for s in streams], token)
-        return streams[index if index < len(streams) else 0]
-
-
-def tablet_stream_ids(tablet_count: int, rng: random.Random) -> list[StreamId]:
-    """One new stream per tablet of a table with ``tablet_count`` (a power of two) tablets: tablet
-    ``i`` covers biased tokens ``[i * 2**64 / n, (i + 1) * 2**64 / n)`` and its stream carries the
-    tablet's last token, random bits, vnode index 0 and version 1."""
-    if tablet_count <= 0 or tablet_count & (tablet_count - 1):
-        raise ValueError(f"tablet count must be a power of two, found {tablet_count}")
-    width = (1 << 64) // tablet_count
-    return [StreamId.from_parts((i + 1) * width - 1 + MIN_TOKEN, rng.getrandbits(38), 0) for i in range(tablet_count)]

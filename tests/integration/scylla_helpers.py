@@ -1,13 +1,16 @@
 """ScyllaDB's CDC on the real Cassandra node: the writer from the seed, what it wrote, what arrived.
 
 ScyllaDB cannot run here. :class:`ScyllaCdcWriter` writes ScyllaDB's CDC metadata and log tables
-into keyspaces of the real node; :class:`Expectations` records every base write with the stream
-the design puts it in, so a test can check that each one reached Kafka with its content, op and
-stream, in per-stream order.
+into keyspaces of the real node; :class:`Expectations` records every base write, so a test can
+check that each one reached Kafka with its content, op and the stream the design puts it in, in
+per-stream order. :class:`DesignStreams` says which stream that is from the seed's rules and the
+metadata tables as written, never from the writer's own functions.
 """
 
 from __future__ import annotations
 
+import bisect
+import datetime
 import json
 import subprocess
 import threading
@@ -35,6 +38,9 @@ def scylla_writer(cassandra_session: Any, keyspace: str) -> Iterator[ScyllaCdcWr
         ring_delay_s=1.0,
         generation_leeway_us=2_000_000,
         seed=hash(keyspace) & 0xFFFF,
+        # ScyllaDB keeps system_distributed at RF 3; pinned to 1 until the source reads CDC
+        # metadata at ScyllaDB's own consistency (issue 22, item 1).
+        distributed_replication_factor=1,
     )
     writer.create_metadata_tables()
     yield writer
@@ -140,6 +146,116 @@ def arrived(bootstrap: str, prefix: str) -> list[Arrived]:
     return found
 
 
+def _micros(value: datetime.datetime) -> int:
+    aware = value.replace(tzinfo=datetime.UTC) if value.tzinfo is None else value
+    return (aware - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(microseconds=1)
+
+
+def seed_shard_of(token: int, shards: int, ignore_msb: int) -> int:
+    """Seed 000, "The generation's mapping": the shard owning ``token`` on a node of ``shards``
+    shards: the unbiased token without its ``ignore_msb`` highest bits, as a fraction of the
+    ring, times the shard count."""
+    unbiased = token + (1 << 63)
+    kept = (unbiased << ignore_msb) % (1 << 64)
+    return (kept * shards) >> 64
+
+
+class DesignStreams:
+    """The stream a base write must be logged in, from the design (seeds 000 and 004) applied to
+    the metadata tables the stand-in wrote, read here over CQL, and the partition key's token as
+    the driver's Murmur3 partitioner computes it:
+
+    * vnodes: the generation operating at the write (the newest in ``cdc_generation_timestamps`` at
+      or before it); its range ``(end[i-1], end[i]]`` holding the token (past the last end: the
+      first range); in the range's streams, the one whose token is owned by the same shard as the
+      write's token ("we chose streams[j] so that its token is owned by the jth shard"), shards
+      counted by the range's streams, ``ignore_msb`` from ``cdc_generation_descriptions_v2``;
+    * tablets: the stream set of ``system.cdc_streams`` operating at the write; its stream whose
+      token (its tablet's last token) is the first at or past the write's token.
+    """
+
+    def __init__(self, session: Any, keyspaces: Any) -> None:
+        self.session = session
+        self.keyspaces = keyspaces
+        self._vnodes: list[tuple[int, list[tuple[int, list[bytes]]]]] | None = None
+        self._ignore_msb: int | None = None
+
+    def token(self, table: str, partition_key: dict[str, Any]) -> int:
+        from cassandra.metadata import Murmur3Token
+
+        names = list(partition_key)
+        prepared = self.session.prepare(f"SELECT * FROM {table} WHERE " + " AND ".join(f"{n} = ?" for n in names))
+        return int(Murmur3Token.from_key(prepared.bind([partition_key[n] for n in names]).routing_key).value)
+
+    def _generations(self) -> list[tuple[int, list[tuple[int, list[bytes]]]]]:
+        if self._vnodes is None:
+            distributed = self.keyspaces.distributed
+            times = sorted(
+                _micros(row[0])
+                for row in self.session.execute(
+                    f"SELECT time FROM {distributed}.cdc_generation_timestamps WHERE key = 'timestamps'"
+                )
+            )
+            self._vnodes = []
+            for timestamp in times:
+                rows = self.session.execute(
+                    f"SELECT range_end, streams FROM {distributed}.cdc_streams_descriptions_v2 WHERE time = %s",
+                    (timestamp // 1000,),
+                )
+                self._vnodes.append((timestamp, sorted((end, sorted(streams)) for end, streams in rows)))
+            found = list(
+                self.session.execute(
+                    f"SELECT ignore_msb FROM {self.keyspaces.everywhere}.cdc_generation_descriptions_v2 LIMIT 1"
+                )
+            )
+            self._ignore_msb = int(found[0][0]) if found else 0
+        return self._vnodes
+
+    def vnode_stream(self, ts_us: int, token: int) -> bytes:
+        generations = self._generations()
+        index = bisect.bisect_right([t for t, _ in generations], ts_us) - 1
+        assert index >= 0, f"no generation operates at {ts_us}"
+        ranges = generations[index][1]
+        _, streams = next(((end, s) for end, s in ranges if token <= end), ranges[0])
+        assert self._ignore_msb is not None
+        shard = seed_shard_of(token, len(streams), self._ignore_msb)
+        owned = [
+            s
+            for s in streams
+            if seed_shard_of(int.from_bytes(s[:8], "big", signed=True), len(streams), self._ignore_msb) == shard
+        ]
+        assert len(owned) == 1, (
+            f"token {token}: streams {[s.hex() for s in streams]} give shard {shard} {len(owned)} times"
+        )
+        return owned[0]
+
+    def tablet_stream(self, table: str, ts_us: int, token: int) -> bytes:
+        keyspace, name = table.split(".")
+        rows = self.session.execute(
+            f"SELECT timestamp, stream_id FROM {self.keyspaces.local}.cdc_streams "
+            "WHERE keyspace_name = %s AND table_name = %s AND stream_state = 0 ALLOW FILTERING",
+            (keyspace, name),
+        )
+        sets: dict[int, list[bytes]] = {}
+        for timestamp, stream in rows:
+            sets.setdefault(_micros(timestamp), []).append(stream)
+        operating = max(t for t in sets if t <= ts_us)
+        by_token = sorted(sets[operating], key=lambda s: int.from_bytes(s[:8], "big", signed=True))
+        return next(s for s in by_token if int.from_bytes(s[:8], "big", signed=True) >= token)
+
+    def stream(self, table: str, ts_us: int, partition_key: dict[str, Any]) -> bytes:
+        keyspace, name = table.split(".")
+        tablet = list(
+            self.session.execute(
+                f"SELECT timestamp FROM {self.keyspaces.local}.cdc_timestamps "
+                "WHERE keyspace_name = %s AND table_name = %s LIMIT 1",
+                (keyspace, name),
+            )
+        )
+        token = self.token(table, partition_key)
+        return self.tablet_stream(table, ts_us, token) if tablet else self.vnode_stream(ts_us, token)
+
+
 @dataclass
 class Expectations:
     """Every base write made through :meth:`write`, with its stream and the event it must become."""
@@ -164,14 +280,13 @@ class Expectations:
         else:
             stamp = self.writer.delete_row(table, key, timestamp_us=timestamp_us)
         partition_key = {n: key[n] for n in self.writer.partition_key_names(table)}
-        stream = self.writer.stream_for(table, stamp, self.writer.token_of(table, partition_key)).hex()
         after = None if op == "d" else {**key, **(values or {})}
         if after is not None and self.writer.logs_post_images(table):
             # the post-image is the whole row (the tests insert fresh rows: absent columns are null)
             after = {**dict.fromkeys(self.writer.value_columns(table)), **after}
         with self.lock:
             self.written.append(
-                {"table": table, "op": op, "key": key, "after": after, "ts_us": stamp, "stream": stream}
+                {"table": table, "op": op, "key": key, "after": after, "ts_us": stamp, "partition_key": partition_key}
             )
         return stamp
 
@@ -194,7 +309,9 @@ class Expectations:
             by_identity[event.identity].append(event)
         with self.lock:
             written = list(self.written)
+        design = DesignStreams(self.writer.session, self.writer.keyspaces)
         for write in written:
+            write["stream"] = design.stream(write["table"], write["ts_us"], write["partition_key"]).hex()
             identity = (
                 write["table"].split(".")[1],
                 json.dumps(write["key"], sort_keys=True),

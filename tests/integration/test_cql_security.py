@@ -150,7 +150,13 @@ def test_a_node_with_128_shards_is_read_in_queries_of_at_most_100_streams(
     # create_stream_ids), and a window query names every stream of its group in one IN. ScyllaDB
     # refuses more than max_partition_key_restrictions_per_query (100) keys
     # (cql3/restrictions/statement_restrictions.cc); this node's guardrail refuses the same.
-    writer = ScyllaCdcWriter(secure_node.session, SimulatedKeyspaces.prefixed(secure_keyspace), shards=128, seed=12)
+    writer = ScyllaCdcWriter(
+        secure_node.session,
+        SimulatedKeyspaces.prefixed(secure_keyspace),
+        shards=128,
+        seed=12,
+        distributed_replication_factor=1,  # until issue 22 item 1
+    )
     writer.create_metadata_tables()
     try:
         writer.bootstrap(vnodes=2, timestamp_us=writer.coordinator_now_us() - 60_000_000)

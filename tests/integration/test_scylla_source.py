@@ -97,7 +97,14 @@ def test_a_generation_is_read_only_once_its_timestamp_is_published(
 
 
 def test_v1_descriptions_are_read_when_there_is_no_v2_table(cassandra_session: Any, keyspace: str) -> None:
-    writer = ScyllaCdcWriter(cassandra_session, SimulatedKeyspaces.prefixed(keyspace), shards=3, layout="v1", seed=5)
+    writer = ScyllaCdcWriter(
+        cassandra_session,
+        SimulatedKeyspaces.prefixed(keyspace),
+        shards=3,
+        layout="v1",
+        seed=5,
+        distributed_replication_factor=1,  # until issue 22 item 1
+    )
     writer.create_metadata_tables()
     try:
         writer.bootstrap(vnodes=3, timestamp_us=writer.coordinator_now_us() - 10_000_000)
@@ -127,7 +134,13 @@ def test_an_upgraded_cluster_without_the_rewritten_row_still_gets_the_generation
     # nothing writes cdc_local), and new generations go to v2 only. scylla-cdc-go/-java would stay
     # on v1 and miss them.
     writer = ScyllaCdcWriter(
-        cassandra_session, SimulatedKeyspaces.prefixed(keyspace), shards=2, layout="v1", ring_delay_s=0.0, seed=8
+        cassandra_session,
+        SimulatedKeyspaces.prefixed(keyspace),
+        shards=2,
+        layout="v1",
+        ring_delay_s=0.0,
+        seed=8,
+        distributed_replication_factor=1,  # until issue 22 item 1
     )
     writer.create_metadata_tables()
     try:

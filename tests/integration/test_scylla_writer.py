@@ -4,10 +4,16 @@ Cassandra node."""
 
 from __future__ import annotations
 
+import datetime
+import random
+import struct
 import uuid
 from typing import Any
 
-from tests.integration.scylla_helpers import scylla_writer
+from cdcflow.sources.scylla_cdc.table_options import CdcOptions, SchemaTablesLookup
+from tests.integration.scylla_helpers import DesignStreams, scylla_writer
+from tests.standins.scylla.comparator import clustering_sort_key
+from tests.standins.scylla.split import DeleteRow, Insert
 from tests.standins.scylla.writer import ScyllaCdcWriter
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
@@ -49,17 +55,18 @@ def test_the_first_tablet_stream_set_starts_a_leeway_ago_and_a_resize_after_the_
     writer.clock = lambda: now_s
     leeway = writer.metadata.generation_leeway_us
     writer.create_table(keyspace, "t", [("id", "int")], [], [("v", "int")], tablets=2)
-    history = writer._tables[f"{keyspace}.t"].tablets
-    assert history is not None
     # cdc/log.cc on_before_allocate_tablet_map(): db_clock::now() - generation_leeway.
     first = int(now_s * 1_000_000) - leeway
-    assert history.timestamps() == [first]
+    listed = cassandra_session.execute(
+        f"SELECT timestamp FROM {writer.keyspaces.local}.cdc_timestamps WHERE keyspace_name = %s AND table_name = 't'",
+        (keyspace,),
+    )
+    assert [r[0].replace(tzinfo=datetime.UTC).timestamp() * 1_000_000 for r in listed] == [first]
     # A write from a client whose clock is behind lands in that first set.
     stamp = writer.insert(f"{keyspace}.t", {"id": 1, "v": 1}, timestamp_us=first + 1)
     [row] = log_rows(cassandra_session, f"{keyspace}.t")
-    assert (
-        row["cdc$stream_id"]
-        == writer.stream_for(f"{keyspace}.t", stamp, writer.token_of(f"{keyspace}.t", {"id": 1})).raw
+    assert row["cdc$stream_id"] == DesignStreams(cassandra_session, writer.keyspaces).stream(
+        f"{keyspace}.t", stamp, {"id": 1}
     )
     # cdc/generation.cc generate_tablet_resize_update(): new_generation_timestamp(true, ring_delay).
     resized = writer.change_tablets(f"{keyspace}.t", 4)
@@ -112,10 +119,161 @@ def test_every_tablet_write_is_logged_in_one_stream_the_newest_set_s_at_or_befor
     rows = log_rows(cassandra_session, f"{keyspace}.t")
     # cdc/metadata.cc get_tablet_stream_set(): the newest set at or before the write, never two.
     assert len(rows) == len(stamps)
-    history = writer._tables[f"{keyspace}.t"].tablets
-    assert history is not None
+    design = DesignStreams(cassandra_session, writer.keyspaces)
     for row in rows:
-        stamp = stamps[row["id"]]
-        token = writer.token_of(f"{keyspace}.t", {"id": row["id"]})
-        assert row["cdc$stream_id"] == history.get_stream(stamp, token).raw
+        assert row["cdc$stream_id"] == design.stream(f"{keyspace}.t", stamps[row["id"]], {"id": row["id"]})
         assert uuid.UUID(str(row["cdc$time"])).version == 1
+
+
+def test_metadata_keyspaces_are_replicated_as_scylladb_replicates_its_own(
+    cassandra_session: Any, keyspace: str
+) -> None:
+    # db/system_distributed_keyspace.cc lines 343-346: system_distributed is SimpleStrategy RF 3
+    # on every cluster size; system_distributed_everywhere is on every token owner; system and
+    # system_schema are node-local.
+    from tests.standins.scylla.writer import SimulatedKeyspaces
+
+    writer = ScyllaCdcWriter(cassandra_session, SimulatedKeyspaces.prefixed(keyspace))
+    writer.create_metadata_tables()
+    try:
+        rows = [
+            next(
+                iter(
+                    cassandra_session.execute(
+                        "SELECT keyspace_name, replication FROM system_schema.keyspaces WHERE keyspace_name = %s",
+                        (name,),
+                    )
+                )
+            )
+            for name in writer.keyspaces.all()
+        ]
+        factors = {name: int(replication["replication_factor"]) for name, replication in rows}
+        nodes = len(cassandra_session.cluster.metadata.all_hosts())
+        k = writer.keyspaces
+        assert factors == {k.distributed: 3, k.everywhere: nodes, k.local: 1, k.schema: 1}
+    finally:
+        writer.drop_keyspaces()
+
+
+def test_a_table_s_cdc_options_are_in_its_schema_extension_as_scylladb_stores_them(
+    cassandra_session: Any, keyspace: str, scylla_writer: ScyllaCdcWriter
+) -> None:
+    writer = scylla_writer
+    writer.create_table(keyspace, "t", [("id", "int")], [], [("v", "int")], preimage="full", ttl_s=600)
+    [(extensions,)] = cassandra_session.execute(
+        f"SELECT extensions FROM {writer.keyspaces.schema}.tables WHERE keyspace_name = %s AND table_name = 't'",
+        (keyspace,),
+    )
+    # cdc/cdc_extension.hh: a std::map<sstring, sstring> in the IDL's little-endian framing
+    raw = extensions["cdc"]
+    (count,) = struct.unpack_from("<I", raw)
+    options, offset = {}, 4
+    for _ in range(count):
+        pair = []
+        for _ in range(2):
+            (size,) = struct.unpack_from("<I", raw, offset)
+            pair.append(raw[offset + 4 : offset + 4 + size].decode())
+            offset += 4 + size
+        options[pair[0]] = pair[1]
+    # cdc/log.cc to_map(): every option, the image mode as false/true/full
+    assert options == {"enabled": "true", "preimage": "full", "postimage": "false", "delta": "full", "ttl": "600"}
+    assert list(options) == sorted(options)  # a std::map: in key order
+    # ... and the source's lookup reads the same options through its seam
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+
+    lookup = SchemaTablesLookup(cassandra_session, writer.keyspaces.schema, EXEC_PROFILE_DEFAULT)
+    assert lookup.cdc_options(keyspace, "t") == CdcOptions(True, "full", False, "full", 600)
+
+
+def test_tablet_virtual_tables_follow_resizes_and_garbage_collection(
+    cassandra_session: Any, keyspace: str, scylla_writer: ScyllaCdcWriter
+) -> None:
+    writer = scylla_writer
+    now_s = 1_800_000_000.0
+    writer.clock = lambda: now_s
+    writer.create_table(keyspace, "t", [("id", "int")], [], [("v", "int")], tablets=1, ttl_s=60)
+    table = f"{keyspace}.t"
+    sets = [writer.change_tablets(table, 2, delay_s=10), writer.change_tablets(table, 4, delay_s=20)]
+    local = writer.keyspaces.local
+
+    def virtual() -> tuple[list[int], dict[int, dict[int, set[bytes]]]]:
+        stamps = [
+            int(r[0].replace(tzinfo=datetime.UTC).timestamp() * 1000) * 1000
+            for r in cassandra_session.execute(
+                f"SELECT timestamp FROM {local}.cdc_timestamps WHERE keyspace_name = %s AND table_name = 't'",
+                (keyspace,),
+            )
+        ]
+        streams: dict[int, dict[int, set[bytes]]] = {}
+        for ts, state, stream in cassandra_session.execute(
+            f"SELECT timestamp, stream_state, stream_id FROM {local}.cdc_streams "
+            "WHERE keyspace_name = %s AND table_name = 't'",
+            (keyspace,),
+        ):
+            at = int(ts.replace(tzinfo=datetime.UTC).timestamp() * 1000) * 1000
+            streams.setdefault(at, {}).setdefault(state, set()).add(stream)
+        return stamps, streams
+
+    stamps, streams = virtual()
+    first = stamps[-1]
+    assert stamps == sorted(stamps, reverse=True) and stamps[:2] == sets[::-1]  # db/virtual_tables.cc: DESC
+    # per timestamp: current (0), closed (1) = the previous set, opened (2) = the new one
+    assert streams[sets[0]][1] == streams[first][0] and streams[sets[0]][2] == streams[sets[0]][0]
+    assert streams[sets[1]][1] == streams[sets[0]][0] and len(streams[sets[1]][0]) == 4
+    # cdc/generation.cc get_new_base_for_gc: with now - ttl between the two resizes, sets[0] is the
+    # newest set that began at or before it: every older set (the first) closed more than a TTL
+    # ago and is collected, sets[0] becomes the base
+    now_s = sets[0] / 1_000_000 + 60 + 1
+    assert writer.garbage_collect_stream_sets(table) == [first]
+    stamps_after, streams_after = virtual()
+    assert stamps_after == sets[::-1]
+    # the new base lists its streams as current and opened, nothing closed (query_cdc_streams)
+    assert set(streams_after[sets[0]]) == {0, 2} and streams_after[sets[0]][2] == streams[sets[0]][0]
+    assert streams_after[sets[1]] == streams[sets[1]]
+    [(base,)] = cassandra_session.execute(
+        f"SELECT DISTINCT timestamp FROM {local}.cdc_streams_state WHERE table_id = %s",
+        (writer._tables[table].table_id,),
+    )
+    assert int(base.replace(tzinfo=datetime.UTC).timestamp() * 1000) * 1000 == sets[0]
+    history = cassandra_session.execute(
+        f"SELECT timestamp FROM {local}.cdc_streams_history WHERE table_id = %s", (writer._tables[table].table_id,)
+    )
+    assert {int(r[0].replace(tzinfo=datetime.UTC).timestamp() * 1000) * 1000 for r in history} == {sets[1]}
+
+
+def test_the_stand_in_orders_clustering_keys_as_the_real_node_does(cassandra_session: Any, keyspace: str) -> None:
+    # types/types.cc compare_visitor and utils/UUID.hh timeuuid_tri_compare: a timeuuid by time,
+    # then its low bytes signed; a DESC column reversed. Cassandra orders the same way: the real
+    # node is the reference here.
+    cassandra_session.execute(
+        f"CREATE TABLE {keyspace}.o (pk int, a int, t timeuuid, PRIMARY KEY (pk, a, t)) "
+        "WITH CLUSTERING ORDER BY (a DESC, t ASC)"
+    )
+    rng = random.Random(3)
+    micros = 1_700_000_000_000_000
+    keys = set()
+    for _ in range(60):
+        tail = (rng.getrandbits(64) & 0x3FFFFFFFFFFFFFFF) | 0x8000000000000000  # RFC 4122 variant
+        intervals = (micros + rng.randrange(3)) * 10 + 0x01B21DD213814000  # a few UUIDs per microsecond
+        high = (intervals & 0xFFFFFFFF) << 32 | ((intervals >> 32) & 0xFFFF) << 16 | (intervals >> 48) & 0x0FFF | 0x1000
+        keys.add((rng.randrange(3), uuid.UUID(int=(high << 64) | tail)))
+    for a, t in keys:
+        cassandra_session.execute(f"INSERT INTO {keyspace}.o (pk, a, t) VALUES (0, %s, %s)", (a, t))
+    node_order = [(r[0], r[1]) for r in cassandra_session.execute(f"SELECT a, t FROM {keyspace}.o WHERE pk = 0")]
+    assert sorted(keys, key=clustering_sort_key(["int", "timeuuid"], [True, False])) == node_order
+    assert sorted(keys) != node_order  # Python's tuple order is not the table's
+
+
+def test_log_rows_of_one_write_follow_the_clustering_order(
+    cassandra_session: Any, keyspace: str, scylla_writer: ScyllaCdcWriter
+) -> None:
+    # cdc/change_visitor.hh: a mutation's rows are visited in clustering order, which numbers them
+    # (cdc$batch_seq_no). On a DESC table the rows of one write come newest key first.
+    writer = scylla_writer
+    writer.bootstrap(vnodes=2, timestamp_us=writer.coordinator_now_us() - 10_000_000)
+    writer.create_table(keyspace, "d", [("pk", "int")], [("ck", "int")], [("v", "int")], descending=["ck"])
+    table = f"{keyspace}.d"
+    writer.write(table, [Insert({"pk": 1, "ck": c, "v": c}) for c in (1, 3, 2)] + [DeleteRow({"pk": 1, "ck": 5})])
+    node_order = [r[0] for r in cassandra_session.execute(f"SELECT ck FROM {table} WHERE pk = 1")]
+    rows = [r for r in log_rows(cassandra_session, table) if r["cdc$operation"] == 2]
+    assert [r["ck"] for r in sorted(rows, key=lambda r: r["cdc$batch_seq_no"])] == node_order == [3, 2, 1]

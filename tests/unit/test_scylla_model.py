@@ -1,5 +1,6 @@
-"""The model of ScyllaDB's CDC design, checked against values derived from the seed's rules and
-ScyllaDB's own documentation, not against this code's outputs."""
+"""The model of ScyllaDB's CDC design (the product's stream IDs, tokens and tablet histories, and
+the stand-in's generations and stream sets), checked against values derived from the seed's rules
+and ScyllaDB's own documentation, not against this code's outputs."""
 
 from __future__ import annotations
 
@@ -11,16 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.sources.scylla_cdc.exceptions import GenerationMetadataError, StreamIdError, WriteRejectedError
-from cdcflow.sources.scylla_cdc.generations import (
-    CdcMetadata,
-    TokenRangeDescription,
-    TopologyDescription,
-    make_new_generation_description,
-    split_ring,
-)
+from cdcflow.sources.scylla_cdc.exceptions import StreamIdError
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
-from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
+from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory
 from cdcflow.sources.scylla_cdc.timeuuids import max_timeuuid, micros_of, min_timeuuid, timeuuid_at
 from cdcflow.sources.scylla_cdc.tokens import (
     MAX_TOKEN,
@@ -30,6 +24,15 @@ from cdcflow.sources.scylla_cdc.tokens import (
     partition_token,
     shard_of,
 )
+from tests.standins.scylla.errors import StandinSetupError, WriteRejectedError
+from tests.standins.scylla.generations import (
+    CdcMetadata,
+    TokenRangeDescription,
+    TopologyDescription,
+    make_new_generation_description,
+    split_ring,
+)
+from tests.standins.scylla.tablet_streams import CLOSED, CURRENT, OPENED, TableStreams, new_tablet_streams, stream_diff
 
 tokens = st.integers(min_value=MIN_TOKEN + 1, max_value=MAX_TOKEN)
 
@@ -203,9 +206,9 @@ def test_range_ends_belong_to_their_range_and_the_ring_wraps_to_entry_zero() -> 
 
 def test_unsorted_or_empty_descriptions_are_refused() -> None:
     entry = TokenRangeDescription(5, (StreamId.from_parts(5, 0, 0),))
-    with pytest.raises(GenerationMetadataError):
+    with pytest.raises(StandinSetupError):
         TopologyDescription((entry, entry))
-    with pytest.raises(GenerationMetadataError):
+    with pytest.raises(StandinSetupError):
         TopologyDescription(())
 
 
@@ -291,7 +294,7 @@ def test_a_joining_node_refines_every_vnode_and_gives_each_shard_its_own_stream(
 
 def test_tablet_streams_carry_their_tablets_last_tokens() -> None:
     # cdc-stream-changes: four tablets' streams start 0xbfff.., 0xffff.., 0x3fff.., 0x7fff.. .
-    streams = tablet_stream_ids(4, random.Random(3))
+    streams = new_tablet_streams(4, random.Random(3))
     assert [s.raw[:8].hex() for s in streams] == [
         "bfffffffffffffff",
         "ffffffffffffffff",
@@ -303,7 +306,7 @@ def test_tablet_streams_carry_their_tablets_last_tokens() -> None:
 
 def test_tablet_history_rebuilds_the_stream_set_at_any_timestamp_from_cdc_streams_rows() -> None:
     rng = random.Random(5)
-    two, four = tablet_stream_ids(2, rng), tablet_stream_ids(4, rng)
+    two, four = new_tablet_streams(2, rng), new_tablet_streams(4, rng)
     # what system.cdc_streams lists: the first set as current and opened, then per change the
     # current set, the closed and the opened streams
     rows = [(1_000, StreamState.CURRENT, s) for s in two] + [(1_000, StreamState.OPENED, s) for s in two]
@@ -320,25 +323,48 @@ def test_tablet_history_rebuilds_the_stream_set_at_any_timestamp_from_cdc_stream
     assert history.changes_at(9_000) == (tuple(sorted(two, key=lambda s: s.token)), tuple(four))
 
 
+def test_the_stand_in_s_virtual_rows_rebuild_into_its_own_stream_sets() -> None:
+    # db/virtual_tables.cc cdc_streams: per timestamp the current set, then closed and opened
+    # (the first timestamp lists every stream as opened); the product's history reads them back.
+    rng = random.Random(9)
+    streams = TableStreams.starting(1_000, new_tablet_streams(2, rng))
+    streams.resize(9_000, new_tablet_streams(4, rng))
+    history = TabletStreamHistory.from_rows(streams.virtual_rows())
+    assert [set(history.streams_at(t)) for t in (1_000, 9_000)] == [set(streams.set_at(t)) for t in (1_000, 9_000)]
+    states = [state for _, state, _ in streams.virtual_rows()]
+    assert states == [CURRENT] * 2 + [OPENED] * 2 + [CURRENT] * 4 + [CLOSED] * 2 + [OPENED] * 4
+
+
 def test_a_partial_stream_change_keeps_the_untouched_streams() -> None:
-    rng = random.Random(11)
-    first = tablet_stream_ids(2, rng)
-    history = TabletStreamHistory.starting(10, first)
+    # cdc/metadata.cc generate_stream_diff / construct_next_stream_set: by token, side by side
+    first = new_tablet_streams(2, random.Random(11))
     replacement = StreamId.from_parts(first[0].token, 1, 0)
-    history.change(20, closed=[first[0]], opened=[replacement])
-    assert set(history.streams_at(20)) == {replacement, first[1]}
-    with pytest.raises(GenerationMetadataError):
-        history.change(15, closed=[], opened=[])
-    with pytest.raises(GenerationMetadataError):
-        history.change(30, closed=[first[0]], opened=[])
+    closed, opened = stream_diff(first, [replacement, first[1]])
+    assert (closed, opened) == ([first[0]], [replacement])
+    loaded = TableStreams.load(10, first, [(20, CLOSED, first[0]), (20, OPENED, replacement)])
+    assert set(loaded.set_at(20)) == {replacement, first[1]}
+    with pytest.raises(StandinSetupError):
+        loaded.resize(15, first)
 
 
 @given(tokens)
 def test_a_tablet_token_maps_to_the_stream_of_the_tablet_holding_it(token: int) -> None:
-    streams = tablet_stream_ids(8, random.Random(2))
-    history = TabletStreamHistory.starting(0, streams)
+    streams = new_tablet_streams(8, random.Random(2))
     tablet = (token - MIN_TOKEN) // ((1 << 64) // 8)  # biased token / tablet width
-    assert history.get_stream(5, token) == streams[tablet]
+    assert TableStreams.starting(0, streams).stream_of(5, token) == streams[tablet]
+
+
+def test_garbage_collection_keeps_the_newest_set_that_began_before_now_minus_the_ttl() -> None:
+    # cdc/generation.cc get_new_base_for_gc: every set whose successor began at or before
+    # now - ttl is gone; the newest such successor is the new base.
+    rng = random.Random(4)
+    streams = TableStreams.starting(0, new_tablet_streams(1, rng))
+    for at in (10_000_000, 20_000_000, 30_000_000):
+        streams.resize(at, new_tablet_streams(2, rng))
+    assert streams.new_base_for_gc(now_us=25_000_000, ttl_s=30) is None
+    assert streams.new_base_for_gc(now_us=40_000_000, ttl_s=30) == 10_000_000
+    assert streams.new_base_for_gc(now_us=50_000_000, ttl_s=30) == 20_000_000
+    assert streams.new_base_for_gc(now_us=10**12, ttl_s=30) == 30_000_000
 
 
 # --- cdc$time -----------------------------------------------------------------------------------------

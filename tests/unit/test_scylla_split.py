@@ -41,6 +41,7 @@ T1 = TableShape(
     {"u": ("a", "b")},
     False,
     False,
+    ("int",),
 )
 # t2 (pk int PRIMARY KEY, v int)
 T2 = TableShape(("pk",), (), {"v": "atomic"}, frozenset(), {}, True, False)
@@ -246,18 +247,22 @@ def test_a_partition_delete_without_clustering_columns_gets_a_pre_image_of_every
 
 
 def test_a_partition_delete_with_clustering_columns_gets_no_pre_image() -> None:
-    shape = TableShape(("pk",), ("ck",), {"v": "atomic"}, frozenset(), {}, True, False)
+    shape = TableShape(("pk",), ("ck",), {"v": "atomic"}, frozenset(), {}, True, False, ("int",))
     assert logged([DeletePartition({"pk": 0})], shape, state=ImageState(rows={(0,): {"v": 1}})) == [(0, [op(4)])]
 
 
 def test_images_pre_of_touched_columns_post_of_the_whole_row() -> None:
     # 36: preimage + postimage, the row (0, 0) had v = 1, w = 5.
-    shape = TableShape(("pk",), ("ck",), {"v": "atomic", "w": "atomic", "m": "map"}, frozenset(), {}, True, True)
+    shape = TableShape(
+        ("pk",), ("ck",), {"v": "atomic", "w": "atomic", "m": "map"}, frozenset(), {}, True, True, ("int",)
+    )
     state = ImageState(rows={(0,): {"v": 1, "w": 5}})
     assert logged([Update(K, {"v": 2})], shape, state=state) == [
         (0, [op(0, ck=0, v=1), op(1, ck=0, v=2), op(9, ck=0, v=2, w=5)])
     ]
-    full = TableShape(("pk",), ("ck",), {"v": "atomic", "w": "atomic", "m": "map"}, frozenset(), {}, "full", False)
+    full = TableShape(
+        ("pk",), ("ck",), {"v": "atomic", "w": "atomic", "m": "map"}, frozenset(), {}, "full", False, ("int",)
+    )
     assert logged([Update(K, {"v": 2})], full, state=ImageState(rows={(0,): {"v": 1, "w": 5}})) == [
         (0, [op(0, ck=0, v=1, w=5, d_m=True), op(1, ck=0, v=2)])
     ]
@@ -266,7 +271,7 @@ def test_images_pre_of_touched_columns_post_of_the_whole_row() -> None:
 def test_a_split_write_carries_image_state_from_record_to_record() -> None:
     # log.cc #6070: the tombstone (TTL 0) is logged before the cells (TTL 5), so the post-image
     # shows only the new entries; the insert's post-image comes after all of them.
-    shape = TableShape(("pk",), ("ck",), {"v": "atomic", "m": "map"}, frozenset(), {}, True, True)
+    shape = TableShape(("pk",), ("ck",), {"v": "atomic", "m": "map"}, frozenset(), {}, True, True, ("int",))
     state = ImageState(rows={(0,): {"v": 0, "m": {9: 9}}})
     [(ts, rows)] = logged([Insert({**K, "v": 1, "m": {1: 1}})], shape, ttl=5, state=state)
     assert ts == 0
@@ -293,7 +298,9 @@ def test_a_split_write_carries_image_state_from_record_to_record() -> None:
 
 def test_removing_every_element_leaves_an_empty_collection_in_the_post_image() -> None:
     # log.cc merge(): the image's value is rebuilt from the previous one, minus what was removed.
-    shape = TableShape(("pk",), ("ck",), {"m": "map", "u": "udt"}, frozenset(), {"u": ("a", "b")}, False, True)
+    shape = TableShape(
+        ("pk",), ("ck",), {"m": "map", "u": "udt"}, frozenset(), {"u": ("a", "b")}, False, True, ("int",)
+    )
     state = ImageState(rows={(0,): {"m": {1: 1}, "u": (1, "x")}})
     [(_, rows)] = logged([Update(K, {"m": Remove({1}), "u": SetFields({"b": None})})], shape, state=state)
     assert rows[-1] == op(9, ck=0, m={}, u=(1, None))

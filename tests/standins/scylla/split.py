@@ -30,6 +30,7 @@ write (ScyllaDB's range_tombstone_list would merge them).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from typing import Any, Literal
 
 from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
 from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
+from tests.standins.scylla.comparator import clustering_sort_key, compare_prefixes, compare_values
 
 __all__ = [
     "Add",
@@ -176,6 +178,19 @@ class TableShape:
     udt_fields: Mapping[str, tuple[str, ...]]  # non-frozen user-type column -> its field names
     preimage: bool | Literal["full"]
     postimage: bool
+    clustering_types: tuple[str, ...] = ()  # CQL types of the clustering columns, in order
+    descending: frozenset[str] = frozenset()  # clustering columns ordered DESC
+
+    def row_key(self) -> Callable[[Sequence[Any]], Any]:
+        """Sorts clustering keys in the table's clustering order (the comparator, not Python's
+        tuple order: a DESC column, a timeuuid's signed low bytes)."""
+        if len(self.clustering_types) != len(self.clustering):
+            raise ValueError(f"the clustering columns {self.clustering} need their CQL types for their order")
+        return clustering_sort_key(self.clustering_types, [n in self.descending for n in self.clustering])
+
+    def compare_prefix(self, a: Sequence[Any], b: Sequence[Any]) -> int:
+        """Clustering prefixes of equal length, by the clustering comparator."""
+        return compare_prefixes(self.clustering_types, [n in self.descending for n in self.clustering], a, b)
 
     @property
     def regular(self) -> list[str]:
@@ -240,9 +255,11 @@ class Mutation:
     rows: dict[Key, RowChange] = field(default_factory=dict)
     ranges: list[RangeTombstone] = field(default_factory=list)
     tombstone: int | None = None
+    row_key: Callable[[Sequence[Any]], Any] = tuple  # the table's clustering order
 
     def sorted_rows(self) -> list[tuple[Key, RowChange]]:
-        return sorted(self.rows.items(), key=lambda item: item[0])
+        """The clustered rows as ``mutation_partition`` keeps them: in clustering order."""
+        return sorted(self.rows.items(), key=lambda item: self.row_key(item[0]))
 
 
 def _merge_cell(into: dict[Any, Cell], path: Any, cell: Cell, where: str) -> None:
@@ -318,7 +335,7 @@ class _Builder:
     def _partition(self, source: Mapping[str, Any]) -> Mutation:
         key = {n: source[n] for n in self.shape.partition_key}
         if self.mutation is None:
-            self.mutation = Mutation(key)
+            self.mutation = Mutation(key, row_key=self.shape.row_key())
         elif self.mutation.partition_key != key:
             raise ValueError("one write touches one partition; use several writes for several partitions")
         return self.mutation
@@ -402,7 +419,21 @@ def build_mutation(
         builder.add(op)
     if builder.mutation is None:
         raise ValueError("a write needs at least one operation")
+    # range_tombstone_list keeps range deletions by their start (mutation_partition.hh)
+    builder.mutation.ranges.sort(key=functools.cmp_to_key(lambda a, b: _compare_starts(shape, a, b)))
     return builder.mutation
+
+
+def _compare_starts(shape: TableShape, a: RangeTombstone, b: RangeTombstone) -> int:
+    """Two range deletions by where they start (``position_in_partition``): an open start first;
+    an inclusive start before anything it prefixes, an exclusive one after."""
+    common = min(len(a.start), len(b.start))
+    found = shape.compare_prefix(a.start[:common], b.start[:common])
+    if found or len(a.start) == len(b.start):
+        return found or (int(not a.start_inclusive) - int(not b.start_inclusive))
+    shorter = a if len(a.start) < len(b.start) else b
+    shorter_first = -1 if shorter.start_inclusive or not shorter.start else 1
+    return shorter_first if shorter is a else -shorter_first
 
 
 # --- the pre-image read (cdc/log.cc transformer::pre_image_select) --------------------------------
@@ -605,8 +636,12 @@ def _buckets(row: RowChange) -> dict[tuple[int, int], _Piece]:
     return dict(sorted(found.items()))
 
 
-def _path_order(path: Any) -> tuple[int, Any]:
-    return (0, path.bytes) if isinstance(path, uuid.UUID) else (1, path)
+def _path_order(path: Any) -> Any:
+    """A collection's cells in key order: a list's cells by their timeuuid keys' comparator
+    (``cdc/change_visitor.hh``: "cells are visited in order of increasing keys")."""
+    if isinstance(path, uuid.UUID):
+        return functools.cmp_to_key(lambda a, b: compare_values("timeuuid", a, b))(path)
+    return path
 
 
 def _extract_changes(mutation: Mutation) -> dict[int, _Batch]:
@@ -737,7 +772,7 @@ class _Transformer:
         self._row(5 if tombstone.start_inclusive else 6, tombstone.start)
         self._row(7 if tombstone.end_inclusive else 8, tombstone.end)
         if self.updating:
-            for key in [k for k in self.state.rows if _in_range(k, tombstone)]:
+            for key in [k for k in self.state.rows if _in_range(self.shape, k, tombstone)]:
                 del self.state.rows[key]
 
     def partition_deletion(self) -> None:
@@ -833,10 +868,12 @@ def _log_value(value: Any) -> Any:
     return value
 
 
-def _in_range(key: Key, tombstone: RangeTombstone) -> bool:
-    start, end = key[: len(tombstone.start)], key[: len(tombstone.end)]
-    after_start = start > tombstone.start or (start == tombstone.start and tombstone.start_inclusive)
-    before_end = end < tombstone.end or (end == tombstone.end and tombstone.end_inclusive)
+def _in_range(shape: TableShape, key: Key, tombstone: RangeTombstone) -> bool:
+    """Whether the range deletion covers the row ``key``, by the clustering comparator."""
+    from_start = shape.compare_prefix(key[: len(tombstone.start)], tombstone.start)
+    to_end = shape.compare_prefix(key[: len(tombstone.end)], tombstone.end)
+    after_start = from_start > 0 or (from_start == 0 and tombstone.start_inclusive)
+    before_end = to_end < 0 or (to_end == 0 and tombstone.end_inclusive)
     return after_start and before_end
 
 
@@ -854,7 +891,7 @@ def _affected_rows(shape: TableShape, batch: _Batch, has_partition_deletion: boo
         columns = affected.setdefault(piece.key, set())
         columns.update(n for n, _ in piece.atomic)
         columns.update(e.name for e in piece.entries)
-    return {k: [n for n in shape.regular if n in affected[k]] for k in sorted(affected)}
+    return {k: [n for n in shape.regular if n in affected[k]] for k in sorted(affected, key=shape.row_key())}
 
 
 def log_records(

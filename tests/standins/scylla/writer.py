@@ -1,23 +1,27 @@
-"""A writer of ScyllaDB's CDC, written from the design: tables, generations and log rows as a
+"""A writer of ScyllaDB's CDC, written from ScyllaDB's code: tables, generations and log rows as a
 ScyllaDB cluster would write them, into any CQL cluster (a real Cassandra node in cdcflow's tests).
 
 ScyllaDB cannot run everywhere a CDC consumer is built or tested. This module writes what its CDC
 would: the description tables of vnode keyspaces (``cdc_generation_timestamps``,
 ``cdc_streams_descriptions_v2``, the v1 ``cdc_streams_descriptions``, the internal
-``cdc_generation_descriptions_v2`` and ``cdc_local``) and of tablet keyspaces (``cdc_timestamps``,
-``cdc_streams``, the internal ``cdc_streams_state`` and ``cdc_streams_history``), each with
-ScyllaDB's columns and types, in keyspaces of your choice (a Cassandra node refuses tables in its
-own ``system*`` keyspaces); CDC log tables ``<table>_scylla_cdc_log`` with quoted ``cdc$``
-columns; and for each base write, the base write itself plus the log rows ScyllaDB writes, split
-into records as ``cdc/split.cc`` splits them (:mod:`.split`): per record the stream from
+``cdc_generation_descriptions_v2`` and ``cdc_local``) and of tablet keyspaces (the virtual
+``cdc_timestamps`` and ``cdc_streams``, recomputed from the internal ``cdc_streams_state`` and
+``cdc_streams_history`` on every change, garbage collection included), each with ScyllaDB's columns
+and types and replicated as ScyllaDB replicates them (``system_distributed`` at RF 3), in keyspaces
+of your choice (a Cassandra node refuses tables in its own ``system*`` keyspaces); each table's CDC
+options as its ``system_schema.tables.extensions['cdc']`` bytes; CDC log tables
+``<table>_scylla_cdc_log`` with quoted ``cdc$`` columns; and for each base write, the base write
+itself plus the log rows ScyllaDB writes, split into records as ``cdc/split.cc`` splits them
+(:mod:`.split`, rows in the table's clustering order): per record the stream from
 :meth:`CdcMetadata.get_stream` (or the tablet set's), its own ``cdc$time``, pre-images, deltas and
 post-images numbered by ``cdc$batch_seq_no``, ``cdc$end_of_batch``, ``cdc$ttl``, the log TTL.
 Generations come from a simulated ring: :meth:`join_node` refines its vnodes and publishes a
 generation operating ``2 x ring_delay + leeway`` later; writes outside the generation leeway are
-refused with :class:`WriteRejectedError`, as ScyllaDB refuses them.
+refused with :class:`WriteRejectedError`, as ScyllaDB refuses them. docs/scylla.md lists each
+behaviour with the upstream file it follows.
 
-Point a consumer at it (``generations_keyspace``/``tablets_keyspace`` naming the keyspaces used
-here) to test it against every case of the design without a ScyllaDB cluster.
+Point a consumer at it (``generations_keyspace``/``tablets_keyspace``/``schema_keyspace`` naming
+the keyspaces used here) to test it against every case of the design without a ScyllaDB cluster.
 
 Not simulated: removing list elements (Cassandra cannot address them by timeuuid), pre/post-images
 of non-frozen lists, counters, LWT, Alternator.
@@ -32,20 +36,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cdcflow.sources.scylla_cdc.exceptions import WriteRejectedError
-from cdcflow.sources.scylla_cdc.generations import (
+from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
+from cdcflow.sources.scylla_cdc.log_reader import LOG_SUFFIX
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
+from cdcflow.sources.scylla_cdc.tokens import partition_token
+from tests.standins.scylla.errors import WriteRejectedError
+from tests.standins.scylla.generations import (
     DEFAULT_GENERATION_LEEWAY_US,
     CdcMetadata,
     TopologyDescription,
     make_new_generation_description,
     split_ring,
 )
-from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
-from cdcflow.sources.scylla_cdc.log_reader import LOG_SUFFIX
-from cdcflow.sources.scylla_cdc.stream_id import StreamId
-from cdcflow.sources.scylla_cdc.tablets import StreamState, TabletStreamHistory, tablet_stream_ids
-from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
-from cdcflow.sources.scylla_cdc.tokens import partition_token
+from tests.standins.scylla.schema_extensions import SCHEMA_TABLES_DDL, cdc_extension_bytes, cdc_options_map
 from tests.standins.scylla.split import (
     Add,
     ColumnKind,
@@ -68,6 +72,7 @@ from tests.standins.scylla.split import (
     log_records,
     preimage_select,
 )
+from tests.standins.scylla.tablet_streams import CLOSED, OPENED, TableStreams, new_tablet_streams
 
 __all__ = [
     "Add",
@@ -89,19 +94,25 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class SimulatedKeyspaces:
-    """Where the simulated ``system_distributed``, ``system_distributed_everywhere`` and
-    ``system`` keyspaces live."""
+    """Where the simulated ``system_distributed``, ``system_distributed_everywhere``, ``system``
+    and ``system_schema`` keyspaces live (a Cassandra node refuses tables in its own)."""
 
     distributed: str
     everywhere: str
     local: str
+    schema: str
 
     @classmethod
     def prefixed(cls, prefix: str) -> SimulatedKeyspaces:
-        return cls(f"{prefix}_system_distributed", f"{prefix}_system_distributed_everywhere", f"{prefix}_system")
+        return cls(
+            f"{prefix}_system_distributed",
+            f"{prefix}_system_distributed_everywhere",
+            f"{prefix}_system",
+            f"{prefix}_system_schema",
+        )
 
-    def all(self) -> tuple[str, str, str]:
-        return (self.distributed, self.everywhere, self.local)
+    def all(self) -> tuple[str, str, str, str]:
+        return (self.distributed, self.everywhere, self.local, self.schema)
 
 
 @dataclass
@@ -114,9 +125,10 @@ class _Table:
     preimage: bool | Literal["full"]
     postimage: bool
     ttl_s: int
-    tablets: TabletStreamHistory | None
+    tablets: TableStreams | None
     static: frozenset[str] = frozenset()
     table_id: uuid.UUID | None = None
+    descending: frozenset[str] = frozenset()
 
     @property
     def qualified(self) -> str:
@@ -175,6 +187,13 @@ class ScyllaCdcWriter:
 
     ``clock`` is the coordinator's clock (seconds); ``client_clock_offset_s`` shifts the
     timestamps clients give their writes (a client whose clock is behind writes in the past).
+
+    The keyspaces are replicated as ScyllaDB replicates its own (see :meth:`create_metadata_tables`)
+    and written at the consistency ScyllaDB writes them at: ``system_distributed`` at
+    ``quorum_if_many`` (QUORUM when more than one node owns tokens, else ONE:
+    ``db/system_distributed_keyspace.cc`` lines 421-423, used at 474 and 486),
+    ``system_distributed_everywhere`` at ALL (its comment above ``quorum_if_many``), the node-local
+    ``system`` tables at ONE.
     """
 
     def __init__(
@@ -187,7 +206,7 @@ class ScyllaCdcWriter:
         ring_delay_s: float = 30.0,
         generation_leeway_us: int = DEFAULT_GENERATION_LEEWAY_US,
         layout: Literal["v2", "v1"] = "v2",
-        replication: str = "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        distributed_replication_factor: int = 3,
         seed: int | None = None,
         clock: Callable[[], float] = time.time,
         client_clock_offset_s: float = 0.0,
@@ -198,7 +217,7 @@ class ScyllaCdcWriter:
         self.sharding_ignore_msb = sharding_ignore_msb
         self.ring_delay_s = ring_delay_s
         self.layout = layout
-        self.replication = replication
+        self.distributed_replication_factor = distributed_replication_factor
         self.rng = random.Random(seed)
         self.clock = clock
         self.client_clock_offset_s = client_clock_offset_s
@@ -209,6 +228,7 @@ class ScyllaCdcWriter:
         self._user_types: dict[str, set[str]] = {}
         self._udt_fields: dict[tuple[str, str], tuple[str, ...]] = {}
         self._generation_uuid = uuid.uuid4()
+        self._local_write_us = 0  # the virtual tables' rewrites, each after the last
 
     # --- clocks ------------------------------------------------------------------------------------
 
@@ -220,12 +240,56 @@ class ScyllaCdcWriter:
 
     # --- metadata tables -----------------------------------------------------------------------------
 
+    def token_owners(self) -> int:
+        """How many nodes of the cluster written into own tokens (``num_token_owners``)."""
+        token_map = self.session.cluster.metadata.token_map
+        if token_map is None:
+            return len(self.session.cluster.metadata.all_hosts())
+        return len(set(token_map.token_to_host_owner.values()))
+
+    def _execute(self, scope: Literal["distributed", "everywhere", "local"], statement: Any, values: Any = ()) -> None:
+        """A metadata write at the consistency ScyllaDB writes that keyspace at."""
+        from cassandra import ConsistencyLevel
+        from cassandra.query import BatchStatement, SimpleStatement
+
+        if scope == "distributed":
+            level = ConsistencyLevel.QUORUM if self.token_owners() > 1 else ConsistencyLevel.ONE
+        else:
+            level = ConsistencyLevel.ALL if scope == "everywhere" else ConsistencyLevel.ONE
+        if isinstance(statement, str):
+            statement = SimpleStatement(statement, consistency_level=level)
+        elif isinstance(statement, BatchStatement):
+            statement.consistency_level = level
+        else:
+            statement = statement.bind(values)
+            statement.consistency_level = level
+            values = None
+        self.session.execute(statement, values or None)
+
     def create_metadata_tables(self) -> None:
-        """The keyspaces and ScyllaDB's description tables, with its column names and types."""
-        for keyspace in self.keyspaces.all():
-            self.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {self.replication}")
-        distributed, everywhere, local = self.keyspaces.all()
+        """The keyspaces and ScyllaDB's description tables, with its column names and types.
+
+        Replicated as ScyllaDB replicates them: ``system_distributed`` by SimpleStrategy at
+        ``distributed_replication_factor``, 3 unless told otherwise, on every cluster size
+        (``db/system_distributed_keyspace.cc`` lines 343-346); ``system_distributed_everywhere``
+        on every node (the Everywhere strategy: as many replicas as token owners); ``system`` and
+        ``system_schema`` on one replica, for node-local tables (LocalStrategy, which a Cassandra
+        keyspace cannot take: on one node RF 1 is the same).
+        """
+        distributed, everywhere, local, schema = self.keyspaces.all()
+        factors = {
+            distributed: self.distributed_replication_factor,
+            everywhere: self.token_owners(),
+            local: 1,
+            schema: 1,
+        }
+        for keyspace, factor in factors.items():
+            self.session.execute(
+                f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+                f"{{'class': 'SimpleStrategy', 'replication_factor': {factor}}}"
+            )
         statements = [
+            SCHEMA_TABLES_DDL.format(keyspace=schema),
             f"CREATE TABLE IF NOT EXISTS {everywhere}.cdc_generation_descriptions_v2 (id uuid, range_end bigint, "
             "ignore_msb tinyint, num_ranges int static, streams frozen<set<blob>>, PRIMARY KEY (id, range_end))",
             f"CREATE TABLE IF NOT EXISTS {local}.cdc_local (key text PRIMARY KEY, streams_timestamp timestamp, "
@@ -284,7 +348,7 @@ class ScyllaCdcWriter:
                 self._describe(generation.timestamp_us, generation.description)
                 self.publish(generation.timestamp_us)
         if rewritten_row:
-            self.session.execute(f"INSERT INTO {self.keyspaces.local}.cdc_local (key) VALUES ('rewritten')")
+            self._execute("local", f"INSERT INTO {self.keyspaces.local}.cdc_local (key) VALUES ('rewritten')")
 
     def drop_keyspaces(self) -> None:
         for keyspace in self.keyspaces.all():
@@ -334,7 +398,8 @@ class ScyllaCdcWriter:
             "(id, range_end, ignore_msb, num_ranges, streams) VALUES (?, ?, ?, ?, ?)"
         )
         for entry in description.entries:
-            self.session.execute(
+            self._execute(
+                "everywhere",
                 insert,
                 (
                     generation_id,
@@ -351,11 +416,13 @@ class ScyllaCdcWriter:
         distributed = self.keyspaces.distributed
         ms = start_us // 1000
         if self.layout == "v1":
-            self.session.execute(
+            self._execute(
+                "distributed",
                 f"INSERT INTO {distributed}.cdc_streams_descriptions (time, streams) VALUES (%s, %s)",
                 (ms, {s.raw for s in description.streams()}),
             )
-            self.session.execute(
+            self._execute(
+                "distributed",
                 self._prepare(
                     f"INSERT INTO {distributed}.cdc_generation_descriptions (time, description) VALUES (?, ?)"
                 ),
@@ -372,20 +439,22 @@ class ScyllaCdcWriter:
             f"INSERT INTO {distributed}.cdc_streams_descriptions_v2 (time, range_end, streams) VALUES (?, ?, ?)"
         )
         for entry in description.entries:
-            self.session.execute(insert, (ms, entry.token_range_end, {s.raw for s in entry.streams}))
+            self._execute("distributed", insert, (ms, entry.token_range_end, {s.raw for s in entry.streams}))
 
     def publish(self, start_us: int) -> None:
         """The last step of a generation's publication: its timestamp in ``cdc_generation_timestamps``
         (v2); a v1 cluster's node notes its generation in ``cdc_local`` (since 2026.2 nothing
         writes ``cdc_local``: scylladb 4402b030ae)."""
         if self.layout == "v2":
-            self.session.execute(
+            self._execute(
+                "distributed",
                 f"INSERT INTO {self.keyspaces.distributed}.cdc_generation_timestamps (key, time) "
                 "VALUES ('timestamps', %s)",
                 (start_us // 1000,),
             )
             return
-        self.session.execute(
+        self._execute(
+            "local",
             f"INSERT INTO {self.keyspaces.local}.cdc_local (key, streams_timestamp, uuid) VALUES ('cdc_local', %s, %s)",
             (start_us // 1000, self._generation_uuid),
         )
@@ -405,9 +474,11 @@ class ScyllaCdcWriter:
         ttl_s: int = 86_400,
         tablets: int | None = None,
         static: Sequence[str] = (),
+        descending: Sequence[str] = (),
     ) -> None:
-        """A base table with CDC on: the table (``static`` names static columns), its log table
-        and, with ``tablets`` (a power of two), a tablet stream set."""
+        """A base table with CDC on: the table (``static`` names static columns, ``descending``
+        clustering columns ordered DESC), its CDC options in the schema's extensions, its log
+        table and, with ``tablets`` (a power of two), a tablet stream set."""
         self._user_types.setdefault(keyspace, self._known_user_types(keyspace))
         spec = _Table(
             keyspace,
@@ -420,13 +491,18 @@ class ScyllaCdcWriter:
             ttl_s,
             None,
             frozenset(static),
+            descending=frozenset(descending),
         )
         definitions = [
             f"{n} {t}" + (" static" if n in spec.static else "") for n, t in (*partition_key, *clustering, *columns)
         ]
         key = ", ".join(n for n, _ in partition_key)
         primary = ", ".join([f"({key})", *(n for n, _ in clustering)])
-        self.session.execute(f"CREATE TABLE {keyspace}.{table} ({', '.join(definitions)}, PRIMARY KEY ({primary}))")
+        order = ", ".join(f"{n} {'DESC' if n in spec.descending else 'ASC'}" for n, _ in clustering)
+        options = f" WITH CLUSTERING ORDER BY ({order})" if spec.descending else ""
+        self.session.execute(
+            f"CREATE TABLE {keyspace}.{table} ({', '.join(definitions)}, PRIMARY KEY ({primary})){options}"
+        )
         log_definitions = [
             '"cdc$stream_id" blob',
             '"cdc$time" timeuuid',
@@ -445,16 +521,34 @@ class ScyllaCdcWriter:
             'PRIMARY KEY ("cdc$stream_id", "cdc$time", "cdc$batch_seq_no"))'
         )
         self._tables[spec.qualified] = spec
+        self._store_cdc_options(spec)
         if tablets is not None:
-            # Stream sets are keyed by the *log* table's id (``cdc/log.cc``
+            # Stream sets are keyed by the *log* table's id (``cdc/log.cc`` lines 183-191:
             # on_before_allocate_tablet_map() acts only for is_log_schema(s) and passes s.id()), and
             # the first set starts a generation leeway in the past: db_clock::now() - leeway.
             spec.table_id = self._table_id(keyspace, table + LOG_SUFFIX)
             first = self.coordinator_now_us() - self.metadata.generation_leeway_us
             first -= first % 1000
-            streams = tablet_stream_ids(tablets, self.rng)
-            spec.tablets = TabletStreamHistory.starting(first, streams)
+            streams = new_tablet_streams(tablets, self.rng)
+            spec.tablets = TableStreams.starting(first, streams)
             self._store_tablet_state(spec, first, streams)
+
+    def _store_cdc_options(self, spec: _Table) -> None:
+        """The table's ``cdc`` schema extension, as ``system_schema.tables`` holds it."""
+        options = cdc_options_map(preimage=spec.preimage, postimage=spec.postimage, ttl_s=spec.ttl_s)
+        self._execute(
+            "local",
+            f"INSERT INTO {self.keyspaces.schema}.tables (keyspace_name, table_name, extensions) VALUES (%s, %s, %s)",
+            (spec.keyspace, spec.name, {"cdc": cdc_extension_bytes(options)}),
+        )
+
+    def alter_cdc_options(self, table: str, *, ttl_s: int | None = None) -> None:
+        """``ALTER TABLE ... WITH cdc = {..., 'ttl': ...}``: new options in the schema extension;
+        log rows written from now on expire after the new TTL (rows already there keep theirs)."""
+        spec = self._tables[table]
+        if ttl_s is not None:
+            spec.ttl_s = ttl_s
+        self._store_cdc_options(spec)
 
     def _log_definitions(self, keyspace: str, name: str, type_text: str) -> list[str]:
         value_type, elements_type = log_columns(type_text, _kind(type_text, self._user_types[keyspace]))
@@ -495,39 +589,67 @@ class ScyllaCdcWriter:
     # --- tablet stream sets ------------------------------------------------------------------------------
 
     def _store_tablet_state(self, spec: _Table, timestamp_us: int, streams: Sequence[StreamId]) -> None:
+        """A table's first stream set in ``cdc_streams_state`` (``cdc/generation.cc`` lines
+        442-458), then the virtual tables' view of it."""
         local = self.keyspaces.local
         for stream in streams:
-            self.session.execute(
+            self._execute(
+                "local",
                 f"INSERT INTO {local}.cdc_streams_state (table_id, last_token, stream_id, timestamp) "
                 "VALUES (%s, %s, %s, %s)",
                 (spec.table_id, stream.token, stream.raw, timestamp_us // 1000),
             )
-        self._publish_stream_set(spec, timestamp_us, closed=(), opened=streams)
+        self._refresh_virtual_tables(spec)
 
-    def _publish_stream_set(
-        self, spec: _Table, timestamp_us: int, closed: Sequence[StreamId], opened: Sequence[StreamId]
-    ) -> None:
-        """The user-facing view of one stream-set timestamp (ScyllaDB's virtual tables)."""
+    def _next_local_write_us(self) -> int:
+        self._local_write_us = max(self._local_write_us + 2, self.coordinator_now_us())
+        return self._local_write_us
+
+    def _refresh_virtual_tables(self, spec: _Table) -> None:
+        """``system.cdc_streams`` and ``system.cdc_timestamps`` as ScyllaDB's virtual tables show
+        them (``db/virtual_tables.cc`` lines 1333-1470): computed from the node's stream sets each
+        time, so they change with every resize and garbage collection. Each is rewritten in one
+        single-partition batch (a reader sees the old view or the new one, never half), streams
+        before timestamps: a reader that saw a timestamp finds its streams."""
+        from cassandra.query import BatchStatement, BatchType
+
         assert spec.tablets is not None
         local = self.keyspaces.local
-        ms = timestamp_us // 1000
+        stamp = self._next_local_write_us()
+        key = (spec.keyspace, spec.name)
+        streams = BatchStatement(batch_type=BatchType.UNLOGGED)
+        streams.add(
+            self._prepare(
+                f"DELETE FROM {local}.cdc_streams USING TIMESTAMP ? WHERE keyspace_name = ? AND table_name = ?"
+            ),
+            (stamp - 1, *key),
+        )
         insert = self._prepare(
             f"INSERT INTO {local}.cdc_streams (keyspace_name, table_name, timestamp, stream_state, stream_id) "
-            "VALUES (?, ?, ?, ?, ?)"
+            "VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
-        rows = [(StreamState.CURRENT, s) for s in spec.tablets.streams_at(timestamp_us)]
-        rows += [(StreamState.CLOSED, s) for s in closed] + [(StreamState.OPENED, s) for s in opened]
-        for state, stream in rows:
-            self.session.execute(insert, (spec.keyspace, spec.name, ms, int(state), stream.raw))
-        self.session.execute(
-            f"INSERT INTO {local}.cdc_timestamps (keyspace_name, table_name, timestamp) VALUES (%s, %s, %s)",
-            (spec.keyspace, spec.name, ms),
+        for timestamp_us, state, stream in spec.tablets.virtual_rows():
+            streams.add(insert, (*key, timestamp_us // 1000, state, stream.raw, stamp))
+        timestamps = BatchStatement(batch_type=BatchType.UNLOGGED)
+        timestamps.add(
+            self._prepare(
+                f"DELETE FROM {local}.cdc_timestamps USING TIMESTAMP ? WHERE keyspace_name = ? AND table_name = ?"
+            ),
+            (stamp - 1, *key),
         )
+        insert_timestamp = self._prepare(
+            f"INSERT INTO {local}.cdc_timestamps (keyspace_name, table_name, timestamp) VALUES (?, ?, ?) "
+            "USING TIMESTAMP ?"
+        )
+        for timestamp_us in spec.tablets.timestamps():
+            timestamps.add(insert_timestamp, (*key, timestamp_us // 1000, stamp))
+        for batch in (streams, timestamps):
+            self._execute("local", batch)
 
     def change_tablets(self, table: str, tablet_count: int, delay_s: float | None = None) -> int:
         """Split or merge the log table's tablets: every stream closes and ``tablet_count`` new
         ones open at ``new_generation_timestamp(true, ring_delay)`` (now + 2 x ring_delay +
-        leeway), and at least 1 ms after the current set (scylladb ``cdc/generation.cc``
+        leeway), and at least 1 ms after the current set (``cdc/generation.cc`` lines 647-674,
         generate_tablet_resize_update()); ``delay_s`` overrides the delay for tests. Returns the
         timestamp of the new stream set (µs, whole milliseconds)."""
         spec = self._tables[table]
@@ -536,19 +658,77 @@ class ScyllaCdcWriter:
         at = delayed if delayed is not None else self._delayed_timestamp_us()
         at -= at % 1000
         at = max(at, spec.tablets.timestamps()[-1] + 1000)
-        closed = list(spec.tablets.streams_at(at))
-        opened = tablet_stream_ids(tablet_count, self.rng)
-        local = self.keyspaces.local
-        for state, streams in ((StreamState.CLOSED, closed), (StreamState.OPENED, opened)):
+        closed, opened = spec.tablets.resize(at, new_tablet_streams(tablet_count, self.rng))
+        # get_switch_streams_mutation (lines 622-645): the diff, keyed (timestamp, state, last token)
+        insert = self._prepare(
+            f"INSERT INTO {self.keyspaces.local}.cdc_streams_history (table_id, timestamp, stream_state, "
+            "last_token, stream_id) VALUES (?, ?, ?, ?, ?)"
+        )
+        for state, streams in ((CLOSED, closed), (OPENED, opened)):
             for stream in streams:
-                self.session.execute(
-                    f"INSERT INTO {local}.cdc_streams_history (table_id, timestamp, stream_state, last_token, "
-                    "stream_id) VALUES (%s, %s, %s, %s, %s)",
-                    (spec.table_id, at // 1000, int(state), stream.token, stream.raw),
-                )
-        spec.tablets.change(at, closed, opened)
-        self._publish_stream_set(spec, at, closed, opened)
+                self._execute("local", insert, (spec.table_id, at // 1000, state, stream.token, stream.raw))
+        self._refresh_virtual_tables(spec)
         return at
+
+    def garbage_collect_stream_sets(self, table: str, ttl_s: int | None = None) -> list[int]:
+        """What the topology coordinator's periodic ``garbage_collect_cdc_streams`` does for one
+        table (``cdc/generation.cc`` lines 676-771): with the table's CDC TTL (or ``ttl_s``; a TTL
+        of 0 collects nothing), the newest stream set whose successor began at or before ``now -
+        ttl`` becomes the base: ``cdc_streams_state`` is replaced by it (a partition tombstone just
+        before the new rows) and ``cdc_streams_history`` loses every row up to it, inclusive. The
+        node then reloads its stream sets from those tables (``load_cdc_tablet_streams``, lines
+        492-566), which the virtual tables show. Returns the timestamps removed."""
+        spec = self._tables[table]
+        assert spec.tablets is not None, f"{table} is not in a tablet keyspace"
+        ttl = spec.ttl_s if ttl_s is None else ttl_s
+        if ttl <= 0:
+            return []
+        base = spec.tablets.new_base_for_gc(self.coordinator_now_us(), ttl)
+        if base is None:
+            return []
+        removed = [t for t in spec.tablets.timestamps() if t < base]
+        local = self.keyspaces.local
+        stamp = self._next_local_write_us()
+        self._execute(
+            "local",
+            self._prepare(f"DELETE FROM {local}.cdc_streams_state USING TIMESTAMP ? WHERE table_id = ?"),
+            (stamp - 1, spec.table_id),
+        )
+        insert = self._prepare(
+            f"INSERT INTO {local}.cdc_streams_state (table_id, last_token, stream_id, timestamp) "
+            "VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
+        )
+        for stream in spec.tablets.set_at(base):
+            self._execute("local", insert, (spec.table_id, stream.token, stream.raw, base // 1000, stamp))
+        self._execute(
+            "local",
+            self._prepare(
+                f"DELETE FROM {local}.cdc_streams_history USING TIMESTAMP ? WHERE table_id = ? AND timestamp <= ?"
+            ),
+            (stamp, spec.table_id, base // 1000),
+        )
+        spec.tablets = self._load_table_streams(spec)
+        self._refresh_virtual_tables(spec)
+        return removed
+
+    def _load_table_streams(self, spec: _Table) -> TableStreams:
+        """The table's stream sets read back from the internal tables, as a node loads them."""
+        local = self.keyspaces.local
+        state = list(
+            self.session.execute(
+                f"SELECT timestamp, stream_id FROM {local}.cdc_streams_state WHERE table_id = %s", (spec.table_id,)
+            )
+        )
+        history = self.session.execute(
+            f"SELECT timestamp, stream_state, stream_id FROM {local}.cdc_streams_history WHERE table_id = %s",
+            (spec.table_id,),
+        )
+        base_us = _micros(state[0][0])
+        return TableStreams.load(
+            base_us,
+            (StreamId.from_bytes(row[1]) for row in state),
+            ((_micros(ts), int(kind), StreamId.from_bytes(raw)) for ts, kind, raw in history),
+        )
 
     # --- base writes -------------------------------------------------------------------------------------
 
@@ -583,7 +763,7 @@ class ScyllaCdcWriter:
         spec = self._tables[table]
         if spec.tablets is None:
             return self.metadata.get_stream(timestamp_us, token)
-        return spec.tablets.get_stream(timestamp_us, token)
+        return spec.tablets.stream_of(timestamp_us, token)
 
     def _check_write(self, spec: _Table, timestamp_us: int) -> None:
         now = self.coordinator_now_us()
@@ -657,6 +837,8 @@ class ScyllaCdcWriter:
             {name: self._field_names(spec, name) for name, kind in kinds.items() if kind == "udt"},
             spec.preimage,
             spec.postimage,
+            tuple(type_text for _, type_text in spec.clustering),
+            spec.descending,
         )
 
     def _field_names(self, spec: _Table, column: str) -> tuple[str, ...]:
@@ -846,6 +1028,14 @@ class ScyllaCdcWriter:
             )
             batch.add(statement, [columns[n] for n in names] + [spec.ttl_s, stamp])
         return batch, None
+
+
+def _micros(value: Any) -> int:
+    """A ``timestamp`` column value (a naive UTC datetime) as µs since the epoch."""
+    import datetime
+
+    aware = value.replace(tzinfo=datetime.UTC) if value.tzinfo is None else value
+    return (aware - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(microseconds=1)
 
 
 def _marks(names: Sequence[str]) -> str:

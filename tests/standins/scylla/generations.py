@@ -1,16 +1,23 @@
-"""CDC generations of vnode keyspaces (seed 000, "Generations" and "Generation switching").
+"""The stand-in's vnode CDC generations: what a ScyllaDB node knows and refuses, from its code.
 
-A generation maps every token of the ring to a stream ID. :class:`TopologyDescription` is
-``cdc::topology_description``: entries sorted by ``token_range_end``, entry ``i`` covering the
-left-open range ``(end[i-1], end[i]]`` (entry 0 also takes everything past the last end: the
-ring wraps) with one stream per shard of the range's owner. A token picks its range, then the
-stream of the shard that owns it (:func:`~cdcflow.sources.scylla_cdc.tokens.shard_of` with the range's
+:class:`TopologyDescription` is ``cdc::topology_description`` (seed 000, "The generation's
+mapping"): entries sorted by ``token_range_end``, entry ``i`` covering the left-open range
+``(end[i-1], end[i]]`` (entry 0 also takes everything past the last end: the ring wraps), with
+one stream per shard of the range's owner. A token picks its range (scylladb ``cdc/metadata.cc``
+lines 40-54, ``get_stream(entries, tok)``: lower_bound on ``token_range_end``, wrapping to entry
+0), then the stream of the shard owning it (``dht::shard_of`` with the range's
 ``sharding_ignore_msb``).
 
-:class:`CdcMetadata` is ``cdc::metadata``: the known generations by timestamp. The generation
-with timestamp ``T`` operates in ``[T, T')``, ``T'`` being the next one's. It also carries the
-write-acceptance rules of "Generation switching: accepting writes", so the writer refuses
-exactly what ScyllaDB refuses.
+:class:`CdcMetadata` is ``cdc::metadata``: the generations a node knows, by timestamp; the
+generation with timestamp ``T`` operates in ``[T, T')``. :meth:`CdcMetadata.check_write` refuses
+what ``cdc/metadata.cc`` ``get_vnode_stream()`` (lines 87-160) refuses.
+
+:func:`make_new_generation_description` is ``cdc/generation.cc`` ``make_new_generation_description``
+(lines 324-358, ``create_stream_ids`` lines 200-214): one entry per vnode, one stream per shard
+whose token is that shard's first in the vnode.
+
+Test machinery: the product does not import it. It uses the product only for ScyllaDB's public
+formats (the stream-ID layout, ``stream_id``) and its token arithmetic (``tokens``).
 
 Timestamps here are microseconds since the epoch (``api::timestamp_type``); generation timestamps
 come from ``timestamp`` columns (milliseconds) and are multiplied by 1000.
@@ -24,9 +31,9 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from cdcflow.sources.scylla_cdc.exceptions import GenerationMetadataError, WriteRejectedError
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 from cdcflow.sources.scylla_cdc.tokens import MAX_TOKEN, first_token_of_shard, shard_of
+from tests.standins.scylla.errors import StandinSetupError, WriteRejectedError
 
 __all__ = [
     "DEFAULT_GENERATION_LEEWAY_US",
@@ -53,7 +60,7 @@ class TokenRangeDescription:
 
     def __post_init__(self) -> None:
         if not self.streams:
-            raise GenerationMetadataError(f"token range ending at {self.token_range_end} has no streams")
+            raise StandinSetupError(f"token range ending at {self.token_range_end} has no streams")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +72,10 @@ class TopologyDescription:
 
     def __post_init__(self) -> None:
         if not self.entries:
-            raise GenerationMetadataError("a topology description needs at least one token range")
+            raise StandinSetupError("a topology description needs at least one token range")
         ends = tuple(e.token_range_end for e in self.entries)
         if any(a >= b for a, b in itertools.pairwise(ends)):
-            raise GenerationMetadataError("token range ends must be strictly increasing")
+            raise StandinSetupError("token range ends must be strictly increasing")
         object.__setattr__(self, "_ends", ends)
 
     def entry_of(self, token: int) -> TokenRangeDescription:
@@ -136,10 +143,12 @@ class CdcMetadata:
         """Raise :class:`WriteRejectedError` for a write ScyllaDB refuses ("accepting writes").
 
         With ``T`` the timestamp of the generation operating at the coordinator's time ``C``:
-        a write at ``W >= T`` (current or next generation) needs ``W <= C + leeway`` (scylladb
-        ``cdc/metadata.cc`` get_vnode_stream() refuses only ``ts > now + leeway``); a write at
-        ``W < T`` (a previous generation) needs ``W > C - leeway`` and a generation operating at
-        ``W``. A write whose generation is only prepared is refused too.
+        a write at ``W >= T`` (current or next generation) needs ``W <= C + leeway``
+        (``cdc/metadata.cc`` lines 89-100 refuse ``ts > now + leeway``); a write at ``W < T`` (a
+        previous generation) needs ``W > C - leeway`` (lines 102-129: at or before ``now -
+        leeway`` only the generation operating then, if still current, takes writes) and a
+        generation operating at ``W`` (lines 131-136). A write whose generation is only prepared
+        is refused too (lines 149-154).
         """
         leeway = self.generation_leeway_us
         current = self.operating_at(coordinator_now_us)
@@ -186,7 +195,7 @@ def make_new_generation_description(
     shard, that shard's stream takes the vnode's end token, as ScyllaDB's search does."""
     tokens = sorted(set(ring))
     if not tokens:
-        raise GenerationMetadataError("a ring needs at least one vnode token")
+        raise StandinSetupError("a ring needs at least one vnode token")
     entries = []
     for index, end in enumerate(tokens):
         after = tokens[index - 1] if index > 0 else tokens[-1]
