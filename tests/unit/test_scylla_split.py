@@ -7,6 +7,7 @@ record's ``cdc$time`` relative to the statement's timestamp."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -317,3 +318,15 @@ def test_service_deletes_are_operations_minus_3_and_minus_4() -> None:
 def test_two_values_for_one_cell_at_one_timestamp_are_refused_not_guessed() -> None:
     with pytest.raises(ValueError, match="two values for one cell"):
         logged([Update(K, {"v": 1}), Update(K, {"v": 2})])
+
+
+def test_delta_keys_logs_deltas_of_keys_operation_and_ttl_and_whole_images() -> None:
+    # log.cc generate_delta_values (1207-1209): with cdc = {'delta': 'keys'} a delta row has its
+    # keys, operation and cdc$ttl (set_ttl is outside the check, lines 1525 and 1576), no value,
+    # cdc$deleted_X or cdc$deleted_elements_X; post-images come from the state as in 'full'.
+    shape = dataclasses.replace(T1, delta="keys", postimage=True)
+    write = [Update(K, {"v": 1, "w": None}), Update({"pk": 0}, {"s": 2})]
+    # the null (no TTL) is a row of its own, as in 'full' (case 10)
+    assert logged(write, shape, ttl=5) == [
+        (0, [op(1, ttl=5), op(1, ck=0), op(1, ck=0, ttl=5), op(9, s=2), op(9, ck=0, v=1)]),
+    ]

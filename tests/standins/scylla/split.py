@@ -20,9 +20,10 @@ and partition tombstones; statements on the same row merge into one row. Then, a
   tombstones), post-images.
 * The columns of each row as ``process_row_visitor`` / ``process_change_visitor`` set them;
   images as ``transformer::generate_image`` builds them from the pre-image read
-  (``pre_image_select``) and the state each logged change leaves.
+  (``pre_image_select``) and the state each logged change leaves; with ``delta: keys`` the delta
+  rows keep their keys, operation and TTL only.
 
-Not modelled: Alternator's rules, counters, LWT, the ``delta: keys`` mode, removing list
+Not modelled: Alternator's rules, counters, LWT, removing list
 elements, images of non-frozen lists (their timeuuid keys are the server's), two live values
 for one cell at one timestamp in one write (refused), and overlapping range deletions in one
 write (ScyllaDB's range_tombstone_list would merge them).
@@ -180,6 +181,7 @@ class TableShape:
     postimage: bool
     clustering_types: tuple[str, ...] = ()  # CQL types of the clustering columns, in order
     descending: frozenset[str] = frozenset()  # clustering columns ordered DESC
+    delta: Literal["full", "keys"] = "full"  # cdc = {'delta': ...}
 
     def row_key(self) -> Callable[[Sequence[Any]], Any]:
         """Sorts clustering keys in the table's clustering order (the comparator, not Python's
@@ -731,6 +733,10 @@ class _Transformer:
         self._image(9, key, None)
 
     def _image(self, operation: int, key: Key | None, columns: Sequence[str] | None) -> None:
+        """log.cc ``generate_image`` (lines 1841-1912): one kind of column, the static row's static
+        columns or a clustered row's regular ones (line 1849); a post-image every column of that
+        kind (1909), a pre-image the affected ones (1901-1906) or, ``full``, all of that kind; a
+        null flagged ``cdc$deleted_X`` in pre-images only (1887-1897)."""
         if key is not None:
             state = self.state.rows.get(key)
             if state is None:
@@ -781,16 +787,21 @@ class _Transformer:
             self.state.rows.clear()
 
     def _cells(self, log_row: Row, key: Key | None, row: RowChange) -> None:
+        """A row's delta columns (log.cc process_row_visitor). ``delta: keys`` writes none of the
+        values, ``cdc$deleted_X`` or ``cdc$deleted_elements_X`` (``generate_delta_values``, lines
+        1207-1209, checked at 1294, 1306 and 1441), while ``cdc$ttl`` (lines 1525, 1576) and the
+        state images are built from stay as in ``full``."""
+        values = log_row if self.shape.delta == "full" else {}
         ttl: int | None = None
         if row.marker is not None:
-            ttl = row.marker[1] or None
+            ttl = row.marker[1] or None  # the row marker's TTL (log.cc lines 1540-1541)
         state = self.state.static if key is None else None
         for name, cell in row.atomic.items():
             if cell.live:
                 ttl = cell.ttl or None
-                log_row[name] = cell.value
+                values[name] = cell.value
             else:
-                log_row[DELETED_PREFIX + name] = True
+                values[DELETED_PREFIX + name] = True
             state = self._update_state(state, key, name, cell.value)
         for name, multi in row.multi.items():
             kind = self.shape.columns[name]
@@ -800,11 +811,11 @@ class _Transformer:
                 ttl = live[-1][1].ttl or None
             added = self._added(name, kind, live)
             if multi.tombstone is not None:
-                log_row[DELETED_PREFIX + name] = True
+                values[DELETED_PREFIX + name] = True
             if dead:
-                log_row[DELETED_ELEMENTS_PREFIX + name] = dead
+                values[DELETED_ELEMENTS_PREFIX + name] = dead
             if added is not None:
-                log_row[name] = added
+                values[name] = added
             if self.updating:
                 current = state if state is not None else self.state.rows.get(key) if key is not None else None
                 previous = None if multi.tombstone is not None or current is None else current.get(name)

@@ -129,6 +129,7 @@ class _Table:
     static: frozenset[str] = frozenset()
     table_id: uuid.UUID | None = None
     descending: frozenset[str] = frozenset()
+    delta: Literal["full", "keys"] = "full"
 
     @property
     def qualified(self) -> str:
@@ -475,10 +476,12 @@ class ScyllaCdcWriter:
         tablets: int | None = None,
         static: Sequence[str] = (),
         descending: Sequence[str] = (),
+        delta: Literal["full", "keys"] = "full",
     ) -> None:
         """A base table with CDC on: the table (``static`` names static columns, ``descending``
-        clustering columns ordered DESC), its CDC options in the schema's extensions, its log
-        table and, with ``tablets`` (a power of two), a tablet stream set."""
+        clustering columns ordered DESC), its CDC options in the schema's extensions (``delta``:
+        ``keys`` logs deltas of keys alone), its log table and, with ``tablets`` (a power of two),
+        a tablet stream set."""
         self._user_types.setdefault(keyspace, self._known_user_types(keyspace))
         spec = _Table(
             keyspace,
@@ -492,6 +495,7 @@ class ScyllaCdcWriter:
             None,
             frozenset(static),
             descending=frozenset(descending),
+            delta=delta,
         )
         definitions = [
             f"{n} {t}" + (" static" if n in spec.static else "") for n, t in (*partition_key, *clustering, *columns)
@@ -535,7 +539,7 @@ class ScyllaCdcWriter:
 
     def _store_cdc_options(self, spec: _Table) -> None:
         """The table's ``cdc`` schema extension, as ``system_schema.tables`` holds it."""
-        options = cdc_options_map(preimage=spec.preimage, postimage=spec.postimage, ttl_s=spec.ttl_s)
+        options = cdc_options_map(preimage=spec.preimage, postimage=spec.postimage, delta=spec.delta, ttl_s=spec.ttl_s)
         self._execute(
             "local",
             f"INSERT INTO {self.keyspaces.schema}.tables (keyspace_name, table_name, extensions) VALUES (%s, %s, %s)",
@@ -839,6 +843,7 @@ class ScyllaCdcWriter:
             spec.postimage,
             tuple(type_text for _, type_text in spec.clustering),
             spec.descending,
+            spec.delta,
         )
 
     def _field_names(self, spec: _Table, column: str) -> tuple[str, ...]:
