@@ -225,7 +225,7 @@ class Change:
     written: dict[str, Any] | None = field(default_factory=dict)  # None: the event holds the post-image
     nulled: set[str] = field(default_factory=set)
     removed: dict[str, list[Any]] = field(default_factory=dict)
-    ttl: dict[str, int] = field(default_factory=dict)  # "" names the row's own TTL (a key-only INSERT)
+    ttl: dict[str, int] = field(default_factory=dict)  # column -> seconds; "": the row marker's
     bounds: dict[str, Any] | None = None
     before: dict[str, Any] | None = None
     after_image: dict[str, Any] | None = None
@@ -294,9 +294,8 @@ def _upsert_facts(table: Table, change: Change, rows: Sequence[Mapping[str, Any]
             elements = row["deleted_elements"].get(name) or []
             if elements:
                 change.removed[name] = sorted({*change.removed.get(name, []), *_removed(cql, elements)})
-        key_only = all(row["values"].get(n) is None for n in table.value_columns)
-        if row["operation_code"] == INSERT and row["ttl"] is not None and key_only:
-            change.ttl[""] = row["ttl"]
+        if row["operation_code"] == INSERT and row["ttl"] is not None:
+            change.ttl[""] = row["ttl"]  # an insert row's cdc$ttl is its row marker's (cdc/log.cc)
     change.written = written
 
 
@@ -444,6 +443,7 @@ def cdcflow_change(table: Table, event: ChangeEvent) -> Change:
             element_type = "timeuuid" if cql.startswith("list<") else _type_arguments(cql)[0]
             change.removed[name] = sorted(_hashable(canonical(element_type, e)) for e in elements)
     for name, seconds in (_header(event, "cdc.ttl") or {}).items():
+        # the row marker's TTL is given to the primary key columns
         change.ttl[name if name in table.value_columns else ""] = seconds
     if event.before is not None:
         change.before = _row(table, event.before)
@@ -878,23 +878,16 @@ def test_pre_and_post_images_match_the_oracle(scenario: Scenario) -> None:
     assert any(c.before for c in changes) and any(c.after_image for c in changes)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 item 3: an event's post-image claims null for the columns of the other row kind "
-    "(the clustered row's after says s: None while s is 7, the static row's says v: None); ScyllaDB's "
-    "post-image of a row holds only its kind's columns (cdc/log.cc:1849, 1909)",
-)
 def test_static_columns_with_post_images_match_the_oracle(scenario: Scenario) -> None:
-    scenario.compare(STATICS)
+    """Issue 22's case (item 3): each row's post-image holds its own kind of columns only."""
+    changes = scenario.compare(STATICS)
+    assert {"s"} in [set(c.after_image or {}) - {"pk", "ck"} for c in changes]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22 item 8: the TTL of a key-only INSERT ... USING TTL (the log row's cdc$ttl, which the "
-    "oracle reports) is in no cdc.ttl header: cdcflow carries TTLs only for columns with values",
-)
-def test_the_ttl_of_a_key_only_insert_matches_the_oracle(scenario: Scenario) -> None:
-    scenario.compare(ROW_TTL)
+def test_the_ttl_of_an_insert_of_keys_alone_matches_the_oracle(scenario: Scenario) -> None:
+    """Item 8: the log's only trace of ``INSERT (pk, ck) ... USING TTL`` is the row's cdc$ttl."""
+    changes = scenario.compare(ROW_TTL)
+    assert [c.ttl for c in changes] == [{"": 600}]
 
 
 def test_a_generation_switch_matches_the_oracle(scenario: Scenario) -> None:
