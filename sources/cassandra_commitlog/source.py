@@ -998,10 +998,11 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         """Whether the segment holds what reading it could not account for: a bad header or
         section (the error store says where), or a cut file (the store keeps a copy). Decided from
         the file itself, as read decided, so it holds whichever process read the segment (the spark
-        engine commits in its driver, reads in executors)."""
+        engine commits in its driver, reads in executors). The file is read afresh: bytes cached
+        while it was being written may be fewer than it holds now that it is closed."""
         state = SegmentRead()
         try:
-            walk = read_framed(self._segment_bytes(path), path, _no_entries, synced_to=_synced_to(index), state=state)
+            walk = read_framed(path.read_bytes(), path, _no_entries, synced_to=_synced_to(index), state=state)
             for _ in walk:
                 pass
         except CommitLogError:
