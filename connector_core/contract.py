@@ -36,6 +36,7 @@ __all__ = [
     "Sink",
     "Source",
     "SparkBatchWriter",
+    "Succession",
     "Transform",
     "offset_key",
 ]
@@ -124,15 +125,32 @@ class PluginContext:
 
 
 @dataclass(frozen=True)
+class Succession:
+    """The partitions a partition replaces (a new CDC generation's stream group, a tablet stream
+    set after a split or merge, a region after a merge), and the event time (µs) from which it
+    holds what they held: a key's changes before ``from_us`` are in ``predecessors``, after it here.
+
+    Both engines read such a partition nowhere past its start until every predecessor is complete
+    up to ``from_us`` at its *committed* offset, whichever process owns it (:mod:`cdcflow.succession`),
+    so a key's changes keep their order downstream on every engine.
+    """
+
+    predecessors: tuple[str, ...]
+    from_us: int
+
+
+@dataclass(frozen=True)
 class Partition:
     """A unit of parallelism and of checkpointing.
 
     ``id`` is stable across restarts and processes: checkpoints are stored under it and worker
     processes split partitions by it. ``info`` is whatever the source needs to read it.
+    ``succeeds`` names the partitions it replaces, when it does (see :class:`Succession`).
     """
 
     id: str
     info: Mapping[str, Any] = field(default_factory=dict)
+    succeeds: Succession | None = None
 
 
 @dataclass(frozen=True)
@@ -231,7 +249,9 @@ class Source(_Plugin[ConfigT]):
     @abstractmethod
     def partitions(self) -> Sequence[Partition]:
         """The current partitions. May change between calls (a new CDC generation, a region split);
-        a partition that disappears must first have been read to its end."""
+        a partition that disappears must first have been read to its end (or its data expired).
+        One that replaces others declares them in ``Partition.succeeds``: the engines then ask
+        ``is_finished`` and ``watermark`` of those at their committed offsets, in any process."""
 
     @abstractmethod
     def initial_offset(self, partition: Partition) -> Offset:

@@ -41,6 +41,7 @@ from cdcflow.events import ChangeEvent, Record
 from cdcflow.metrics import PipelineMetrics
 from cdcflow.record_errors import DEAD_LETTER_STAGE_HEADER, RecordFailedError, RejectedRecordRouter, dead_letter_record
 from cdcflow.retry import Backoff
+from cdcflow.succession import SuccessionGate
 
 __all__ = [
     "DEAD_LETTER_STAGE_HEADER",
@@ -253,6 +254,8 @@ class PipelineRunner:
         # Until this run has committed once, a checkpoint follows the first read that delivered
         # anything: a process that keeps being killed soon after it starts still moves forward.
         self._committed_this_run = False
+        # A partition replacing others waits until they are committed up to its start, whoever owns them.
+        self._succession = SuccessionGate(self.source, _committed_offsets_in(self.store))
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -400,6 +403,7 @@ class PipelineRunner:
         self._last_refresh_at = now
         listed = self.source.partitions()
         self.listed_partition_ids = frozenset(p.id for p in listed)
+        self._succession.listed(listed)
         current = {p.id: p for p in listed if self.assignment.owns(p.id)}
         self._before_starting({pid: p for pid, p in current.items() if pid not in self._states})
         for partition_id, partition in current.items():
@@ -424,7 +428,10 @@ class PipelineRunner:
             if self.stop.is_set() or self._interrupted():
                 break
             start = state.position
-            end = self.source.latest_offset(state.partition, start, self._read_sizing.limit)
+            if self._succession.may_read(state.partition):
+                end = self.source.latest_offset(state.partition, start, self._read_sizing.limit)
+            else:
+                end = start  # replaces partitions not yet committed up to its start: nothing yet
             news = offset_key(end) != offset_key(start)
             if news:
                 state.caught_up = False  # before writing: a sink that blocks shows as lag
@@ -551,7 +558,9 @@ class PipelineRunner:
                 state = self._states[pid]
                 state.committed = checkpoint
                 self._note_durable(state)
-            self.source.commit({pid: c.offset for pid, c in changed.items()})
+            offsets = {pid: c.offset for pid, c in changed.items()}
+            self._succession.note_committed(offsets)
+            self.source.commit(offsets)
             self.metrics.committed(pipeline_watermark)
             log.debug("committed %d partitions, watermark %s", len(changed), pipeline_watermark)
         # A checkpoint made it through: whatever failed before has passed, so the next failure

@@ -6,6 +6,9 @@ The contract maps one to one: ``initialOffset``/``latestOffset`` are the source'
 source's deterministic ``read(start, end]`` followed by the pipeline's transforms, and ``commit``
 is the source's ``commit`` once Spark has made the batch durable. Spark keeps the offsets in its
 checkpoint directory, so a batch re-planned after a crash reads exactly the same events. A
+partition that replaces others (``Partition.succeeds``) is planned no further than its start until
+they are complete at the offsets the batch starts from (:mod:`cdcflow.succession`): their last reads
+are then in a completed batch, written before this one. A
 ``read_where_planned`` source (a change feed whose rows exist where it was followed) is read in
 ``partitions``, in the process that ran ``latestOffset``, and its records travel with the task.
 """
@@ -34,6 +37,7 @@ from cdcflow.processes import tune_garbage_collector
 from cdcflow.record_errors import RejectedRecordRouter
 from cdcflow.schemas import infer_row_schema
 from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, RowTyping, record_to_row, stream_arrow_schema
+from cdcflow.succession import SuccessionGate
 
 __all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin", "decode_native_batches"]
 
@@ -129,6 +133,7 @@ class CdcflowStreamReader(DataSourceStreamReader):
         # What the batch being planned starts from: the ends of the last completed batch, which
         # Spark's offset and commit logs hold. The source's view of the pipeline's committed offsets.
         self._planned_from: dict[str, Offset] = {}
+        self._succession: SuccessionGate | None = None
 
     def _opened_source(self) -> Source[Any]:
         if self._source is None:
@@ -153,15 +158,22 @@ class CdcflowStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         self._planned_from = dict(start)
         source = self._opened_source()
+        if self._succession is None:
+            # The offsets a batch starts from are those the last completed batch made durable.
+            self._succession = SuccessionGate(source, lambda: self._planned_from, refresh_s=0.0)
+        partitions = self._current_partitions()
+        self._succession.listed(partitions.values())
         end: dict[str, Any] = {}
-        for pid, partition in self._current_partitions().items():
+        for pid, partition in partitions.items():
             if pid not in start:
                 # A partition that appeared since the last batch starts with an empty batch, so
                 # its start offset is in Spark's log before anything is read from it: a re-planned
                 # batch then never depends on when initial_offset happened to be called.
                 end[pid] = source.initial_offset(partition)
-                continue
-            end[pid] = source.latest_offset(partition, start[pid], self.job.max_records_per_read)
+            elif not self._succession.may_read(partition):
+                end[pid] = start[pid]  # its predecessors' last reads are not in a completed batch yet
+            else:
+                end[pid] = source.latest_offset(partition, start[pid], self.job.max_records_per_read)
         for pid, offset in start.items():
             end.setdefault(pid, offset)  # a partition that vanished keeps its last position
         return end
