@@ -38,6 +38,7 @@ __all__ = [
     "OracleUnavailableError",
     "Rewrite",
     "build_oracle",
+    "find_cargo",
 ]
 
 PACKAGE = Path(__file__).resolve().parent
@@ -112,8 +113,26 @@ def source_hash(cargo_version: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def _cargo(arguments: Sequence[str], what: str, cwd: Path | None = None) -> str:
-    result = subprocess.run(["cargo", *arguments], cwd=cwd, capture_output=True, text=True, check=False, timeout=1800)
+def find_cargo() -> Path | None:
+    """cargo on the PATH, else where rustup installs it (``$CARGO_HOME/bin``, ``~/.cargo/bin``: a
+    shell that did not source rustup's profile, such as CI's, has it there and not on its PATH)."""
+    found = shutil.which("cargo")
+    if found is not None:
+        return Path(found)
+    home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
+    candidate = home / "bin" / "cargo"
+    return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
+
+
+def _cargo(arguments: Sequence[str], what: str) -> str:
+    cargo = find_cargo()
+    if cargo is None:
+        raise OracleUnavailableError("no cargo on PATH nor in ~/.cargo/bin: the scylla-cdc oracle cannot be built")
+    # rustc and the rest of the toolchain sit beside cargo
+    environment = {**os.environ, "PATH": f"{cargo.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(
+        [str(cargo), *arguments], env=environment, capture_output=True, text=True, check=False, timeout=1800
+    )
     if result.returncode != 0:
         raise OracleBuildError(f"{what}: cargo {' '.join(arguments)} exited {result.returncode}\n{result.stderr}")
     return result.stdout
@@ -190,8 +209,6 @@ def _check_lock(package: Path) -> None:
 
 def build_oracle() -> Path:
     """The oracle's binary, built now unless a build of the same sources is cached."""
-    if shutil.which("cargo") is None:
-        raise OracleUnavailableError("no cargo on PATH: the scylla-cdc oracle (Rust) cannot be built")
     version = _cargo(["--version"], "asking cargo its version").strip()
     root = cache_root()
     build = root / source_hash(version)
