@@ -77,11 +77,13 @@ def stream_ids(values: Iterable[Any] | None) -> list[StreamId]:
 
 @dataclass(frozen=True, slots=True)
 class StreamRange:
-    """Streams read together: a token range of a generation (v2: the row of ``range_end``; v1:
-    the streams of one vnode index)."""
+    """Streams read together: a token range of a generation (v2: the row of ``range_end``, the
+    range being ``(previous range_end, range_end]``; v1: the streams of one vnode index, whose
+    range the v1 table does not give: ``range_end`` None)."""
 
     key: str
     streams: tuple[StreamId, ...]
+    range_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,10 @@ class GenerationReader:
             (timestamp_us // 1000,),
             "cdc_streams_descriptions_v2",
         )
-        ranges = tuple(StreamRange(f"r{range_end}", tuple(stream_ids(streams))) for range_end, streams in sorted(rows))
+        ranges = tuple(
+            StreamRange(f"r{range_end}", tuple(stream_ids(streams)), int(range_end))
+            for range_end, streams in sorted(rows)
+        )
         if not ranges:
             raise GenerationMetadataError(
                 f"generation {timestamp_us // 1000} is in cdc_generation_timestamps but has no streams in "
