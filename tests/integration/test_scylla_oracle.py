@@ -4,8 +4,8 @@
 cdcflow's ``scylla_cdc`` source read the same CDC log tables, which the ScyllaDB stand-in writer
 (``tests/standins/scylla``) fills in the real Cassandra node for base writes this test makes
 through it (one per CQL statement or batch: inserts, updates, column, row, range and partition
-deletions, ScyllaDB's own expirations, statics, collections, user types, TTLs, pre- and
-post-images, a generation switch and a tablet split). Each change one reports is compared with
+deletions, ScyllaDB's own expirations, every native type, statics, collections, user types, TTLs,
+pre- and post-images, ``delta: keys``, a generation switch and a tablet split). Each change one reports is compared with
 what the other reports: stream, time, order in the stream, operation, key, values written and
 nulled, removed elements, TTLs, range bounds and both images. The expected side is always the
 oracle's output; nothing is taken from cdcflow's or the writer's functions.
@@ -26,10 +26,11 @@ ScyllaDB extensions (shard-aware ports, tablet routing) are not offered by Cassa
 How a change is read from the oracle's rows follows ScyllaDB's "CDC log table" and "Preimages and
 postimages" documents: a record is one stream and ``cdc$time``; the delta rows of one row in it are
 one change; a range deletion is its two bound rows; a row's pre-image precedes its change and its
-post-image follows it, holding the columns of the row's kind only (a clustered row's regular
-columns, the static row's static columns: scylladb ``cdc/log.cc:1849, 1909``). How a change is read
-from cdcflow's event follows its documented format (``sources/scylla_cdc/log_events.py``'s
-docstring, docs/scylla.md): ``after`` and the ``cdc.*`` headers.
+post-image follows it, both holding the columns of the row's kind only (a clustered row's regular
+columns, the static row's static columns), a pre-image marking an included null column with
+``cdc$deleted_X`` (scylladb ``cdc/log.cc`` generate_image, 1841-1912). How a change is read from
+cdcflow's event follows its documented format (``sources/scylla_cdc/log_events.py``'s docstring):
+``after`` and the ``cdc.*`` headers.
 """
 
 from __future__ import annotations
