@@ -11,6 +11,7 @@
     ├── CdcMetadataUnavailableError (SourceUnavailableError)   the cluster cannot be read now
     ├── MetadataTablesMissingError (ConfigError)    no CDC description tables in the named keyspace
     ├── UnknownCdcTableError (ConfigError)          a configured table has no CDC log table
+    ├── KeysOnlyDeltaError (ConfigError)            a table logs keys alone and no post-image
     ├── StreamsPerQueryError (ConfigError)          the cluster refuses a query naming that many streams
     └── WriteRejectedError                          the writer refuses a write, as ScyllaDB would
 """
@@ -23,6 +24,7 @@ __all__ = [
     "CdcMetadataUnavailableError",
     "CdcOptionsError",
     "GenerationMetadataError",
+    "KeysOnlyDeltaError",
     "LogExpiredError",
     "LogRowError",
     "MetadataTablesMissingError",
@@ -96,6 +98,21 @@ class UnknownCdcTableError(ScyllaCdcError, ConfigError):
         super().__init__(
             f"table {table}: no CDC log table {table}_scylla_cdc_log; enable CDC on it "
             "(ALTER TABLE ... WITH cdc = {'enabled': true}) or remove it from tables"
+        )
+
+
+class KeysOnlyDeltaError(ScyllaCdcError, ConfigError):
+    """A followed table logs deltas of keys alone (``cdc = {'delta': 'keys'}``) and no post-image:
+    its events could say which key changed but not how, and a sink would take their ``after`` for
+    the row, every other column null."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        super().__init__(
+            f"table {table}: its CDC log holds keys alone (cdc = {{'delta': 'keys'}}) and no post-image, so its "
+            "change events would carry no values; enable post-images (ALTER TABLE ... WITH cdc = {'enabled': true, "
+            "'delta': 'keys', 'postimage': true}: events then carry the row after each change) or log whole deltas "
+            "('delta': 'full'), or remove the table from tables"
         )
 
 

@@ -25,6 +25,8 @@ apart from collection cells), so the events are one per row per record, as the
   by name. A user-type value whose fields are all null only marks the column as touched.
 * ``cdc$ttl`` goes to ``cdc.ttl`` as ``{column: seconds}`` for the columns the write set, and for
   the primary key columns when an INSERT's row marker has a TTL (an INSERT of keys alone too).
+* A table that logs deltas of keys alone (``cdc = {'delta': 'keys'}``, read only with post-images)
+  marks its events ``cdc.delta: keys``.
 * An image holds one kind of column: the static row's the static columns, a clustered row's the
   regular ones (``cdc/log.cc`` generate_image). Columns an image says nothing of are absent from
   ``before``/``after``, never ``None``, and ``cdc.absent`` names them per image
@@ -45,7 +47,7 @@ import uuid
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Literal
 
 from cdcflow.contract import Rejected
 from cdcflow.converters import json_default
@@ -117,6 +119,7 @@ class LogLayout:
     value_columns: tuple[str, ...]
     types: Mapping[str, CqlType]
     static_columns: frozenset[str] = frozenset()
+    delta: Literal["full", "keys"] = "full"  # the table's cdc 'delta' option
     row_schema: RowSchema = field(init=False, compare=False)
     key_columns: tuple[str, ...] = field(init=False, compare=False)
     # non-frozen collections and user types: they have a cdc$deleted_elements_X column
@@ -444,6 +447,10 @@ def _change_event(
             # -3 / -4: deleted by ScyllaDB itself (the expiration service of Alternator TTL and,
             # since 2026.2, CQL per-row TTL; cdc/log.hh service_row_delete, service_partition_delete)
             headers["cdc.origin"] = "service"
+    if layout.delta == "keys":
+        # The log's delta rows hold keys alone: what only they say (cdc.replaced, cdc.removed, a
+        # column's TTL) is missing, and after is the post-image (the source requires them).
+        headers["cdc.delta"] = "keys"
     absent = {image: columns for image, columns in absent.items() if columns}
     if absent:
         # Avro records and Parquet rows have every column: this tells what an image left out

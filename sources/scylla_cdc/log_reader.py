@@ -21,7 +21,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from cdcflow.sources.cql.cqltypes import CqlType, build_type
 from cdcflow.sources.scylla_cdc.exceptions import (
@@ -116,6 +116,7 @@ class LogTableReader:
         table: str,
         page_size: int,
         max_streams_per_query: int = 100,
+        delta: Literal["full", "keys"] = "full",
     ) -> None:
         self._cluster = cluster
         self._session = session
@@ -126,6 +127,7 @@ class LogTableReader:
         self.log_table = table + LOG_SUFFIX
         self._page_size = page_size
         self._max_streams = max_streams_per_query
+        self._delta: Literal["full", "keys"] = delta
         self._columns: dict[tuple[str, ...], _Columns] = {}
         self.layout = self._load_layout()
         self._user_types = _layout_user_types(self.layout)
@@ -151,7 +153,7 @@ class LogTableReader:
         values = tuple(sorted(n for n in types if not n.startswith("cdc$") and n not in keys))
         static = frozenset(name for name, column in base.columns.items() if column.is_static)
         return LogLayout(
-            self._cluster_name, self.keyspace, self.table, partition_key, clustering, values, types, static
+            self._cluster_name, self.keyspace, self.table, partition_key, clustering, values, types, static, self._delta
         )
 
     def _refresh_layout(self, names: Sequence[str], user_types: Sequence[str] = ()) -> None:

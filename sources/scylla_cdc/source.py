@@ -7,10 +7,6 @@ within its operating interval: ``[generation, next generation)`` for vnodes, ``[
 for tablets (ScyllaDB logs a write in the newest stream set whose timestamp is at or before
 the write's, so a stream holds only rows of its lifetime; the bounds are kept all the same).
 
-A group of a later generation, or of a tablet stream set after a resize, names the groups of the
-previous one whose token ranges it overlaps (:mod:`.successors`): a key moves between those at its
-start, and the engines read it only once they are committed up to there (``Partition.succeeds``).
-
 A partition is read continuously up to its watermark, ``now - confidence_window`` (clamped to its
 end, and to the last metadata refresh so a generation published since cannot be missed), in
 windows of at most ``window_ms``; an empty window is followed by a probe for the next row, so an
@@ -37,34 +33,29 @@ import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cdcflow.contract import (
-    Offset,
-    Partition,
-    PluginConfig,
-    PluginContext,
-    Rejected,
-    Source,
-    Succession,
-    offset_key,
-)
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.cql.snapshot import SnapshotConfig, TokenRangeSnapshot
 from cdcflow.sources.scylla_cdc.connection import connect
-from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, MetadataTablesMissingError
+from cdcflow.sources.scylla_cdc.exceptions import (
+    CdcMetadataUnavailableError,
+    KeysOnlyDeltaError,
+    MetadataTablesMissingError,
+)
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
 from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, WindowTooLargeError
 from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
 from cdcflow.sources.scylla_cdc.snapshot_rows import ScyllaRowEvents, base_table
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
-from cdcflow.sources.scylla_cdc.successors import tablet_predecessors, vnode_predecessors
+from cdcflow.sources.scylla_cdc.table_options import CdcOptions, SchemaTablesLookup
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
 
@@ -158,6 +149,11 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
         description="where cdc_generation_timestamps and cdc_streams_descriptions(_v2) are",
     )
     tablets_keyspace: str = Field(default="system", description="where cdc_timestamps, cdc_streams and cdc_local are")
+    schema_keyspace: str = Field(
+        default="system_schema",
+        description="where each table's CDC options are (tables.extensions['cdc']): a table that logs deltas of "
+        "keys alone (cdc 'delta': 'keys') is read only with post-images",
+    )
     tablet_streams_per_partition: int = Field(
         default=16, ge=1, description="tablet keyspaces: streams opened together are read in groups of this size"
     )
@@ -221,6 +217,16 @@ def _parse_start(value: str, now_us: int) -> int | None:
         raise ValueError(f"start must be earliest, latest, an ISO-8601 time or epoch ms, found {value!r}") from exc
 
 
+def _readable_delta(table: str, options: CdcOptions | None) -> Literal["full", "keys"]:
+    """The table's delta mode, when its events can carry its rows: deltas of keys alone say which
+    key changed but not how, so such a table is read only with post-images."""
+    if options is None:
+        return "full"  # no cdc extension (before ScyllaDB 4.0, or not ScyllaDB): full deltas
+    if options.delta == "keys" and not options.postimage:
+        raise KeysOnlyDeltaError(table)
+    return options.delta
+
+
 @dataclass(frozen=True)
 class _Stream:
     stream: StreamId
@@ -237,13 +243,10 @@ class _Group:
     streams: tuple[_Stream, ...]
     start_us: int
     end_us: int | None  # exclusive; None while any stream may still get rows
-    succeeds: Succession | None = None  # the groups whose keys it takes over at start_us
 
     def partition(self) -> Partition:
         return Partition(
-            self.id,
-            {"table": self.table, "streams": [s.stream.hex() for s in self.streams], "start_us": self.start_us},
-            self.succeeds,
+            self.id, {"table": self.table, "streams": [s.stream.hex() for s in self.streams], "start_us": self.start_us}
         )
 
 
@@ -292,25 +295,6 @@ def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bo
     return opened <= row.ts_us and (closed is None or row.ts_us < closed)
 
 
-def _vnode_group_id(table: str, generation_us: int, range_key: str) -> str:
-    return f"{table}/g{generation_us // 1000}/{range_key}"
-
-
-def _with_predecessors(
-    groups: dict[str, _Group], lifetimes: Sequence[tuple[StreamId, int, int | None]]
-) -> dict[str, _Group]:
-    """``groups`` of one tablet table, each opened after a resize naming the groups of the
-    streams whose token ranges its own streams took over then."""
-    parents = tablet_predecessors(lifetimes)
-    group_of = {s.stream: group.id for group in groups.values() for s in group.streams}
-    linked = {}
-    for group_id, group in groups.items():
-        predecessors = {group_of[p] for s in group.streams for p in parents.get(s.stream, ())} - {group_id}
-        succession = Succession(tuple(sorted(predecessors)), group.start_us) if predecessors else None
-        linked[group_id] = replace(group, succeeds=succession)
-    return linked
-
-
 @dataclass
 class _Prefetch:
     """A window query sent ahead for a partition, valid if the engine asks from ``start``."""
@@ -349,6 +333,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._groups: dict[str, _Group] = {}
         self._listed: list[str] = []
         self._ttl_us: dict[str, int | None] = {}
+        self._cdc_options: dict[str, CdcOptions | None] = {}  # None: the table has no cdc extension
         self._metadata_at_us = 0  # metadata is complete up to here: read before this time
         self._metadata_due = 0.0
         self._start_us: int | None = None
@@ -357,7 +342,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._visits: dict[str, int] = {}  # partition -> its place in the engine's read order
         self._expected: dict[str, Offset] = {}  # where the engine will next read each partition from
         self._prefetched: dict[str, _Prefetch] = {}
-        self._asked: set[str] = set()  # partitions the engine asked latest_offset of
         self._snapshot: TokenRangeSnapshot | None = None
         self.bounded = config.snapshot == "initial_only"  # the slices are all there is
 
@@ -411,8 +395,11 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             self._session, config.generations_keyspace, config.tablets_keyspace, self._profile
         )
         self._tablets = TabletStreamReader(self._session, config.tablets_keyspace, self._profile)
+        options = SchemaTablesLookup(self._session, config.schema_keyspace, self._profile)
         for name in config.tables:
             keyspace, table = name.split(".")
+            self._cdc_options[name] = options.cdc_options(keyspace, table)
+            delta = _readable_delta(name, self._cdc_options[name])
             self._readers[name] = LogTableReader(
                 self._cluster,
                 self._session,
@@ -422,6 +409,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 table,
                 config.page_size,
                 config.max_streams_per_query,
+                delta,
             )
             self._ttl_us[name] = self._log_ttl_us(keyspace, table)
             if self._tablets.newest_timestamp(keyspace, table) is not None:
@@ -476,21 +464,11 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             generations = self._generations.generations()
             for index, generation in enumerate(generations):
                 end = generations[index + 1].timestamp_us if index + 1 < len(generations) else None
-                previous = generations[index - 1] if index > 0 else None
-                # A key's stream in this generation may have been any overlapping range's in the last.
-                replaced = vnode_predecessors(previous.ranges, generation.ranges) if previous is not None else {}
                 for table in vnode_tables:
                     for stream_range in generation.ranges:
-                        group_id = _vnode_group_id(table, generation.timestamp_us, stream_range.key)
+                        group_id = f"{table}/g{generation.timestamp_us // 1000}/{stream_range.key}"
                         streams = tuple(_Stream(s, generation.timestamp_us, end) for s in stream_range.streams)
-                        succeeds = None
-                        if previous is not None:
-                            predecessors = replaced[stream_range.key]
-                            succeeds = Succession(
-                                tuple(_vnode_group_id(table, previous.timestamp_us, key) for key in predecessors),
-                                generation.timestamp_us,
-                            )
-                        groups[group_id] = _Group(group_id, table, streams, generation.timestamp_us, end, succeeds)
+                        groups[group_id] = _Group(group_id, table, streams, generation.timestamp_us, end)
         for table in sorted(self._tablet_tables):
             keyspace, name = table.split(".")
             history = self._tablets.history(keyspace, name)
@@ -516,7 +494,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
                 group_id = f"{table}/t{opened // 1000}/{number}"
                 groups[group_id] = _Group(group_id, table, chunk, opened, end)
-        return _with_predecessors(groups, lifetimes)
+        return groups
 
     # --- partitions and offsets --------------------------------------------------------------
 
@@ -617,7 +595,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             return start
         self._check_log_kept(group, start)
         self._visits.setdefault(partition.id, len(self._visits))
-        self._asked.add(partition.id)  # past the engine's succession gate, if it has one
         prefetched = self._prefetched.pop(partition.id, None)
         planned = self._plan(group, start)
         if planned is None:
@@ -700,8 +677,6 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 continue
             if not self._may_stream(group):
                 continue  # waits for the snapshot: nothing to send ahead
-            if group.succeeds is not None and partition_id not in self._asked:
-                continue  # may wait for the groups it replaces: the engine does not ask yet
             planned = self._plan(group, start)
             if planned is None:
                 continue
