@@ -7,6 +7,10 @@ within its operating interval: ``[generation, next generation)`` for vnodes, ``[
 for tablets (ScyllaDB logs a write in the newest stream set whose timestamp is at or before
 the write's, so a stream holds only rows of its lifetime; the bounds are kept all the same).
 
+A group of a later generation, or of a tablet stream set after a resize, names the groups of the
+previous one whose token ranges it overlaps (:mod:`.successors`): a key moves between those at its
+start, and the engines read it only once they are committed up to there (``Partition.succeeds``).
+
 A partition is read continuously up to its watermark, ``now - confidence_window`` (clamped to its
 end, and to the last metadata refresh so a generation published since cannot be missed), in
 windows of at most ``window_ms``; an empty window is followed by a probe for the next row, so an
@@ -33,13 +37,22 @@ import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, offset_key
+from cdcflow.contract import (
+    Offset,
+    Partition,
+    PluginConfig,
+    PluginContext,
+    Rejected,
+    Source,
+    Succession,
+    offset_key,
+)
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
@@ -55,6 +68,7 @@ from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, Wi
 from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
 from cdcflow.sources.scylla_cdc.snapshot_rows import ScyllaRowEvents, base_table
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
+from cdcflow.sources.scylla_cdc.successors import tablet_predecessors, vnode_predecessors
 from cdcflow.sources.scylla_cdc.table_options import CdcOptions, SchemaTablesLookup
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
@@ -243,10 +257,13 @@ class _Group:
     streams: tuple[_Stream, ...]
     start_us: int
     end_us: int | None  # exclusive; None while any stream may still get rows
+    succeeds: Succession | None = None  # the groups whose keys it takes over at start_us
 
     def partition(self) -> Partition:
         return Partition(
-            self.id, {"table": self.table, "streams": [s.stream.hex() for s in self.streams], "start_us": self.start_us}
+            self.id,
+            {"table": self.table, "streams": [s.stream.hex() for s in self.streams], "start_us": self.start_us},
+            self.succeeds,
         )
 
 
@@ -293,6 +310,25 @@ def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bo
         return False
     opened, closed = bounds
     return opened <= row.ts_us and (closed is None or row.ts_us < closed)
+
+
+def _vnode_group_id(table: str, generation_us: int, range_key: str) -> str:
+    return f"{table}/g{generation_us // 1000}/{range_key}"
+
+
+def _with_predecessors(
+    groups: dict[str, _Group], lifetimes: Sequence[tuple[StreamId, int, int | None]]
+) -> dict[str, _Group]:
+    """``groups`` of one tablet table, each opened after a resize naming the groups of the
+    streams whose token ranges its own streams took over then."""
+    parents = tablet_predecessors(lifetimes)
+    group_of = {s.stream: group.id for group in groups.values() for s in group.streams}
+    linked = {}
+    for group_id, group in groups.items():
+        predecessors = {group_of[p] for s in group.streams for p in parents.get(s.stream, ())} - {group_id}
+        succession = Succession(tuple(sorted(predecessors)), group.start_us) if predecessors else None
+        linked[group_id] = replace(group, succeeds=succession)
+    return linked
 
 
 @dataclass
@@ -342,6 +378,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._visits: dict[str, int] = {}  # partition -> its place in the engine's read order
         self._expected: dict[str, Offset] = {}  # where the engine will next read each partition from
         self._prefetched: dict[str, _Prefetch] = {}
+        self._asked: set[str] = set()  # partitions the engine asked latest_offset of
         self._snapshot: TokenRangeSnapshot | None = None
         self.bounded = config.snapshot == "initial_only"  # the slices are all there is
 
@@ -464,11 +501,21 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             generations = self._generations.generations()
             for index, generation in enumerate(generations):
                 end = generations[index + 1].timestamp_us if index + 1 < len(generations) else None
+                previous = generations[index - 1] if index > 0 else None
+                # A key's stream in this generation may have been any overlapping range's in the last.
+                replaced = vnode_predecessors(previous.ranges, generation.ranges) if previous is not None else {}
                 for table in vnode_tables:
                     for stream_range in generation.ranges:
-                        group_id = f"{table}/g{generation.timestamp_us // 1000}/{stream_range.key}"
+                        group_id = _vnode_group_id(table, generation.timestamp_us, stream_range.key)
                         streams = tuple(_Stream(s, generation.timestamp_us, end) for s in stream_range.streams)
-                        groups[group_id] = _Group(group_id, table, streams, generation.timestamp_us, end)
+                        succeeds = None
+                        if previous is not None:
+                            predecessors = replaced[stream_range.key]
+                            succeeds = Succession(
+                                tuple(_vnode_group_id(table, previous.timestamp_us, key) for key in predecessors),
+                                generation.timestamp_us,
+                            )
+                        groups[group_id] = _Group(group_id, table, streams, generation.timestamp_us, end, succeeds)
         for table in sorted(self._tablet_tables):
             keyspace, name = table.split(".")
             history = self._tablets.history(keyspace, name)
@@ -494,7 +541,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
                 group_id = f"{table}/t{opened // 1000}/{number}"
                 groups[group_id] = _Group(group_id, table, chunk, opened, end)
-        return groups
+        return _with_predecessors(groups, lifetimes)
 
     # --- partitions and offsets --------------------------------------------------------------
 
@@ -595,6 +642,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             return start
         self._check_log_kept(group, start)
         self._visits.setdefault(partition.id, len(self._visits))
+        self._asked.add(partition.id)  # past the engine's succession gate, if it has one
         prefetched = self._prefetched.pop(partition.id, None)
         planned = self._plan(group, start)
         if planned is None:
@@ -677,6 +725,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 continue
             if not self._may_stream(group):
                 continue  # waits for the snapshot: nothing to send ahead
+            if group.succeeds is not None and partition_id not in self._asked:
+                continue  # may wait for the groups it replaces: the engine does not ask yet
             planned = self._plan(group, start)
             if planned is None:
                 continue
