@@ -108,11 +108,13 @@ def written(cassandra_session: Any, cdc_raw_dir: Path) -> Iterator[_Written]:
             holding = []
             for copy in filter(None, map(_copy, segments(cdc_raw_dir))):
                 index = parse_cdc_index(copy.index)
-                if index is not None and _row_ids(copy.data, catalog, keyspace, durable_to=index.offset):
-                    holding.append((index.completed, copy))
-            closed = [number for number, (completed, _) in enumerate(holding) if completed]
+                rows = _row_ids(copy.data, catalog, keyspace, durable_to=index.offset) if index is not None else []
+                if index is not None and rows:
+                    holding.append((index.completed and len(rows) >= 3, copy))
+            closed = [number for number, (cuttable, _) in enumerate(holding) if cuttable]
             if closed and closed[0] < len(holding) - 1:
-                # A closed segment with rows, and later ones with more: what the tests cut and follow.
+                # A closed segment with rows enough to cut between (a DROP elsewhere closes segments
+                # early), and later ones with more: what the tests cut and follow.
                 first = closed[0]
                 yield _Written(keyspace, holding[first][1], [copy for _, copy in holding[first + 1 :]], catalog)
                 return
@@ -221,6 +223,27 @@ def _follow(source: Any, rounds: int, offset: Any = None) -> tuple[list[int], An
     return ids, offset
 
 
+def _kept_and_dumped(
+    pipeline: Path, segment: str, keyspace: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]:
+    """``cdcflow commitlog kept PIPELINE``, then ``dump SEGMENT --error-store PIPELINE`` (exit 1: the
+    cut is a fault): the segments listed, the dump's lines, and the ids of ``keyspace.cut``'s changes."""
+    from cdcflow.cli import main
+
+    capsys.readouterr()
+    assert main(["commitlog", "kept", str(pipeline)]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["commitlog", "dump", segment, "--error-store", str(pipeline)]) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    ids = [
+        change["key"]["id"]
+        for line in lines
+        for change in line.get("changes", [])
+        if (change["keyspace"], change["table"]) == (keyspace, "cut")
+    ]
+    return listed, lines, ids
+
+
 @pytest.mark.parametrize("place", ["mid-header", "mid-entry", "entry boundary"])
 def test_a_cut_segment_is_kept_whole_counted_and_logged_and_the_stream_goes_on(
     tmp_path: Path,
@@ -230,7 +253,6 @@ def test_a_cut_segment_is_kept_whole_counted_and_logged_and_the_stream_goes_on(
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from cdcflow.cli import main
     from cdcflow.metrics import source_counter
     from cdcflow.sources.cassandra_commitlog.error_store import FileErrorStore
 
@@ -267,18 +289,8 @@ def test_a_cut_segment_is_kept_whole_counted_and_logged_and_the_stream_goes_on(
     assert all(part in logged.getMessage() for part in (str(closed), f"position {offset}", f"has {cut} bytes"))
 
     # Read again later, from the error store: the same changes up to the cut, then the cut itself.
-    capsys.readouterr()
-    assert main(["commitlog", "kept", str(pipeline)]) == 0
-    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    listed, lines, dumped = _kept_and_dumped(pipeline, closed.name, written.keyspace, capsys)
     assert [(k["node"], k["segment"], k["size"]) for k in listed] == [(NODE, _segment_id(closed), cut)]
-    assert main(["commitlog", "dump", closed.name, "--error-store", str(pipeline)]) == 1
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    dumped = [
-        change["key"]["id"]
-        for line in lines
-        for change in line.get("changes", [])
-        if (change["keyspace"], change["table"]) == (written.keyspace, "cut")
-    ]
     assert dumped == _before(written, cut)
     assert lines[-1]["position"] <= cut and "cut short" in lines[-1]["error"] and lines[-1]["cdc_index"] == offset
 
@@ -332,7 +344,7 @@ def test_the_cassandra_error_store_keeps_a_cut_segment_in_chunks_and_the_cli_rea
     """The default store: a table of its own beside the error records, the segment in chunks a
     mutation of the node (1 MiB segments: at most 512 KiB) can hold."""
     from cdcflow.cli import main
-    from cdcflow.sources.cassandra_commitlog.error_store import CassandraErrorStore
+    from cdcflow.sources.cassandra_commitlog.error_store import CassandraErrorStore, KeptSegment, KeptSegmentInfo
 
     store_keyspace = f"k{uuid.uuid4().hex[:10]}"
     cut = _cuts(written)["mid-entry"]
@@ -343,23 +355,23 @@ def test_the_cassandra_error_store_keeps_a_cut_segment_in_chunks_and_the_cli_rea
     try:
         ids, _ = _follow(source, rounds=500)
         assert ids == _before(written, cut) + _later(written)
-        kept = CassandraErrorStore(cassandra_session, store_keyspace, "commitlog_errors").kept_segment(
-            NODE, _segment_id(closed)
-        )
+        kept_store = CassandraErrorStore(cassandra_session, store_keyspace, "commitlog_errors")
+        kept = kept_store.kept_segment(NODE, _segment_id(closed))
         assert kept.data == written.closed.data[:cut] and kept.info.index == written.closed.index
-        assert len(kept.data) > 2 * (256 << 10)  # more than one chunk
+        # A whole 1 MiB segment the node wrote goes in four chunks and comes back the same.
+        [whole] = sorted((Path(__file__).parents[1] / "fixtures" / "commitlog" / "v7").glob("CommitLog-*.log"))
+        info = KeptSegmentInfo("elsewhere", 7, whole.name, whole.stat().st_size, "83896\nCOMPLETED", "a test")
+        kept_store.keep_segment(KeptSegment(info, whole.read_bytes()))
+        assert kept_store.kept_segment("elsewhere", 7) == KeptSegment(info, whole.read_bytes())
+        chunks = cassandra_session.execute(
+            f"SELECT chunk FROM {store_keyspace}.commitlog_errors_segments WHERE node = 'elsewhere' AND segment = 7"
+        )
+        assert [row.chunk for row in chunks] == [0, 1, 2, 3]
 
-        capsys.readouterr()
-        assert main(["commitlog", "kept", str(pipeline)]) == 0
-        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-        assert [(k["node"], k["segment"], k["size"]) for k in listed] == [(NODE, _segment_id(closed), cut)]
-        assert main(["commitlog", "dump", str(_segment_id(closed)), "--error-store", str(pipeline)]) == 1
-        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-        dumped = [
-            change["key"]["id"]
-            for line in lines
-            for change in line.get("changes", [])
-            if (change["keyspace"], change["table"]) == (written.keyspace, "cut")
+        listed, lines, dumped = _kept_and_dumped(pipeline, str(_segment_id(closed)), written.keyspace, capsys)
+        assert [(k["node"], k["segment"], k["size"]) for k in listed] == [
+            ("elsewhere", 7, info.size),
+            (NODE, _segment_id(closed), cut),
         ]
         assert dumped == _before(written, cut) and "cut short" in lines[-1]["error"]
         assert main(["commitlog", "dump", "12345", "--error-store", str(pipeline)]) == 1  # not kept: says so
