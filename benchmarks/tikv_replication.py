@@ -68,7 +68,7 @@ def main() -> None:
     start, end = b"bench/", b"bench0"
     for split in range(1, 8):
         upstream.split(start + b"k%08d" % (split * 12_500_000))
-    start_ts = upstream.pd_client.get_ts()
+    start_ts = upstream.ts_before_writes()
     file = pipeline_file(folder, upstream, downstream, start, end, start_ts, safety_interval_ms=args.safety_interval_ms)
     value = bytes(random.Random(1).randbytes(args.value_size // 2).hex(), "ascii")[: args.value_size]
     written = 0

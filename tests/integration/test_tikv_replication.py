@@ -46,7 +46,7 @@ def test_100k_random_writes_with_splits_and_a_leader_change_replicate_in_order(
     start, end = key_range("rep")
     for fraction in (b"k005000", b"k010000", b"k015000"):
         upstream.split(start + fraction)
-    start_ts = upstream.pd_client.get_ts()
+    start_ts = upstream.ts_before_writes()
     file = pipeline_file(tmp_path, upstream, downstream, start, end, start_ts)
     batches = random_batches(random.Random(6), start, keys=20_000, writes=100_000, batch_size=1000)
     worker = start_worker(file)
@@ -99,7 +99,7 @@ def test_kill_9_during_replication_loses_nothing(
 ) -> None:
     start, end = key_range("crash")
     upstream.split(start + b"k002000")
-    start_ts = upstream.pd_client.get_ts()
+    start_ts = upstream.ts_before_writes()
     file = pipeline_file(tmp_path, upstream, downstream, start, end, start_ts)
     batches = random_batches(random.Random(9), start, keys=4000, writes=40_000, batch_size=500)
     writer_done = threading.Event()
@@ -144,7 +144,7 @@ def test_gc_safepoint_is_kept_refreshed_and_a_start_behind_it_is_refused(
     upstream: TiKVCluster, downstream: TiKVCluster, tmp_path: Path
 ) -> None:
     start, end = key_range("gc")
-    start_ts = upstream.pd_client.get_ts()
+    start_ts = upstream.ts_before_writes()
     file = pipeline_file(tmp_path, upstream, downstream, start, end, start_ts, gc_refresh_s=0.5, gc_ttl_s=600)
     service = f"cdcflow-{file.stem}-w0"
     worker = start_worker(file)

@@ -39,7 +39,7 @@ def source_for(upstream: TiKVCluster, tmp_path: Path) -> Iterator[object]:
     opened: list[TiKVRawKVSource] = []
 
     def make(start: bytes, end: bytes, cluster: TiKVCluster = upstream, **settings: Any) -> TiKVRawKVSource:
-        settings.setdefault("start_ts", cluster.pd_client.get_ts())
+        settings.setdefault("start_ts", cluster.ts_before_writes())
         config = TiKVRawKVSourceConfig(
             type="tikv_rawkv",
             pd_endpoints=[cluster.pd],
@@ -252,7 +252,7 @@ def test_the_catch_up_scan_of_a_shared_region_gives_only_the_partitions_newest_r
         cluster.split(start + b"m")  # partitions [start, m) and [m, end); the second region runs on
         other_keyspace = RawKVClient(cluster.pd_client, KeyCodec(2, 5))
         stack.callback(other_keyspace.close)
-        checkpoint = cluster.pd_client.get_ts()
+        checkpoint = cluster.ts_before_writes()
         mine = [start + b"a1", start + b"a2", start + b"n1", start + b"n2"]
         outside = [start[:-1] + b".", end + b"x"]  # keyspace 0, either side of the range
         for round_ in range(3):  # three versions of every key before the subscription

@@ -64,7 +64,7 @@ def test_tikv_to_tikv_replicates_over_mutual_tls(
         None,
         start,
         end,
-        upstream.pd_client.get_ts(),
+        upstream.ts_before_writes(),
         sink=sink,
         tls=certificates.settings(),
     )

@@ -70,7 +70,7 @@ def test_tikv_to_parquet_on_spark_holds_every_write_per_key_in_ts_order(upstream
         None,
         start,
         end,
-        upstream.pd_client.get_ts(),
+        upstream.ts_before_writes(),
         sink={"type": "parquet", "path": str(out)},
         engine={"type": "spark", "master": "local[2]", "trigger_interval_ms": 500},
     )
@@ -119,7 +119,7 @@ def test_tikv_to_kafka_delivers_every_write_per_key_in_order(
         None,
         start,
         end,
-        upstream.pd_client.get_ts(),
+        upstream.ts_before_writes(),
         sink={"type": "kafka", "bootstrap_servers": kafka_bootstrap},
         cluster=topic_prefix,
     )

@@ -29,11 +29,18 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client.codec import LOGICAL_BITS
 from cdcflow.sources.tikv_client.tls import TLSConfig
 from tests.standins.tikv.control import REPO, StandinCluster
 
 REAL_UPSTREAM = os.environ.get("CDCFLOW_TIKV_PD")
 REAL_DOWNSTREAM = os.environ.get("CDCFLOW_TIKV_DOWNSTREAM_PD")
+
+# A store stamps RawKV writes from its cache of PD timestamps, taken up to causal-ts
+# alloc-ahead-buffer (3 s) before (tikv/tikv components/causal_ts/src/tso.rs:70; the stand-in's
+# causal_ts.py): a write made after PD answered "now" can carry a smaller timestamp. A start that
+# must come before some writes starts this far back, as TiKV-CDC's own tests do (10 s).
+WRITE_TS_MARGIN_MS = 10_000
 
 
 @dataclass
@@ -57,6 +64,10 @@ class TiKVCluster:
         """Splits the region at ``user_key`` (keyspace 0); a no-op on a real cluster."""
         if self.standin is not None:
             self.standin.call("split", key=(b"r\x00\x00\x00" + user_key).hex())
+
+    def ts_before_writes(self) -> int:
+        """A timestamp below every write made from now on (see WRITE_TS_MARGIN_MS)."""
+        return self.pd_client.get_ts() - (WRITE_TS_MARGIN_MS << LOGICAL_BITS)
 
     def region_ids(self) -> list[int]:
         return [int(r["id"]) for r in self.control("regions")]

@@ -1,7 +1,8 @@
 """``python -m tests.standins.tikv [--stores N] [--tikv-version X.Y.Z] ...``: serves until stdin closes or SIGTERM.
 
-Prints one JSON line: ``{"pd": "127.0.0.1:PORT", "stores": {"1": "127.0.0.1:PORT", ...},
-"control": "127.0.0.1:PORT"}``. The control service (tests only) has a port of its own, always
+Prints one JSON line: ``{"pd": "127.0.0.1:PORT", "pd_members": ["127.0.0.1:PORT", ...],
+"stores": {"1": "127.0.0.1:PORT", ...}, "control": "127.0.0.1:PORT"}``; ``pd`` is the first
+member, PD's leader at start. The control service (tests only) has a port of its own, always
 without TLS; with ``--tls-dir`` PD and the stores serve mutual TLS only.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from tests.standins.tikv.causal_ts import RENEW_INTERVAL_S
 from tests.standins.tikv.cluster import Cluster
 from tests.standins.tikv.services import change_data_handler, control_handler, pd_handler, tikv_handler
 
@@ -91,6 +93,10 @@ def main() -> None:
     parser.add_argument("--raft-entry-max-size", type=int, default=8 << 20, help="bytes, raftstore's limit")
     parser.add_argument("--tls-dir", type=Path, default=None, help="ca.pem, server.pem, server-key.pem: mutual TLS")
     parser.add_argument("--cert-allowed-cn", action="append", default=[], help="TiKV's cert-allowed-cn (stores)")
+    parser.add_argument(
+        "--scan-concurrency-limit", type=int, default=10_000, help="cdc.incremental-scan-concurrency-limit per store"
+    )
+    parser.add_argument("--sink-memory-quota", type=int, default=512 << 20, help="bytes, cdc.sink-memory-quota")
     args = parser.parse_args()
     credentials = server_credentials(args.tls_dir) if args.tls_dir else None
 
@@ -106,27 +112,49 @@ def main() -> None:
         api_version=args.api_version,
         store_cluster_id=args.store_cluster_id,
         raft_entry_max_size=args.raft_entry_max_size,
+        scan_concurrency_limit=args.scan_concurrency_limit,
+        sink_memory_quota=args.sink_memory_quota,
     )
     servers = []
+    store_servers: dict[int, grpc.Server] = {}
     interceptors = [CommonNameCheck(args.cert_allowed_cn)] if args.cert_allowed_cn else []
-    for store_id in cluster.store_ids:
+
+    def start_store(store_id: int) -> str:
         server = grpc.server(ThreadPoolExecutor(max_workers=32), options=_OPTIONS, interceptors=interceptors)
         port = listen(server)
-        # PD lists store addresses as host:port with or without TLS.
-        cluster.store_addresses[store_id] = f"127.0.0.1:{port}"
         server.add_generic_rpc_handlers((tikv_handler(cluster, store_id), change_data_handler(cluster, store_id)))
-        servers.append(server)
-    pd_server = grpc.server(ThreadPoolExecutor(max_workers=16), options=_OPTIONS)
-    pd_port = listen(pd_server)
-    # With TLS, PD's members advertise https:// client URLs.
-    pd_url = f"{'https' if credentials else 'http'}://127.0.0.1:{pd_port}"
-    pd_server.add_generic_rpc_handlers((pd_handler(cluster, pd_url),))
-    servers.append(pd_server)
+        store_servers[store_id] = server
+        return f"127.0.0.1:{port}"  # PD lists store addresses as host:port with or without TLS.
+
+    def stop_store(store_id: int) -> None:
+        server = store_servers.pop(store_id, None)
+        if server is not None:
+            server.stop(grace=None)
+
+    for store_id in cluster.store_ids:
+        cluster.store_addresses[store_id] = start_store(store_id)
+
+    def start_added_store(store_id: int) -> str:
+        address = start_store(store_id)
+        store_servers[store_id].start()
+        return address
+
+    cluster.start_store_server = start_added_store
+    cluster.stop_store_server = stop_store
+    pd_addresses = []
+    for member_id in cluster.pd_members:
+        pd_server = grpc.server(ThreadPoolExecutor(max_workers=16), options=_OPTIONS)
+        pd_port = listen(pd_server)
+        pd_addresses.append(f"127.0.0.1:{pd_port}")
+        # With TLS, PD's members advertise https:// client URLs.
+        cluster.pd_urls[member_id] = f"{'https' if credentials else 'http'}://127.0.0.1:{pd_port}"
+        pd_server.add_generic_rpc_handlers((pd_handler(cluster, member_id),))
+        servers.append(pd_server)
     control_server = grpc.server(ThreadPoolExecutor(max_workers=8), options=_OPTIONS)
     control_port = control_server.add_insecure_port("127.0.0.1:0")
     control_server.add_generic_rpc_handlers((control_handler(cluster),))
     servers.append(control_server)
-    for server in servers:
+    for server in [*servers, *store_servers.values()]:
         server.start()
 
     stop = threading.Event()
@@ -136,20 +164,26 @@ def main() -> None:
         while not stop.wait(args.resolved_ts_interval):
             cluster.advance_resolved_ts()
 
+    def renew() -> None:  # causal_ts.py: every store renews its timestamp cache every 100 ms
+        while not stop.wait(RENEW_INTERVAL_S):
+            cluster.tick()
+
     def watch_stdin() -> None:
         sys.stdin.read()
         stop.set()
 
     threading.Thread(target=tick, daemon=True).start()
+    threading.Thread(target=renew, daemon=True).start()
     threading.Thread(target=watch_stdin, daemon=True).start()
     addresses = {
-        "pd": f"127.0.0.1:{pd_port}",
+        "pd": pd_addresses[0],
+        "pd_members": pd_addresses,
         "stores": cluster.store_addresses,
         "control": f"127.0.0.1:{control_port}",
     }
     print(json.dumps(addresses), flush=True)
     stop.wait()
-    for server in servers:
+    for server in [*servers, *store_servers.values()]:
         server.stop(grace=0.5)
 
 

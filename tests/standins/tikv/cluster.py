@@ -1,8 +1,13 @@
 """The stand-in cluster's state: TSO, stores, regions, MVCC storage, feeds, GC safepoints.
 
 One lock guards everything, so a write, the feed rows it produces and a resolved-ts computed
-after it are ordered exactly as TiKV promises: a resolved-ts is sent only once every write with a
-smaller timestamp has been sent.
+after it are ordered exactly as TiKV promises on one store: a resolved-ts is sent only once every
+write with a smaller timestamp has been sent. What TiKV does *not* promise, the stand-in does not
+either: each store stamps writes and resolved-ts from its own cache of PD timestamps
+(:mod:`causal_ts`), PD's picture of the regions lags the stores (:mod:`pd_view`), and a leader
+transfer can let the old leader send one more resolved-ts after the new leader's first write
+(:meth:`Cluster.transfer_leader` with ``linger``). docs/tikv.md lists each behaviour with its
+upstream source.
 """
 
 from __future__ import annotations
@@ -27,9 +32,16 @@ from cdcflow.sources.tikv_client.codec import (
     encode_storage_key,
 )
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2
+from tests.standins.tikv.causal_ts import CausalTsProvider
+from tests.standins.tikv.pd_view import PDRegion, RegionTree
 
 SCAN_BATCH_ROWS = 256  # rows per incremental-scan event (TiKV batches by max_scan_batch_bytes/size)
 RAW_RANGE = (b"r", b"s")  # api_version ApiV2::get_rawkv_range: every RawKV key of every keyspace
+# cdc.incremental-scan-concurrency-limit and cdc.sink-memory-quota (tikv/tikv src/config/mod.rs:
+# 3308, 3316 at 8e964719)
+SCAN_CONCURRENCY_LIMIT = 10_000
+SINK_MEMORY_QUOTA = 512 << 20
+PD_MEMBERS = 3
 
 
 class TSO:
@@ -91,7 +103,7 @@ class Subscription:
     def send_rows(self, rows: list[cdcpb_pb2.Event.Row]) -> None:
         entries = cdcpb_pb2.Event.Entries(entries=rows)
         event = cdcpb_pb2.Event(region_id=self.region_id, request_id=self.request_id, entries=entries)
-        self.connection.outbox.put(cdcpb_pb2.ChangeDataEvent(events=[event]))
+        self.connection.put(cdcpb_pb2.ChangeDataEvent(events=[event]))
 
 
 # semver.org's regular expression: Rust's `semver::Version::parse`, which TiKV uses, is as strict
@@ -151,6 +163,15 @@ class FeedConnection:
     # "Get version from the first request in the stream"), never changed afterwards.
     version: SemVer | None = None
     features: frozenset[str] = frozenset()
+    queued_bytes: int = 0  # events put and not yet sent: what TiKV's sink memory quota counts
+
+    def put(self, event: cdcpb_pb2.ChangeDataEvent | BaseException) -> None:
+        if isinstance(event, cdcpb_pb2.ChangeDataEvent):
+            self.queued_bytes += event.ByteSize()
+        self.outbox.put(event)
+
+    def sent(self, event: cdcpb_pb2.ChangeDataEvent) -> None:
+        self.queued_bytes -= event.ByteSize()
 
 
 @dataclass
@@ -194,6 +215,8 @@ class Cluster:
         api_version: int = 2,
         store_cluster_id: int | None = None,
         raft_entry_max_size: int = 8 << 20,
+        scan_concurrency_limit: int = SCAN_CONCURRENCY_LIMIT,
+        sink_memory_quota: int = SINK_MEMORY_QUOTA,
     ) -> None:
         self.lock = threading.RLock()
         self.cluster_id = cluster_id  # PD's
@@ -231,6 +254,89 @@ class Cluster:
         self.scan_gate = threading.Event()  # cleared: incremental scans wait before each batch
         self.scan_gate.set()
         self.scans_waiting = 0
+        # endpoint.rs:853-872 (on_register): registrations whose incremental scan has not ended,
+        # per store; one more above the limit is refused with server_is_busy.
+        self.scan_concurrency_limit = scan_concurrency_limit
+        self.scans_pending: dict[int, int] = dict.fromkeys(store_ids, 0)
+        # errors.rs:104-108, delegate.rs:212: events a stream has not taken above the sink memory
+        # quota end the subscription they were for with ``congested``.
+        self.sink_memory_quota = sink_memory_quota
+        # Each store's causal timestamps (causal_ts.py), renewed by the 100 ms ticker (tick()).
+        self.providers: dict[int, CausalTsProvider] = {s: CausalTsProvider(self._pd_tso) for s in store_ids}
+        # Old leaders still holding their subscriptions of a region after a lingering transfer.
+        self.lingering: dict[int, int] = {}  # region id -> the store that led it
+        # PD: its members (one leader, or none during an election), its view of the regions
+        # (pd_view.py), heartbeats not yet delivered, and the stores it forgot.
+        self.pd_members = list(range(1, PD_MEMBERS + 1))
+        self.pd_leader: int | None = 1
+        self.pd_urls: dict[int, str] = {}
+        self.pd_tree = RegionTree()
+        self.pd_heartbeats_due: list[tuple[float, int]] = []  # (monotonic due time, region id)
+        self.pd_election_ends: tuple[float, int] | None = None  # (due, the member that wins)
+        self.purged_stores: set[int] = set()
+        # Set by the server process: start a new store's gRPC server (returns its address), stop one.
+        self.start_store_server: Any = None
+        self.stop_store_server: Any = None
+        self._heartbeat(first)
+
+    def _pd_tso(self, count: int) -> int:
+        """PD's Tso with ``count`` (a store renewing its causal timestamps): the last of them."""
+        with self.lock:
+            return self.tso.next(count)
+
+    def tick(self) -> None:
+        """What happens on its own every 100 ms: each store renews its timestamp cache, heartbeats
+        that were held back reach PD, a PD election ends."""
+        for provider in list(self.providers.values()):
+            provider.renew()
+        now = time.monotonic()
+        with self.lock:
+            due = [region_id for when, region_id in self.pd_heartbeats_due if when <= now]
+            self.pd_heartbeats_due = [(w, r) for w, r in self.pd_heartbeats_due if w > now]
+            for region_id in due:
+                region = self.region_by_id(region_id)
+                if region is not None:
+                    self._heartbeat(region)
+            if self.pd_election_ends is not None and self.pd_election_ends[0] <= now:
+                self.pd_leader = self.pd_election_ends[1]
+                self.pd_election_ends = None
+
+    # --- PD's view -------------------------------------------------------------------------
+
+    def _heartbeat(self, region: Region) -> None:
+        """The region's leader reports it to PD (pd_view.py: PD's tree takes it, deleting what it
+        overlaps)."""
+        self.pd_tree.put(PDRegion(region.meta(), region.leader()))
+
+    def report_heartbeats(self) -> int:
+        """Delivers every held-back heartbeat now; returns how many."""
+        with self.lock:
+            due = [region_id for _, region_id in self.pd_heartbeats_due]
+            self.pd_heartbeats_due = []
+            for region_id in due:
+                region = self.region_by_id(region_id)
+                if region is not None:
+                    self._heartbeat(region)
+            return len(due)
+
+    def _heartbeat_later(self, region_id: int, delay_s: float) -> None:
+        self.pd_heartbeats_due.append((time.monotonic() + delay_s, region_id))
+
+    def pd_failover(self, to: int, election_s: float, heartbeats_after_s: float) -> None:
+        """PD's leader steps down: for ``election_s`` no member leads (every member answers "not
+        leader"; GetMembers names no leader), then member ``to`` does, with the regions loaded
+        from storage, leaderless (pd_view.py), until each region's leader heartbeats again
+        ``heartbeats_after_s`` later (TiKV's region heartbeat tick; 0: only report_heartbeats)."""
+        assert to in self.pd_members, f"PD has members {self.pd_members}, not {to}"
+        with self.lock:
+            self.pd_leader = None
+            self.pd_election_ends = (time.monotonic() + election_s, to)
+            self.pd_tree.forget_leaders()
+            if heartbeats_after_s > 0:
+                for region in self.regions:
+                    self._heartbeat_later(region.id, election_s + heartbeats_after_s)
+        if election_s <= 0:
+            self.tick()
 
     # --- regions ---------------------------------------------------------------------------
 
@@ -243,11 +349,15 @@ class Cluster:
     def region_by_id(self, region_id: int) -> Region | None:
         return next((r for r in self.regions if r.id == region_id), None)
 
-    def split(self, request_key: bytes) -> list[int]:
+    def split(self, request_key: bytes, hole_s: float = 0.0, first: str = "left") -> list[int]:
         """Splits the region holding ``request_key`` there; returns the two region ids, left
         first. As raftstore's default right-derive-when-split = true (store/config.rs), the
         original id keeps the right part; the subscriptions of the region end with
-        epoch_not_match listing both (delegate.rs sink_admin)."""
+        epoch_not_match listing both (delegate.rs sink_admin).
+
+        Both halves report to PD at once, unless ``hole_s`` > 0: then only the ``first`` half
+        ("left" or "right") does, and PD's tree has a hole where the other half lies for
+        ``hole_s`` seconds (or until report_heartbeats), as between two heartbeats (pd_view.py)."""
         with self.lock:
             at = encode_memcomparable(request_key)
             old = self.region_of(at)
@@ -266,6 +376,13 @@ class Cluster:
             old.version += 1
             self.regions.append(left)
             self.regions.sort(key=lambda r: r.start)
+            if hole_s > 0:
+                reported, held = (left, old) if first == "left" else (old, left)
+                self._heartbeat(reported)
+                self._heartbeat_later(held.id, hole_s)
+            else:
+                self._heartbeat(left)
+                self._heartbeat(old)
             self._fail_subscriptions(old.id, _epoch_not_match([left, old]))
             return [left.id, old.id]
 
@@ -280,6 +397,11 @@ class Cluster:
             left.end = right.end
             left.version = max(left.version, right.version) + 1
             self.regions.remove(right)
+            self.lingering.pop(right.id, None)
+            # raftstore pd.rs:2175-2181: a merge renews the causal timestamps of the store that
+            # leads the merged region, so its next write is above the source region's.
+            self.providers[left.leader_store].flush()
+            self._heartbeat(left)
             self._fail_subscriptions(right.id, _epoch_not_match([]))
             self._fail_subscriptions(left.id, _epoch_not_match([]))
             return left.id
@@ -294,14 +416,101 @@ class Cluster:
             follower = next((s for s in sorted(region.peers) if s != region.leader_store), region.leader_store)
             region.peers[follower] = next(self._ids)
             region.conf_ver += 2  # one peer removed, one added
+            self._heartbeat(region)
 
-    def transfer_leader(self, region_id: int, store_id: int) -> None:
+    def transfer_leader(self, region_id: int, store_id: int, linger: bool = False) -> None:
+        """Moves the region's leadership to ``store_id``, whose causal timestamps are renewed
+        first (raftstore pd.rs:2175-2190: the new leader's next timestamp is above anything its
+        store handed out before). The old leader's subscriptions end with not_leader naming the
+        new leader, at once, or, with ``linger``, only at :meth:`release_old_leader`: meanwhile
+        the new leader takes writes and the old one still holds its subscriptions (they get no
+        rows and no periodic resolved-ts, as it no longer leads)."""
         with self.lock:
             region = self.region_by_id(region_id)
             assert region is not None and store_id in region.peers
+            old = region.leader_store
             region.leader_store = store_id
+            self.providers[store_id].flush()
+            self._heartbeat(region)
+            if linger and old != store_id:
+                self.lingering[region.id] = old
+                return
             error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
             self._fail_subscriptions(region.id, error, lambda s: s.connection.store_id != store_id)
+
+    def release_old_leader(self, region_id: int) -> int:
+        """Ends a lingering transfer the way tikv/migration#193 describes: the old leader sends
+        its subscriptions of the region one last resolved-ts, then not_leader. That resolved-ts is
+        the old store's ``min_ts`` (endpoint.rs:1121-1143: taken from the store's causal
+        timestamp provider, then the leadership check, then the send; the check can pass on a
+        leadership that is already moving), drawn after the old store's cache was renewed by a
+        leadership landing there (pd.rs:2175-2181), so it is above the new leader's first
+        writes (PD hands out increasing timestamps). Returns the resolved-ts sent."""
+        with self.lock:
+            old = self.lingering.pop(region_id)
+            region = self.region_by_id(region_id)
+            assert region is not None
+            provider = self.providers[old]
+            provider.flush()
+            resolved = provider.get_ts()
+            for connection in self.connections:
+                if connection.store_id != old:
+                    continue
+                live = [s for s in connection.subscriptions if s.region_id == region_id and s.initialized]
+                self._send_resolved(connection, live, resolved)
+            error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
+            self._fail_subscriptions(region.id, error, lambda s: s.connection.store_id == old)
+            return resolved
+
+    # --- stores ----------------------------------------------------------------------------
+
+    def add_store(self) -> int:
+        """A new, empty store: its gRPC server is started and PD lists it."""
+        assert self.start_store_server is not None, "only the server process starts stores"
+        with self.lock:
+            store_id = max([*self.store_ids, *self.purged_stores]) + 1
+            self.store_ids.append(store_id)
+            self.providers[store_id] = CausalTsProvider(self._pd_tso)
+            self.scans_pending[store_id] = 0
+        address = self.start_store_server(store_id)
+        with self.lock:
+            self.store_addresses[store_id] = address
+        return store_id
+
+    def purge_store(self, store_id: int) -> None:
+        """Takes a store out for good, as PD does once every peer left it: each of its peers is
+        replaced by one on a store the region has none on (conf_ver + 2), each of its leaders
+        moves to another peer (whose cache is renewed), its streams break, its server stops,
+        and PD no longer knows it (the store is tombstoned, then removed: GetStore answers
+        "invalid store ID %d, not found", pd server/grpc_service.go:774-800)."""
+        with self.lock:
+            assert store_id in self.store_ids and len(self.store_ids) > 1
+            others = [s for s in self.store_ids if s != store_id]
+            for region in self.regions:
+                if store_id not in region.peers:
+                    continue
+                del region.peers[store_id]
+                spare = next((s for s in others if s not in region.peers), None)
+                if spare is not None:
+                    region.peers[spare] = next(self._ids)
+                region.conf_ver += 2 if spare is not None else 1
+                if region.leader_store == store_id:
+                    region.leader_store = sorted(region.peers)[0]
+                    self.providers[region.leader_store].flush()
+                    error = cdcpb_pb2.Error(
+                        not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader())
+                    )
+                    self._fail_subscriptions(region.id, error, lambda s: s.connection.store_id == store_id)
+                self._heartbeat(region)
+            for connection in list(self.connections):
+                if connection.store_id == store_id:
+                    self._close_connection(connection)
+            self.store_ids.remove(store_id)
+            self.purged_stores.add(store_id)
+            self.store_addresses.pop(store_id, None)
+            self.providers.pop(store_id, None)
+        if self.stop_store_server is not None:
+            self.stop_store_server(store_id)
 
     # --- requests --------------------------------------------------------------------------
 
@@ -398,10 +607,12 @@ class Cluster:
 
     # --- storage ---------------------------------------------------------------------------
 
-    def write(self, entries: list[tuple[bytes, RawValue]]) -> int:
-        """Stores one new version of each key at one fresh timestamp and feeds it to subscribers."""
+    def write(self, entries: list[tuple[bytes, RawValue]], store_id: int) -> int:
+        """Stores one new version of each key at one timestamp of ``store_id``'s causal
+        timestamp cache (src/storage/mod.rs:2423-2470 ``raw_put``: ``get_causal_ts`` once per
+        command, every key of a batch at that timestamp) and feeds it to subscribers."""
         with self.lock:
-            ts = self.tso.next()
+            ts = self.providers[store_id].get_ts()
             rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]] = {}
             for key, value in entries:
                 versions = self.versions.get(key)
@@ -429,7 +640,22 @@ class Cluster:
 
     def _flush_feed(self, rows: dict[int, list[tuple[Subscription, cdcpb_pb2.Event.Row]]]) -> None:
         for pairs in rows.values():
-            pairs[0][0].send_rows([row for _, row in pairs])
+            self._send_rows(pairs[0][0], [row for _, row in pairs])
+
+    def _send_rows(self, subscription: Subscription, rows: list[cdcpb_pb2.Event.Row]) -> None:
+        """Rows to a subscription, or, when its stream holds more unsent events than the sink
+        memory quota, the end of the subscription with ``congested`` (errors.rs:104-108)."""
+        connection = subscription.connection
+        if connection.queued_bytes > self.sink_memory_quota:
+            if subscription in connection.subscriptions:
+                connection.subscriptions.remove(subscription)
+                error = cdcpb_pb2.Error(congested=cdcpb_pb2.Congested(region_id=subscription.region_id))
+                event = cdcpb_pb2.Event(
+                    region_id=subscription.region_id, request_id=subscription.request_id, error=error
+                )
+                connection.put(cdcpb_pb2.ChangeDataEvent(events=[event]))
+            return
+        subscription.send_rows(rows)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         """RawDeleteRange under API V2 (tikv/tikv src/storage/mod.rs ``raw_delete_range``): one
@@ -450,9 +676,9 @@ class Cluster:
             region_key = encode_memcomparable(bytes(row.key))
             region = self.region_of(region_key)
             for connection in self.connections:
-                for subscription in connection.subscriptions:
+                for subscription in list(connection.subscriptions):
                     if subscription.region_id == region.id and connection.store_id == region.leader_store:
-                        subscription.send_rows([row])
+                        self._send_rows(subscription, [row])
 
     def live_value(self, key: bytes, now_s: float) -> RawValue | None:
         versions = self.versions.get(key)
@@ -500,6 +726,11 @@ class Cluster:
                 # service.rs validate_kv_api: TiDB always, RawKV only on storage.api-version = 2,
                 # TxnKV never; endpoint.rs answers required_version "6.2.0".
                 error = cdcpb_pb2.Error(compatibility=cdcpb_pb2.Compatibility(required_version="6.2.0"))
+            elif self.scans_pending.get(connection.store_id, 0) >= self.scan_concurrency_limit:
+                # endpoint.rs:853-872: too many registrations whose scan has not ended on this store
+                error = cdcpb_pb2.Error(
+                    server_is_busy=errorpb_pb2.ServerIsBusy(reason="too many pending incremental scans")
+                )
             elif self.take_injected(connection.store_id, "feed_busy"):
                 # on_register: "too many pending incremental scans" past incremental_scan_concurrency_limit
                 error = cdcpb_pb2.Error(
@@ -523,7 +754,7 @@ class Cluster:
                 # delegate.rs check_epoch_on_ready: compare_region_epoch(check_conf_ver = false)
                 error = _epoch_not_match([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
             if error is not None:
-                connection.outbox.put(
+                connection.put(
                     cdcpb_pb2.ChangeDataEvent(
                         events=[
                             cdcpb_pb2.Event(region_id=request.region_id, request_id=request.request_id, error=error)
@@ -541,6 +772,7 @@ class Cluster:
             # Live rows flow from now on (DownstreamState Initializing: ready_for_change_events),
             # resolved-ts only once the scan has finished (Normal: ready_for_advancing_ts).
             connection.subscriptions.append(subscription)
+            self.scans_pending[connection.store_id] = self.scans_pending.get(connection.store_id, 0) + 1
             threading.Thread(
                 target=self._incremental_scan,
                 args=(subscription, int(request.checkpoint_ts)),
@@ -557,6 +789,14 @@ class Cluster:
             ]
 
     def _incremental_scan(self, subscription: Subscription, checkpoint_ts: int) -> None:
+        try:
+            self._scan_region(subscription, checkpoint_ts)
+        finally:
+            with self.lock:  # endpoint.rs:996: the scan's slot is released however it ended
+                store = subscription.connection.store_id
+                self.scans_pending[store] = max(0, self.scans_pending.get(store, 0) - 1)
+
+    def _scan_region(self, subscription: Subscription, checkpoint_ts: int) -> None:
         """The catch-up scan of one subscription, beside its live rows, as tikv/tikv
         components/cdc/src/initializer.rs ``async_incremental_scan`` does it for RawKV: a snapshot
         of the *whole region* within ``[r, s)`` (every keyspace, not the requested span: the
@@ -590,7 +830,7 @@ class Cluster:
                 if number == len(batches) - 1:
                     entries.append(cdcpb_pb2.Event.Row(type=cdcpb_pb2.Event.INITIALIZED))
                     subscription.initialized = True
-                subscription.send_rows(entries)
+                self._send_rows(subscription, entries)
 
     def _wait_for_scan_gate(self) -> None:
         if self.scan_gate.is_set():
@@ -608,48 +848,66 @@ class Cluster:
         else:
             self.scan_gate.set()
 
-    def advance_resolved_ts(self) -> int:
-        """Sends every initialized subscription a resolved-ts: all its writes below it were sent.
+    def advance_resolved_ts(self) -> dict[int, int]:
+        """Sends every initialized subscription on its region's leader a resolved-ts: all its
+        writes below it were sent. Returns the resolved-ts of each store that sent one.
 
-        As tikv/tikv components/cdc/src/endpoint.rs ``Advance::emit_resolved_ts`` (filled by
-        delegate.rs ``Delegate::on_min_ts``): only subscriptions whose incremental scan finished
-        take part; a stream whose client has BATCH_RESOLVED_TS gets ``ResolvedTs{regions, ts,
-        request_id: 0}`` messages, its regions in batches of 8, 32, 128, ...; any other stream
-        gets one ``Event.resolved_ts`` per (stream, region), carrying the request id of the
-        subscription registered last (the ``compat`` map is overwritten per downstream), so an
-        older subscription of the same region on that stream gets none.
+        As tikv/tikv components/cdc/src/endpoint.rs ``register_min_ts_event`` (1100-1190) and
+        ``Advance::emit_resolved_ts`` (387-470, filled by delegate.rs ``Delegate::on_min_ts``):
+        each store takes its ``min_ts`` from its own causal timestamp provider under API V2
+        (1124-1131), keeps the regions it still leads (the leadership check), and only
+        subscriptions whose incremental scan finished take part. A stream whose client has
+        BATCH_RESOLVED_TS gets ``ResolvedTs{regions, ts, request_id: 0}`` messages, its regions in
+        batches of 8, 32, 128, ...; any other stream gets one ``Event.resolved_ts`` per (stream,
+        region), carrying the request id of the subscription registered last (the ``compat`` map
+        is overwritten per downstream), so an older subscription of the same region on that
+        stream gets none.
         """
         with self.lock:
-            resolved = self.tso.next()
+            sent: dict[int, int] = {}
             for connection in self.connections:
-                live = [s for s in connection.subscriptions if s.initialized]
+                provider = self.providers.get(connection.store_id)
+                if provider is None:
+                    continue
+                live = []
+                for subscription in connection.subscriptions:
+                    region = self.region_by_id(subscription.region_id)
+                    if subscription.initialized and region is not None and region.leader_store == connection.store_id:
+                        live.append(subscription)
                 if not live:
                     continue
-                if BATCH_RESOLVED_TS in connection.features:
-                    regions = [s.region_id for s in live]
-                    index, batch = 0, 8
-                    while index < len(regions):
-                        connection.outbox.put(
-                            cdcpb_pb2.ChangeDataEvent(
-                                resolved_ts=cdcpb_pb2.ResolvedTs(
-                                    regions=regions[index : index + batch], ts=resolved, request_id=0
-                                )
-                            )
-                        )
-                        index, batch = index + batch, batch * 4
-                else:
-                    compat: dict[int, int] = {}
-                    for subscription in live:
-                        compat[subscription.region_id] = subscription.request_id  # the last one wins
-                    connection.outbox.put(
-                        cdcpb_pb2.ChangeDataEvent(
-                            events=[
-                                cdcpb_pb2.Event(region_id=region_id, request_id=request_id, resolved_ts=resolved)
-                                for region_id, request_id in compat.items()
-                            ]
+                if connection.store_id not in sent:
+                    sent[connection.store_id] = provider.get_ts()
+                self._send_resolved(connection, live, sent[connection.store_id])
+            return sent
+
+    def _send_resolved(self, connection: FeedConnection, live: list[Subscription], resolved: int) -> None:
+        if not live:
+            return
+        if BATCH_RESOLVED_TS in connection.features:
+            regions = [s.region_id for s in live]
+            index, batch = 0, 8
+            while index < len(regions):
+                connection.put(
+                    cdcpb_pb2.ChangeDataEvent(
+                        resolved_ts=cdcpb_pb2.ResolvedTs(
+                            regions=regions[index : index + batch], ts=resolved, request_id=0
                         )
                     )
-            return resolved
+                )
+                index, batch = index + batch, batch * 4
+            return
+        compat: dict[int, int] = {}
+        for subscription in live:
+            compat[subscription.region_id] = subscription.request_id  # the last one wins
+        connection.put(
+            cdcpb_pb2.ChangeDataEvent(
+                events=[
+                    cdcpb_pb2.Event(region_id=region_id, request_id=request_id, resolved_ts=resolved)
+                    for region_id, request_id in compat.items()
+                ]
+            )
+        )
 
     def open_connection(self, store_id: int) -> FeedConnection:
         with self.lock:
@@ -661,7 +919,7 @@ class Cluster:
         connection.closed = True
         if connection in self.connections:
             self.connections.remove(connection)
-        connection.outbox.put(error or ConnectionAbortedError("stream broken"))
+        connection.put(error or ConnectionAbortedError("stream broken"))
 
     def close_connection(self, connection: FeedConnection) -> None:
         with self.lock:
@@ -674,7 +932,7 @@ class Cluster:
             failed = [s for s in connection.subscriptions if s.region_id == region_id and (which is None or which(s))]
             for subscription in failed:
                 connection.subscriptions.remove(subscription)
-                connection.outbox.put(
+                connection.put(
                     cdcpb_pb2.ChangeDataEvent(
                         events=[cdcpb_pb2.Event(region_id=region_id, request_id=subscription.request_id, error=error)]
                     )

@@ -22,9 +22,10 @@ class StandinCommandError(AssertionError):
 class StandinCluster:
     """A running stand-in: its PD address, store addresses and the control channel."""
 
-    pd: str
+    pd: str  # the first PD member, PD's leader at start
     stores: dict[int, str]
     control: str  # the test control service, never behind TLS
+    pd_members: list[str] = field(default_factory=list)
     process: subprocess.Popen[str] | None = None
     _channel: grpc.Channel | None = field(default=None, repr=False)
 
@@ -60,7 +61,13 @@ class StandinCluster:
             process.kill()
             raise RuntimeError("the TiKV stand-in exited before printing its ports")
         ports = json.loads(line)
-        return cls(ports["pd"], {int(k): v for k, v in ports["stores"].items()}, ports["control"], process)
+        return cls(
+            ports["pd"],
+            {int(k): v for k, v in ports["stores"].items()},
+            ports["control"],
+            ports["pd_members"],
+            process,
+        )
 
     def stop(self) -> None:
         if self._channel is not None:

@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from cdcflow.sources.tikv_client.codec import RawValue, decode_raw_value, encode_memcomparable
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
 from tests.standins.tikv.cluster import Cluster
+from tests.standins.tikv.pd_view import PDRegion
 
 log = logging.getLogger("standin.tikv")
 
@@ -31,7 +32,12 @@ def _unary(handler: Callable[[Any, Any], Message], request_type: type[Message]) 
 # --- PD ----------------------------------------------------------------------------------------
 
 
-def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
+def pd_handler(cluster: Cluster, member_id: int) -> grpc.GenericRpcHandler:
+    """PD member ``member_id``: only the leader serves (tikv/pd server/grpc_service.go
+    ``validateRoleInRequest``, 2169-2190 at a186e0cc: a follower answers UNAVAILABLE "not leader",
+    pkg/errs/errno.go:85, unless the client asks for follower handling, which cdcflow does not);
+    every member answers GetMembers (434-480), naming the leader when there is one."""
+
     def header() -> pdpb_pb2.ResponseHeader:
         with cluster.lock:
             if cluster.take_injected(None, "pd_error"):
@@ -39,6 +45,10 @@ def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
                 error = pdpb_pb2.Error(type=cluster.injected_pd_error_type, message="injected")  # type: ignore[arg-type]
                 return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id, error=error)
         return pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
+
+    def check_leader(context: Any) -> None:
+        if cluster.pd_leader != member_id:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "not leader")
 
     def check_cluster_id(request: Any, context: Any) -> None:
         # tikv/pd server/grpc_service.go validateRoleInRequest (through unaryMiddleware, and per
@@ -53,18 +63,34 @@ def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
 
     def checked(handler: Callable[[Any, Any], Message]) -> Callable[[Any, Any], Message]:
         def handle(request: Any, context: Any) -> Message:
+            check_leader(context)
             check_cluster_id(request, context)
             return handler(request, context)
 
         return handle
 
     def get_members(request: pdpb_pb2.GetMembersRequest, context: Any) -> Message:
-        member = pdpb_pb2.Member(name="pd-standin", member_id=1, client_urls=[pd_url])
+        with cluster.lock:
+            members = [
+                pdpb_pb2.Member(name=f"pd-{m}", member_id=m, client_urls=[cluster.pd_urls[m]])
+                for m in cluster.pd_members
+            ]
+            leader = cluster.pd_leader
         header = pdpb_pb2.ResponseHeader(cluster_id=cluster.cluster_id)
-        return pdpb_pb2.GetMembersResponse(header=header, members=[member], leader=member)
+        response = pdpb_pb2.GetMembersResponse(header=header, members=members)
+        if leader is not None:
+            response.leader.CopyFrom(members[cluster.pd_members.index(leader)])
+        return response
 
     def tso(requests: Iterator[pdpb_pb2.TsoRequest], context: Any) -> Iterator[Message]:
         for request in requests:
+            if cluster.pd_leader != member_id:
+                # grpc_service.go:620-624 with pkg/tso/allocator.go:217-222: GenerateTSO on a
+                # member that does not serve fails the stream with codes.Unknown.
+                context.abort(
+                    grpc.StatusCode.UNKNOWN,
+                    "[PD:tso:ErrGenerateTimestamp]generate timestamp failed, requested pd is not leader of cluster",
+                )
             check_cluster_id(request, context)
             with cluster.lock:
                 ts = cluster.tso.next(max(1, request.count))
@@ -76,10 +102,13 @@ def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
 
     def get_store(request: pdpb_pb2.GetStoreRequest, context: Any) -> Message:
         address = cluster.store_addresses.get(request.store_id)
-        if address is None:
+        if address is None:  # grpc_service.go:790-800 (a purged store too, once removed)
             return pdpb_pb2.GetStoreResponse(
                 header=pdpb_pb2.ResponseHeader(
-                    cluster_id=cluster.cluster_id, error=pdpb_pb2.Error(type=pdpb_pb2.UNKNOWN, message="no such store")
+                    cluster_id=cluster.cluster_id,
+                    error=pdpb_pb2.Error(
+                        type=pdpb_pb2.UNKNOWN, message=f"invalid store ID {request.store_id}, not found"
+                    ),
                 )
             )
         return pdpb_pb2.GetStoreResponse(header=header(), store=metapb_pb2.Store(id=request.store_id, address=address))
@@ -90,32 +119,35 @@ def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
             stores=[metapb_pb2.Store(id=s, address=a) for s, a in sorted(cluster.store_addresses.items())],
         )
 
+    # Regions come from PD's own tree (pd_view.py), which lags the stores: holes after a split,
+    # leaderless regions after a PD failover. pkg/utils/grpcutil/cluster.go:35-143.
+
     def get_region(request: pdpb_pb2.GetRegionRequest, context: Any) -> Message:
         with cluster.lock:
-            region = cluster.region_of(request.region_key)
-            return pdpb_pb2.GetRegionResponse(header=header(), region=region.meta(), leader=region.leader())
+            region = cluster.pd_tree.get_by_key(bytes(request.region_key))
+            if region is None:  # cluster.go:39-46: the leader answers a bare header
+                return pdpb_pb2.GetRegionResponse(header=header())
+            return _region_response(header(), region)
 
     def get_region_by_id(request: pdpb_pb2.GetRegionByIDRequest, context: Any) -> Message:
         with cluster.lock:
-            region = cluster.region_by_id(request.region_id)
+            region = cluster.pd_tree.get_by_id(request.region_id)
             if region is None:
                 return pdpb_pb2.GetRegionResponse(header=header())
-            return pdpb_pb2.GetRegionResponse(header=header(), region=region.meta(), leader=region.leader())
+            return _region_response(header(), region)
 
     def scan_regions(request: pdpb_pb2.ScanRegionsRequest, context: Any) -> Message:
         with cluster.lock:
-            found = [
-                r
-                for r in cluster.regions
-                if (not r.end or r.end > request.start_key) and (not request.end_key or r.start < request.end_key)
-            ]
-            if request.limit > 0:
-                found = found[: request.limit]
+            found = cluster.pd_tree.scan(bytes(request.start_key), bytes(request.end_key), request.limit)
+            # cluster.go:127-140: a region without a leader is sent with an empty Peer.
+            leaders = [r.leader if r.leader is not None else metapb_pb2.Peer() for r in found]
             return pdpb_pb2.ScanRegionsResponse(
                 header=header(),
-                region_metas=[r.meta() for r in found],
-                leaders=[r.leader() for r in found],
-                regions=[pdpb_pb2.Region(region=r.meta(), leader=r.leader()) for r in found],
+                region_metas=[r.meta for r in found],
+                leaders=leaders,
+                regions=[
+                    pdpb_pb2.Region(region=r.meta, leader=leader) for r, leader in zip(found, leaders, strict=True)
+                ],
             )
 
     def get_gc_safe_point(request: pdpb_pb2.GetGCSafePointRequest, context: Any) -> Message:
@@ -151,6 +183,13 @@ def pd_handler(cluster: Cluster, pd_url: str) -> grpc.GenericRpcHandler:
             ),
         },
     )
+
+
+def _region_response(header: pdpb_pb2.ResponseHeader, region: PDRegion) -> pdpb_pb2.GetRegionResponse:
+    response = pdpb_pb2.GetRegionResponse(header=header, region=region.meta)
+    if region.leader is not None:
+        response.leader.CopyFrom(region.leader)
+    return response
 
 
 # --- TiKV RawKV --------------------------------------------------------------------------------
@@ -244,13 +283,14 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
             return None
         refused = cluster.check_entry_size(request.context.region_id, entries)
         if refused is None:
-            cluster.write(entries)
+            cluster.write(entries, store_id)
         return refused
 
+    # An empty value is a value (src/storage/mod.rs:6894 stores and reads one back; client-go
+    # "rawkv: permit empty value" #612): RawPut and RawBatchPut take it, and the feed sends it
+    # as a PUT row (components/cdc/src/delegate.rs:1319-1339 decode_rawkv).
+
     def raw_put(request: kvrpcpb_pb2.RawPutRequest, response: kvrpcpb_pb2.RawPutResponse) -> errorpb_pb2.Error | None:
-        if not request.value:
-            response.error = "empty value is not allowed in RawKV"
-            return None
         return write(request, response, [(request.key, RawValue(request.value, _expire(request.ttl)))])
 
     def raw_batch_put(
@@ -259,9 +299,6 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
         ttls = list(request.ttls)
         if ttls and len(ttls) not in (1, len(request.pairs)):
             response.error = f"ttls length {len(ttls)} does not match pairs length {len(request.pairs)}"
-            return None
-        if any(not pair.value for pair in request.pairs):
-            response.error = "empty value is not allowed in RawKV"
             return None
         entries = []
         for index, pair in enumerate(request.pairs):
@@ -369,6 +406,8 @@ def change_data_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandl
                     return
                 if isinstance(item, BaseException):
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"injected stream break: {item}")
+                with cluster.lock:
+                    connection.sent(item)
                 yield item
         finally:
             cluster.close_connection(connection)
@@ -408,14 +447,48 @@ def control_handler(cluster: Cluster) -> grpc.GenericRpcHandler:
 
 def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
     if command == "split":
-        return cluster.split(bytes.fromhex(args["key"]))
+        # hole_s > 0: PD hears of the "first" half only, for that long (pd_view.py)
+        return cluster.split(bytes.fromhex(args["key"]), float(args.get("hole_s", 0.0)), str(args.get("first", "left")))
+    if command == "report_heartbeats":
+        return cluster.report_heartbeats()
+    if command == "pd_regions":
+        with cluster.lock:
+            return [
+                {
+                    "id": r.id,
+                    "start": r.start.hex(),
+                    "end": r.end.hex(),
+                    "leader_store": r.leader.store_id if r.leader is not None else None,
+                }
+                for r in cluster.pd_tree.all()
+            ]
+    if command == "pd_failover":
+        cluster.pd_failover(
+            int(args["to"]), float(args.get("election_s", 0.0)), float(args.get("heartbeats_after_s", 0.0))
+        )
+        return None
+    if command == "pd_members":
+        with cluster.lock:
+            return {"leader": cluster.pd_leader, "urls": {str(m): u for m, u in cluster.pd_urls.items()}}
+    if command == "release_old_leader":
+        return cluster.release_old_leader(int(args["region_id"]))
+    if command == "add_store":
+        store_id = cluster.add_store()
+        return {"store_id": store_id, "address": cluster.store_addresses[store_id]}
+    if command == "purge_store":
+        cluster.purge_store(int(args["store_id"]))
+        return None
+    if command == "causal_ts_flushes":
+        with cluster.lock:
+            return {str(s): p.flushes for s, p in cluster.providers.items()}
     if command == "merge":
         return cluster.merge(int(args["region_id"]))
     if command == "conf_change":
         cluster.conf_change(int(args["region_id"]))
         return None
     if command == "transfer_leader":
-        cluster.transfer_leader(int(args["region_id"]), int(args["store_id"]))
+        # linger: the old leader keeps its subscriptions until release_old_leader (the #193 race)
+        cluster.transfer_leader(int(args["region_id"]), int(args["store_id"]), bool(args.get("linger", False)))
         return None
     if command == "regions":
         with cluster.lock:

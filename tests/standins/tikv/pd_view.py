@@ -1,0 +1,111 @@
+"""What PD knows of the regions: a tree filled by region heartbeats, which can lag the stores.
+
+PD never reads a region from TiKV; it learns each one from the heartbeat its leader sends, and
+keeps them in a tree by start key (tikv/pd ``pkg/core/region_tree.go`` at a186e0cc). Putting a
+region deletes every region it overlaps, then inserts it (``regionTree.update``, region_tree.go:
+171-191). So after a split, whichever half reports first deletes the old, wider region, and the
+other half's range is a *hole* until its own heartbeat comes: ``ScanRegions`` skips it
+(``RegionsInfo.ScanRegions`` / ``regionTree.scanRange``, region_tree.go:331-346: the scan starts at
+the region holding the start key, or the first one after it) and ``GetRegion`` of a key in it
+answers a header without a region (pkg/utils/grpcutil/cluster.go:39-46). client-go retries both
+(internal/locate/region_cache.go:2407 "region not found for key", 2554 "PD returned regions have
+gaps"), as TiKV-CDC does (``CheckRegionsLeftCover``, tikv/migration cdc/cdc/kv/client.go:910-934).
+
+A PD member that becomes leader loads the regions from its storage without leaders
+(pkg/storage/endpoint/meta.go:210 ``core.NewRegionInfo(region, nil, core.SetSource(core.Storage))``)
+until each region's leader heartbeats again; client-go retries such regions ("All returned
+regions have no leaders", region_cache.go:2565).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from cdcflow.sources.tikv_client.proto import metapb_pb2
+
+
+@dataclass(frozen=True)
+class PDRegion:
+    """A region as its last heartbeat described it; ``leader`` None: loaded from storage."""
+
+    meta: metapb_pb2.Region
+    leader: metapb_pb2.Peer | None
+
+    @property
+    def id(self) -> int:
+        return int(self.meta.id)
+
+    @property
+    def start(self) -> bytes:
+        return bytes(self.meta.start_key)
+
+    @property
+    def end(self) -> bytes:
+        return bytes(self.meta.end_key)
+
+    def contains(self, key: bytes) -> bool:
+        return self.start <= key and (not self.end or key < self.end)
+
+
+class RegionTree:
+    """PD's region tree; not thread-safe (the cluster's lock guards it)."""
+
+    def __init__(self) -> None:
+        self._starts: list[bytes] = []
+        self._regions: list[PDRegion] = []
+
+    def put(self, region: PDRegion) -> None:
+        """A heartbeat. A stale one (an older epoch than the region PD holds, same id) is
+        ignored, as PD's ``PreCheckPutRegion`` refuses it; otherwise every overlapping region is
+        deleted and this one inserted (region_tree.go:171-191)."""
+        held = next((r for r in self._regions if r.id == region.id), None)
+        if held is not None:
+            old, new = held.meta.region_epoch, region.meta.region_epoch
+            if new.version < old.version or new.conf_ver < old.conf_ver:
+                return
+        keep = [
+            r
+            for r in self._regions
+            if r.id != region.id
+            and not ((not region.end or r.start < region.end) and (not r.end or region.start < r.end))
+        ]
+        keep.append(region)
+        keep.sort(key=lambda r: r.start)
+        self._regions = keep
+        self._starts = [r.start for r in keep]
+
+    def remove(self, region_id: int) -> None:
+        self._regions = [r for r in self._regions if r.id != region_id]
+        self._starts = [r.start for r in self._regions]
+
+    def get_by_key(self, key: bytes) -> PDRegion | None:
+        index = bisect.bisect_right(self._starts, key) - 1
+        if index >= 0 and self._regions[index].contains(key):
+            return self._regions[index]
+        return None
+
+    def get_by_id(self, region_id: int) -> PDRegion | None:
+        return next((r for r in self._regions if r.id == region_id), None)
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> list[PDRegion]:
+        """``RegionsInfo.ScanRegions``: from the region holding ``start`` (or the first after
+        it) while a region starts before ``end``; ``limit`` <= 0: no limit."""
+        index = bisect.bisect_right(self._starts, start) - 1
+        if index < 0 or not self._regions[index].contains(start):
+            index = bisect.bisect_left(self._starts, start)
+        out: list[PDRegion] = []
+        for region in self._regions[max(index, 0) :]:
+            if end and region.start >= end:
+                break
+            if limit > 0 and len(out) >= limit:
+                break
+            out.append(region)
+        return out
+
+    def forget_leaders(self) -> None:
+        """A new PD leader's view: every region as loaded from storage, without its leader."""
+        self._regions = [PDRegion(r.meta, None) for r in self._regions]
+
+    def all(self) -> list[PDRegion]:
+        return list(self._regions)
