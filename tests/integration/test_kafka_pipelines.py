@@ -73,13 +73,14 @@ def test_datagen_to_kafka_json_delivers_every_event_once_in_key_order(
 
 
 def assert_tombstone_after_each_delete(received: list[Received]) -> None:
-    """tombstones_on_delete (on by default): each delete is followed, in its partition, by a
-    record with the same key and a null value, and there is no other null value."""
-    by_partition: dict[tuple[str, int], list[Received]] = {}
+    """tombstones_on_delete (on by default): each delete is followed, among its key's records in
+    its partition, by a tombstone (the same key, a null value), and there is no other null value.
+    Other keys' records may come between: a tombstone waits for its delete's delivery report."""
+    by_key: dict[tuple[str, int, bytes | None], list[Received]] = {}
     for record in sorted(received, key=lambda r: (r.topic, r.partition, r.offset)):
-        by_partition.setdefault((record.topic, record.partition), []).append(record)
+        by_key.setdefault((record.topic, record.partition, record.key), []).append(record)
     deletes = tombstones = 0
-    for records in by_partition.values():
+    for records in by_key.values():
         for index, record in enumerate(records):
             if record.value is None:
                 tombstones += 1

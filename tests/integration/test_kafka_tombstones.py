@@ -1,0 +1,204 @@
+"""Tombstones after deletes the broker refuses, against the real broker (issue 21, item 3).
+
+A tombstone makes a compacted topic forget its key, so it may follow only a delete the broker
+took: a delete refused for good goes to the dead letters with its tombstone, and neither reaches
+the topic. Both ways a pipeline writes to Kafka are run: compact event batches (datagen and
+route, all encoded by the compiled core) and records (a filter, which has no batch form, in front).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdcflow.events import Op
+from cdcflow.kafka_client import TOMBSTONE_HEADER
+from cdcflow.native import native_module
+from tests.integration.kafka_helpers import Received, datagen, read_topics, run_cdcflow
+
+pytestmark = pytest.mark.kafka
+
+# Keys repeat (20 per table), so a key is changed again after its delete and must keep its order.
+DATAGEN = {
+    "count": 400,
+    "partitions": 2,
+    "tables": 2,
+    "keys": 40,
+    "event_size": 3000,
+    "op_mix": {"c": 0.4, "u": 0.2, "d": 0.4},
+    "seed": 11,
+}
+# table_0's topic refuses any of its events (3,000 random characters even compressed), never a
+# lone tombstone; table_1's takes everything.
+REFUSING_LIMIT = 1500
+
+
+def _create_topics(bootstrap: str, prefix: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(f"{prefix}.table_0", 2, 1, config={"max.message.bytes": str(REFUSING_LIMIT)}),
+            NewTopic(f"{prefix}.table_1", 2, 1),
+            NewTopic(f"{prefix}-dlq", 2, 1),
+        ]
+    )
+    for future in futures.values():
+        future.result(30)
+
+
+def _pipeline(tmp_path: Path, bootstrap: str, prefix: str, path: str) -> Path:
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in DATAGEN.items())
+    records_only = "{type: filter, ops: [c, u, d]}, " if path == "records" else ""
+    file = tmp_path / f"{path}.yaml"
+    file.write_text(
+        f"name: tombstones-{prefix}\n"
+        f"source: {{type: datagen, {fields}}}\n"
+        f"transforms: [{records_only}"
+        f'{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{prefix}.$1"}}]\n'
+        # One message per produce request: the broker judges a delete and its tombstone apart,
+        # as it does when a delete fills a batch on its own (the issue's 1 MB deletes).
+        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', producer: {{batch.num.messages: 1}}}}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+        f"errors: {{tolerance: all, dead_letter: {{type: kafka, bootstrap_servers: '{bootstrap}', "
+        f"topic: {prefix}-dlq}}}}\n"
+    )
+    return file
+
+
+def _expected_deletes(table: str) -> set[int]:
+    """Ids (``seq``) of the deletes datagen makes in ``table``."""
+    source = datagen(DATAGEN)
+    per_partition = DATAGEN["count"] // DATAGEN["partitions"]
+    ids = set()
+    for partition in range(DATAGEN["partitions"]):
+        for seq in range(1, per_partition + 1):
+            event = source.event(partition, seq, 0)
+            if event.op is Op.DELETE and event.source.table == table:
+                assert event.before is not None
+                ids.add(event.before["seq"])
+    return ids
+
+
+def _by_key(records: list[Received]) -> dict[tuple[str, int, bytes | None], list[Received]]:
+    """Each key's records in the order their partition holds them."""
+    keyed: dict[tuple[str, int, bytes | None], list[Received]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
+        keyed[(record.topic, record.partition, record.key)].append(record)
+    return keyed
+
+
+def _payload(value: bytes) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads(value)["payload"]
+    return payload
+
+
+@pytest.mark.parametrize("path", ["batches", "records"])
+def test_a_refused_delete_and_its_tombstone_go_to_the_dead_letters_together(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, path: str
+) -> None:
+    if path == "batches" and native_module() is None:
+        pytest.skip("compact batches need the compiled core")
+    _create_topics(kafka_bootstrap, topic_prefix)
+    result = run_cdcflow("run", str(_pipeline(tmp_path, kafka_bootstrap, topic_prefix, path)))
+    assert result.returncode == 0, result.stderr
+
+    refusing = read_topics(kafka_bootstrap, [f"{topic_prefix}.table_0"])
+    assert refusing == [], "the refusing topic holds records (a tombstone of a refused delete)"
+
+    # Every delete the broker took is followed, among its key's records, by its tombstone. (A run
+    # that retried after a transient failure writes again from its checkpoint: a delete whose
+    # tombstone was still waiting then comes again, followed by it.)
+    accepted_deletes = set()
+    for records in _by_key(read_topics(kafka_bootstrap, [f"{topic_prefix}.table_1"])).values():
+        for index, record in enumerate(records):
+            if record.value is None:
+                previous = records[index - 1] if index > 0 else None
+                assert previous is not None and previous.value is not None
+                assert _payload(previous.value)["op"] == "d", f"a tombstone after a {_payload(previous.value)['op']}"
+                assert record.headers == {TOMBSTONE_HEADER: b"after-delete"}
+                continue
+            payload = _payload(record.value)
+            if payload["op"] == "d":
+                seq = payload["before"]["seq"]
+                accepted_deletes.add(seq)
+                following = records[index + 1] if index + 1 < len(records) else None
+                later = [_payload(r.value) for r in records[index + 1 :] if r.value is not None]
+                written_again = any(p["op"] == "d" and p["before"]["seq"] == seq for p in later)
+                assert (following is not None and following.value is None) or written_again, f"delete {seq}"
+    assert accepted_deletes == _expected_deletes("table_1")
+
+    # Every refused delete is in the dead letters, its tombstone next among its key's.
+    refused_deletes, tombstones = set(), 0
+    dead = read_topics(kafka_bootstrap, [f"{topic_prefix}-dlq"])
+    for records in _by_key(dead).values():
+        for index, record in enumerate(records):
+            assert record.headers["cdcflow.error.stage"] == b"sink"
+            assert record.headers["cdcflow.error.original_topic"] == f"{topic_prefix}.table_0".encode()
+            assert record.value is not None
+            raw_value = _payload(record.value)["raw_value"]
+            if raw_value is None:
+                assert TOMBSTONE_HEADER in record.headers, "a dead letter with a null value that is no tombstone"
+                tombstones += 1
+                continue
+            refused = _payload(base64.b64decode(raw_value))
+            if refused["op"] != "d":
+                continue
+            refused_deletes.add(refused["before"]["seq"])
+            following = records[index + 1] if index + 1 < len(records) else None
+            assert following is not None and TOMBSTONE_HEADER in following.headers, f"delete {refused['before']}"
+            assert following.headers["cdcflow.error.class"] == b"TombstoneWithheldError"
+            assert _payload(following.value or b"")["raw_value"] is None
+            tombstones -= 1  # counted as its delete's
+    assert refused_deletes == _expected_deletes("table_0")
+    assert tombstones == 0, "a tombstone in the dead letters without its delete"
+
+
+@pytest.mark.parametrize("path", ["batches", "records"])
+def test_a_delete_the_producer_refuses_at_once_takes_its_tombstone_to_the_dead_letters(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, path: str
+) -> None:
+    # Over the producer's own message.max.bytes, a record is refused by produce() itself.
+    if path == "batches" and native_module() is None:
+        pytest.skip("compact batches need the compiled core")
+    config = {**DATAGEN, "count": 60, "op_mix": {"c": 0.5, "d": 0.5}}
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in config.items())
+    records_only = "{type: filter, ops: [c, u, d]}, " if path == "records" else ""
+    file = tmp_path / "local.yaml"
+    file.write_text(
+        f"name: local-{topic_prefix}\n"
+        f"source: {{type: datagen, {fields}}}\n"
+        f"transforms: [{records_only}"
+        f'{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', producer: {{message.max.bytes: 2000}}}}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+        "errors: {tolerance: all, dead_letter: {type: file, path: dlq.jsonl}}\n"
+    )
+    result = run_cdcflow("run", str(file))
+    assert result.returncode == 0, result.stderr
+
+    topics = [f"{topic_prefix}.table_0", f"{topic_prefix}.table_1"]
+    assert read_topics(kafka_bootstrap, topics) == [], "a tombstone of a refused delete reached Kafka"
+    dead = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
+    deletes = [index for index, d in enumerate(dead) if d["value"].get("op") == "d"]
+    expected = set()
+    source = datagen(config)
+    for partition in range(config["partitions"]):
+        for seq in range(1, config["count"] // config["partitions"] + 1):
+            event = source.event(partition, seq, 0)
+            if event.op is Op.DELETE and event.before is not None:
+                expected.add(event.before["seq"])
+    assert {dead[index]["value"]["before"]["seq"] for index in deletes} == expected != set()
+    assert sum(TOMBSTONE_HEADER in d.get("headers", {}) for d in dead) == len(deletes)
+    for index in deletes:
+        tombstone = dead[index + 1]  # right after its delete
+        assert tombstone["headers"][TOMBSTONE_HEADER] == "after-delete"
+        assert tombstone["headers"]["cdcflow.error.class"] == "TombstoneWithheldError"
+        assert tombstone["value"] == {"raw_value": None}
+        key = json.loads(base64.b64decode(tombstone["key"]["raw_key"]))["payload"]
+        assert key == dead[index]["key"]
