@@ -550,6 +550,7 @@ class Scenario:
                 "start": "earliest",
                 "generations_keyspace": self.writer.keyspaces.distributed,
                 "tablets_keyspace": self.writer.keyspaces.local,
+                "schema_keyspace": self.writer.keyspaces.schema,  # the tables' CDC options (log TTL, delta)
                 # one node: every replica there is (what the default does on one node is item 1's)
                 "consistency": "ONE",
             }
