@@ -24,8 +24,10 @@ from cdcflow.config import parse_pipeline
 from cdcflow.plugins import PluginRegistry
 from cdcflow.spark_engine.datasource import CdcflowStreamReader, SourceJob
 from tests.integration.kafka_helpers import start_logged
-from tests.integration.scylla_helpers import Arrived, arrived, pipeline, source_section, wait_for
-from tests.standins.scylla.writer import ScyllaCdcWriter, SimulatedKeyspaces
+from tests.integration.scylla_helpers import Arrived, arrived, pipeline, scylla_writer, source_section, wait_for
+from tests.standins.scylla.writer import ScyllaCdcWriter
+
+__all__ = ["scylla_writer"]  # the fixture, for pytest
 
 KEYS = 12
 ROUNDS = 10  # updates of each key per stream set
@@ -70,21 +72,12 @@ def write_backlog(
 
 
 @pytest.fixture
-def past_writer(cassandra_session: Any, keyspace: str) -> Any:
+def past_writer(scylla_writer: ScyllaCdcWriter) -> tuple[ScyllaCdcWriter, SteppedClock]:
+    """The stand-in writer on a clock of the test's, ten minutes back: whatever it writes is a
+    backlog the moment the pipeline starts."""
     clock = SteppedClock(time.time() - 600)
-    writer = ScyllaCdcWriter(
-        cassandra_session,
-        SimulatedKeyspaces.prefixed(keyspace),
-        shards=4,
-        ring_delay_s=1.0,
-        generation_leeway_us=2_000_000,
-        seed=hash(keyspace) & 0xFFFF,
-        distributed_replication_factor=1,
-        clock=clock,
-    )
-    writer.create_metadata_tables()
-    yield writer, clock
-    writer.drop_keyspaces()
+    scylla_writer.clock = clock
+    return scylla_writer, clock
 
 
 def write_round(writer: ScyllaCdcWriter, clock: SteppedClock, tables: list[str], written: dict[Any, list[int]]) -> None:

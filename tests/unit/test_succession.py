@@ -10,16 +10,16 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar
 
 import pytest
 
 from cdcflow.config import parse_pipeline
-from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Sink, Source, Succession
+from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source, Succession
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo
 from cdcflow.pipeline import HashAssignment, build_runner
 from cdcflow.plugins import PluginRegistry
 from cdcflow.succession import SuccessionGate
+from tests.unit.test_delivery_loop import RecordingSink
 
 KEYS = 3
 
@@ -64,41 +64,15 @@ class HandoverSource(Source[HandoverConfig]):
         return int(offset["i"]) >= self._bounds(partition)[1]
 
 
-class KeptSinkConfig(PluginConfig):
-    pass
-
-
-class KeptSink(Sink[KeptSinkConfig]):
-    """Keeps what was flushed, in order, for every instance (worker) of the test."""
-
-    type_name = "kept"
-    config_model = KeptSinkConfig
-    durable: ClassVar[list[ChangeEvent]] = []
-    lock = threading.Lock()
-
-    def __init__(self, config: KeptSinkConfig, context: PluginContext) -> None:
-        super().__init__(config, context)
-        self.pending: list[ChangeEvent] = []
-
-    def write(self, records: Sequence[Record]) -> list[Rejected]:
-        self.pending.extend(r for r in records if isinstance(r, ChangeEvent))
-        return []
-
-    def flush(self) -> list[Rejected]:
-        with self.lock:
-            type(self).durable.extend(self.pending)
-        self.pending.clear()
-        return []
-
-
 @pytest.fixture
 def registry() -> PluginRegistry:
     registry = PluginRegistry.from_entry_points()
     registry.register(
-        SimpleNamespace(cdcflow_source_types=lambda: [HandoverSource], cdcflow_sink_types=lambda: [KeptSink]),
+        SimpleNamespace(cdcflow_source_types=lambda: [HandoverSource], cdcflow_sink_types=lambda: [RecordingSink]),
         "tests",
     )
-    KeptSink.durable = []
+    RecordingSink.durable = []
+    RecordingSink.calls = []
     return registry
 
 
@@ -106,17 +80,17 @@ def spec(tmp_path: Path, registry: PluginRegistry, **source: object) -> object:
     data = {
         "name": "handover",
         "source": {"type": "handover", **source},
-        "sink": {"type": "kept"},
+        "sink": {"type": "recording"},
         "checkpoint": {"type": "file", "path": str(tmp_path / "ckpt"), "interval_ms": 1},
         "engine": {"max_records_per_read": 4, "batch_size": 4, "poll_interval_ms": 1},
     }
     return parse_pipeline(data, tmp_path / "handover.yaml", registry)
 
 
-def values_by_key(events: list[ChangeEvent]) -> dict[int, list[int]]:
+def values_by_key(events: list[Record]) -> dict[int, list[int]]:
     found: dict[int, list[int]] = {}
     for event in events:
-        assert event.after is not None
+        assert isinstance(event, ChangeEvent) and event.after is not None
         found.setdefault(event.key["k"], []).append(event.after["v"])
     return found
 
@@ -128,7 +102,7 @@ def written_order(changes: int) -> dict[int, list[int]]:
 def test_one_process_delivers_the_successor_after_its_predecessor(tmp_path: Path, registry: PluginRegistry) -> None:
     # ``new`` is listed first: a loop without the rule reads it first.
     build_runner(spec(tmp_path, registry), registry).run()
-    assert values_by_key(KeptSink.durable) == written_order(30)
+    assert values_by_key(RecordingSink.durable) == written_order(30)
 
 
 def test_two_processes_wait_for_each_others_commits(tmp_path: Path, registry: PluginRegistry) -> None:
@@ -153,7 +127,7 @@ def test_two_processes_wait_for_each_others_commits(tmp_path: Path, registry: Pl
         thread.join(timeout=60)
     assert not any(t.is_alive() for t in threads), "a worker is still waiting"
     assert waiting.metrics.records_read == 200
-    assert values_by_key(KeptSink.durable) == written_order(200)
+    assert values_by_key(RecordingSink.durable) == written_order(200)
 
 
 def test_a_gate_follows_committed_offsets(tmp_path: Path, registry: PluginRegistry) -> None:
