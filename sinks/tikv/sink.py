@@ -181,8 +181,8 @@ class TiKVSink(Sink[TiKVSinkConfig]):
         if record.op is Op.DELETE or record.after is None:
             return _Write(key, None, 0)
         value = record.after.get("value")
-        if not isinstance(value, bytes) or not value:
-            return Rejected(record, RecordRejectedError(f"RawKV values are non-empty bytes, found {value!r}"), "sink")
+        if not isinstance(value, bytes):  # b"" is a value: RawKV stores empty values
+            return Rejected(record, RecordRejectedError(f"RawKV values are bytes, found {value!r}"), "sink")
         if len(key) > self.config.max_key_bytes:
             return Rejected(
                 record,
@@ -244,7 +244,9 @@ class TiKVSink(Sink[TiKVSinkConfig]):
                 try:
                     if run_is_put:
                         ttls = [max(1, int(w.expire_ts - now_s)) if w.expire_ts else 0 for w in run]
-                        self.client.batch_put([(w.key, w.value or b"") for w in run], ttls if any(ttls) else None)
+                        self.client.batch_put(
+                            [(w.key, w.value if w.value is not None else b"") for w in run], ttls if any(ttls) else None
+                        )
                     else:
                         self.client.batch_delete([w.key for w in run])
                     self.requests_sent += 1

@@ -6,6 +6,7 @@
     ├── TiKVUnavailableError (TransientError)        PD or a store cannot be reached
     ├── RegionErrorsExhaustedError (TransientError)  region errors outlived the client's backoff
     ├── TiKVServerError                              TiKV refused a request for good (its ``error`` text)
+    ├── RegionNotInPDError (TransientError)          PD's region tree has a hole at the key (a split not reported yet)
     ├── PDError (ProtocolError)                      PD answered with an error header
     └── CodecError (ProtocolError)
         ├── KeyDecodeError                           bytes that are not a key of the expected form
@@ -21,6 +22,7 @@ __all__ = [
     "KeyDecodeError",
     "PDError",
     "RegionErrorsExhaustedError",
+    "RegionNotInPDError",
     "TiKVClientError",
     "TiKVServerError",
     "TiKVUnavailableError",
@@ -38,6 +40,11 @@ class TiKVUnavailableError(TiKVClientError, TransientError):
 
 class RegionErrorsExhaustedError(TiKVClientError, TransientError):
     """A request kept meeting region errors (not leader, epoch mismatch, busy) past its backoff budget."""
+
+
+class RegionNotInPDError(TiKVClientError, TransientError):
+    """PD holds no region for a key: its region tree has a hole there until the region's leader
+    reports (after a split, before both halves' heartbeats); asked again, it fills in."""
 
 
 class TiKVServerError(TiKVClientError):

@@ -12,11 +12,11 @@ import grpc
 from google.protobuf.message import Message
 
 from cdcflow.sources.tikv_client.codec import compose_ts
-from cdcflow.sources.tikv_client.exceptions import PDError, TiKVUnavailableError
+from cdcflow.sources.tikv_client.exceptions import PDError, RegionNotInPDError, TiKVUnavailableError
 from cdcflow.sources.tikv_client.proto import metapb_pb2, pdpb_pb2
 from cdcflow.sources.tikv_client.tls import TLSConfig
 
-__all__ = ["PDClient", "RegionInfo", "grpc_channel", "serialize_message", "strip_scheme"]
+__all__ = ["PDClient", "RegionInfo", "covering_prefix", "grpc_channel", "serialize_message", "strip_scheme"]
 
 log = logging.getLogger("cdcflow.tikv.pd")
 
@@ -217,7 +217,9 @@ class PDClient:
             pdpb_pb2.GetRegionResponse,
         )
         if not response.HasField("region"):
-            raise PDError(f"PD knows no region for key {region_key.hex()}")
+            # A key in a hole of PD's region tree (a split half not yet reported): PD answers an
+            # empty header (tikv/pd pkg/utils/grpcutil/cluster.go GetRegion); it fills in.
+            raise RegionNotInPDError(f"PD knows no region for key {region_key.hex()} (yet)")
         return RegionInfo(response.region, response.leader if response.HasField("leader") else None)
 
     def get_region_by_id(self, region_id: int) -> RegionInfo | None:
@@ -231,7 +233,9 @@ class PDClient:
         return RegionInfo(response.region, response.leader if response.HasField("leader") else None)
 
     def scan_regions(self, start_key: bytes, end_key: bytes, limit: int = 0) -> list[RegionInfo]:
-        """Regions overlapping [start_key, end_key) in key order (``end_key`` empty: to the end)."""
+        """Regions overlapping [start_key, end_key) in key order (``end_key`` empty: to the end),
+        as PD's tree holds them: possibly with holes, or none at all, while a split's halves
+        have not both reported. Check the answer with :func:`covering_prefix`."""
         regions: list[RegionInfo] = []
         cursor = start_key
         while True:
@@ -305,6 +309,26 @@ class PDClient:
 
     def _header(self) -> pdpb_pb2.RequestHeader:
         return pdpb_pb2.RequestHeader()  # _call fills in the cluster id once connected
+
+
+def covering_prefix(regions: Sequence[RegionInfo], start: bytes, end: bytes) -> tuple[list[RegionInfo], bytes | None]:
+    """The regions that cover [start, end) without a gap from ``start`` on, and the first key
+    they leave uncovered (None: they cover it all). TiKV-CDC's ``CheckRegionsLeftCover``
+    (tikv/migration cdc/pkg/regionspan/region.go) and client-go's gap check of a region scan
+    refuse the same answers: an empty one, one starting after ``start``, one with a hole."""
+    ordered = sorted(regions, key=lambda r: r.start_key)
+    covered: list[RegionInfo] = []
+    cursor = start
+    for region in ordered:
+        if region.end_key and region.end_key <= cursor:
+            continue  # wholly before what is still to cover
+        if region.start_key > cursor:
+            break  # a hole at cursor
+        covered.append(region)
+        if not region.end_key or (end and region.end_key >= end):
+            return covered, None
+        cursor = region.end_key
+    return covered, cursor
 
 
 def serialize_message(message: Message) -> bytes:

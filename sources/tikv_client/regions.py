@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 
 import grpc
 
+from cdcflow.sources.tikv_client.exceptions import RegionNotInPDError
 from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, grpc_channel
 from cdcflow.sources.tikv_client.proto import metapb_pb2
 
@@ -25,12 +27,25 @@ class RegionCache:
         self._channels: dict[str, grpc.Channel] = {}
 
     def locate(self, region_key: bytes) -> RegionInfo:
-        """The region holding ``region_key``, from the cache or else from PD."""
+        """The region holding ``region_key``, from the cache or else from PD. A key in a hole of
+        PD's tree is asked again with backoff (client-go ``loadRegion``: "region not found for
+        key", BoRegionMiss) until PD knows it or ``pd.timeout_s`` passes
+        (:class:`RegionNotInPDError` then)."""
         with self._lock:
             index = bisect.bisect_right(self._starts, region_key) - 1
             if index >= 0 and self._regions[index].contains(region_key):
                 return self._regions[index]
-        region = self.pd.get_region(region_key)
+        deadline = time.monotonic() + self.pd.timeout_s
+        delay = 0.002
+        while True:
+            try:
+                region = self.pd.get_region(region_key)
+                break
+            except RegionNotInPDError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(0.5, delay * 2)
         self.insert(region)
         return region
 

@@ -5,8 +5,25 @@ leader's store with ``kv_api = RawKV`` and ``checkpoint_ts`` = where the span re
 sends what is stored above that timestamp (the incremental scan), then an ``INITIALIZED`` row,
 then live rows and resolved-ts. A region error (not leader, epoch mismatch after a split or
 merge, region not found, busy) or a broken stream ends the affected subscriptions; their spans
-are subscribed again from their own last resolved-ts, after looking the regions up in PD again,
-so nothing between that resolved-ts and the new subscription is missed.
+are subscribed again after looking the regions up in PD again.
+
+Where a span resumes. Every resolved-ts TiKV sends is taken less ``safety_ts`` (the source's
+``safety_interval_ms``) before it counts, and a span is subscribed again from that: from
+``max(from_ts, region resolved-ts - safety)``. TiKV's own resolved-ts is not safe to resume from:
+on a leader transfer the old leader can still send one computed from its store's timestamp cache
+after the new leader's first write (tikv/migration#193; tikv/tikv components/cdc/src/endpoint.rs
+1121-1143, raftstore pd.rs 2175-2190), and the new subscription's catch-up scan sends only rows
+above its checkpoint (components/cdc/src/initializer.rs 462-473): resuming from the raw value loses
+those writes. TiKV-CDC applies the safety interval to the region's resolved-ts the same way
+(``GetSafeResolvedTs``, tikv/migration cdc/cdc/kv/region_worker.go 755-760).
+
+Where PD's answer has a hole. PD learns regions from heartbeats and answers a scan with what its
+tree holds: after a split, the half not yet reported is missing, and a span can come back
+gapped or empty (tikv/pd pkg/core/region_tree.go 171-191). A span is subscribed only as far as
+the regions PD returned cover it from its start; the rest stays pending, with its ``from_ts``,
+and is scanned again with backoff until PD covers it (client-go region_cache.go "PD returned
+regions have gaps"; TiKV-CDC ``CheckRegionsLeftCover``). A pending span holds its partition's
+resolved-ts at its ``from_ts``, so the partition never passes a span nobody follows.
 
 Streams and versions, as TiKV reads them (tikv/tikv ``components/cdc/src/service.rs``,
 ``endpoint.rs``): TiKV takes the client's ``Header.ticdc_version`` from a stream's first request
@@ -37,7 +54,7 @@ import grpc
 
 from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
-from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_message
+from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, covering_prefix, serialize_message
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2
 from cdcflow.sources.tikv_client.rawkv import certificate_refused
 from cdcflow.sources.tikv_client.regions import RegionCache
@@ -78,6 +95,11 @@ class _Resubscribe:
     from_ts: int
     not_before: float
     generation: int
+    uncovered_scans: int = 0  # PD scans in a row that did not cover the span: the backoff grows
+
+    def next_scan_delay_s(self) -> float:
+        """50 ms, doubling, at most 2 s between scans of a span PD does not cover yet."""
+        return min(2.0, 0.05 * 2.0 ** min(self.uncovered_scans, 6))
 
 
 class _StoreStream:
@@ -122,8 +144,10 @@ class EventFeed:
         on_rows: RowsCallback,
         retry_delay_s: float = 0.2,
         on_rows_outside_span: Callable[[int], object] = lambda count: None,
+        safety_ts: int = 0,
     ) -> None:
         self.pd = pd
+        self.safety_ts = safety_ts  # taken off every resolved-ts TiKV sends (see the module docstring)
         self.codec = codec
         self.on_rows = on_rows
         self.on_rows_outside_span = on_rows_outside_span  # how many scan rows of others' keys were dropped
@@ -172,8 +196,9 @@ class EventFeed:
                         )
 
     def resolved_ts(self, partition_id: str) -> int | None:
-        """The partition's resolved-ts: the minimum over its subscriptions and the spans waiting to
-        be subscribed again. None while it has neither."""
+        """The partition's resolved-ts, less the safety interval: the minimum over its
+        subscriptions and the spans waiting to be subscribed (again, or until PD covers them).
+        None while it has neither."""
         with self._lock:
             values = [s.resolved_ts for s in self._subscriptions.values() if s.partition_id == partition_id]
             values += [p.from_ts for p in self._pending if p.partition_id == partition_id]
@@ -206,21 +231,44 @@ class EventFeed:
                 if self._closed.is_set():
                     return
                 try:
-                    self._subscribe_span(task)
+                    done = self._subscribe_span(task)
                 except TiKVClientError as exc:
                     log.warning("subscribing %s failed (%s); retrying", task.partition_id, exc)
                     with self._lock:
                         task.not_before = time.monotonic() + 1.0
                     continue
                 with self._lock:
-                    if task in self._pending:
+                    if done and task in self._pending:
                         self._pending.remove(task)
 
-    def _subscribe_span(self, task: _Resubscribe) -> None:
-        regions = self.pd.scan_regions(task.start, task.end)
+    def _subscribe_span(self, task: _Resubscribe) -> bool:
+        """Subscribes the regions PD names for the span, as far as they cover it from its start;
+        False when part of it is left pending (PD's answer had a hole or nothing)."""
+        found = self.pd.scan_regions(task.start, task.end)
+        regions, uncovered = covering_prefix(found, task.start, task.end)
         with self._lock:
             if self._generation.get(task.partition_id) != task.generation or task not in self._pending:
-                return  # unsubscribed meanwhile
+                return True  # unsubscribed meanwhile
+            self._register_regions(task, regions)
+            if uncovered is not None:
+                task.uncovered_scans += 1
+                level = logging.WARNING if task.uncovered_scans in (5, 50) else logging.DEBUG
+                log.log(
+                    level,
+                    "partition %s: PD's regions leave [%s, %s) uncovered (%d scans so far); it stays pending at %d",
+                    task.partition_id,
+                    uncovered.hex(),
+                    task.end.hex() or "inf",
+                    task.uncovered_scans,
+                    task.from_ts,
+                )
+                task.start = uncovered
+                task.not_before = time.monotonic() + task.next_scan_delay_s()
+            return uncovered is None
+
+    def _register_regions(self, task: _Resubscribe, regions: list[RegionInfo]) -> None:
+        """Registers each region's part of the task's span on a stream to its leader's store."""
+        with self._lock:
             for region in regions:
                 self.regions.insert(region)
                 start = max(region.start_key, task.start)
@@ -291,7 +339,9 @@ class EventFeed:
         return True
 
     def _retry_span(self, subscription: _Subscription, delay_s: float, why: str) -> None:
-        """Subscribes the span of an ended subscription again, from its own resolved-ts."""
+        """Subscribes the span of an ended subscription again, from its resolved-ts: the larger of
+        where it was subscribed from and the region's last resolved-ts less the safety interval
+        (:meth:`_advance` keeps it so)."""
         self.resubscriptions += 1
         log.info(
             "partition %s: %s; resubscribing [%s, %s) from %d",
@@ -372,8 +422,10 @@ class EventFeed:
 
     def _advance(self, subscription: _Subscription, ts: int) -> None:
         # Before INITIALIZED, the incremental scan is still running: its resolved-ts means nothing.
-        if subscription.initialized and ts > subscription.resolved_ts:
-            subscription.resolved_ts = ts
+        # Taken less the safety interval (the module docstring: a resolved-ts from an old leader).
+        safe = ts - self.safety_ts
+        if subscription.initialized and safe > subscription.resolved_ts:
+            subscription.resolved_ts = safe
 
     def _handle_error(self, subscription: _Subscription, error: cdcpb_pb2.Error) -> None:
         with self._lock:
@@ -451,10 +503,7 @@ class EventFeed:
                 continue
             ts = row.commit_ts or row.start_ts
             op = row.op_type
-            if op == _PUT:
-                if not row.value:
-                    items.append(_rejected(row, "PUT with an empty value (RawKV refuses empty values)"))
-                    continue
+            if op == _PUT:  # an empty value is a value (RawKV stores it), never a delete
                 items.append(Item(ts, key[cut:], ts, PUT, row.value, row.expire_ts_unix_secs, ""))
             elif op == _DELETE:
                 items.append(Item(ts, key[cut:], ts, DELETE, b"", 0, ""))

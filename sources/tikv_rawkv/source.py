@@ -9,9 +9,11 @@ same records every time they are read. So, per partition (a sub-range of keys):
 
 * a :class:`~cdcflow.sources.tikv_rawkv.sorter.PartitionSorter` holds every row above the committed
   checkpoint (in memory, spilling sorted runs to disk beyond ``sorter_memory_mb``);
-* ``latest_offset`` is ``{"ts": T}`` with T = the partition's resolved-ts (the minimum over its
-  region subscriptions, including spans being subscribed again) minus ``safety_interval_ms``,
-  capped so that about ``max_records`` rows lie in the range;
+* ``latest_offset`` is ``{"ts": T}`` with T = the partition's resolved-ts less
+  ``safety_interval_ms`` (the minimum over its region subscriptions, each resolved-ts taken less
+  the interval as it arrives, and over spans waiting to be subscribed: again, or until PD's
+  regions cover them; see :mod:`~cdcflow.sources.tikv_rawkv.feed`), capped so that about
+  ``max_records`` rows lie in the range;
 * ``read(start, end)`` returns the held rows with start < ts <= end, sorted by (ts, key), each row
   once (a span subscribed again sends rows above its resolved-ts twice);
 * ``commit`` (after the checkpoint is durable) lets the sorter forget rows at or below it and
@@ -46,13 +48,14 @@ sets ``read_where_planned``: the spark engine reads each range in its driver, wh
 Events
 ------
 A PUT is ``op = c`` (RawKV cannot tell an insert from an overwrite; every PUT is an upsert) with
-``after = {key, value, expire_ts}``; a DELETE is ``op = d`` with ``after = None``. ``key`` is
+``after = {key, value, expire_ts}``; an empty value is a value like any other (``b""``, a PUT,
+never a delete: RawKV stores it); a DELETE is ``op = d`` with ``after = None``. ``key`` is
 ``{"key": <user key bytes>}`` without the ``r`` + keyspace prefix; ``expire_ts`` is the absolute
 expiry in seconds since the epoch (None without TTL). ``source.position`` is ``{"ts", "key"}``,
 ``source.ts_us`` the write's timestamp (physical part) and ``source.extra["tikv_ts"]`` the full
 TSO timestamp. Topics are ``<cluster>.ks<keyspace_id>.rawkv``. A row of the partition's span
-that is not a RawKV change (a PUT with an empty value, an op type TiKV could not map from the
-value's meta flags, a transactional log type) is yielded as :class:`Rejected` with its raw key
+that is not a RawKV change (an op type TiKV could not map from the value's meta flags, a
+transactional log type) is yielded as :class:`Rejected` with its raw key
 and value, for the dead-letter destination. Rows outside the span (the catch-up scan reads the
 whole region: other partitions' and other keyspaces' keys) are dropped and counted
 (``tikv_scan_row_outside_span``).
@@ -110,7 +113,10 @@ class TiKVRawKVSourceConfig(PluginConfig):
     )
     start_ts: int | None = Field(default=None, ge=0, description="TSO timestamp to start from; default: PD's now")
     safety_interval_ms: int = Field(
-        default=3000, ge=0, description="held back from resolved-ts (the leader-transfer hazard of TiKV-CDC)"
+        default=3000,
+        ge=0,
+        description="taken off every resolved-ts TiKV sends, for the watermark and for where a region is "
+        "subscribed again: an old leader can resolve past the new leader's first writes (tikv/migration#193)",
     )
     sorter_memory_mb: int = Field(default=256, ge=1, description="rows held in memory per partition before spilling")
     spill_dir: ResolvedPath | None = Field(default=None, description="where sorted runs spill; default a temp folder")
@@ -197,7 +203,9 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         else:
             self._spill_dir = Path(tempfile.mkdtemp(prefix="cdcflow-tikv-sorter-"))
         self._owns_spill_dir = True
-        self._feed = EventFeed(self.pd, self.codec, self._on_rows, on_rows_outside_span=self._outside_span.inc)
+        self._feed = EventFeed(
+            self.pd, self.codec, self._on_rows, on_rows_outside_span=self._outside_span.inc, safety_ts=self._safety
+        )
 
     def close(self) -> None:
         if self._feed is not None:
@@ -228,7 +236,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         resolved = self._feed.resolved_ts(partition.id)
         if resolved is None:
             return {"ts": start_ts}
-        end = partition_feed.sorter.end_for(start_ts, resolved - self._safety, max_records)
+        end = partition_feed.sorter.end_for(start_ts, resolved, max_records)
         return {"ts": end}
 
     def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
@@ -261,9 +269,9 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
 
     def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
         # For lag (cdcflow.metrics): read up to resolved-ts minus the safety interval (TiKV keeps
-        # resolved-ts near now) is all the partition may give now.
+        # resolved-ts near now; the feed takes the interval off) is all the partition may give now.
         resolved = self._feed.resolved_ts(partition.id) if self._feed is not None else None
-        return resolved is not None and int(offset["ts"]) >= resolved - self._safety
+        return resolved is not None and int(offset["ts"]) >= resolved
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         for partition_id, offset in offsets.items():
@@ -312,7 +320,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         while True:
             self._raise_if_refused()
             resolved = self._feed.resolved_ts(partition.id)
-            if resolved is not None and resolved - self._safety >= end_ts:
+            if resolved is not None and resolved >= end_ts:
                 return
             if time.monotonic() >= deadline:
                 raise SourceUnavailableError(

@@ -188,3 +188,26 @@ def test_a_conf_change_does_not_stale_a_region_the_client_knows(upstream: TiKVCl
     upstream.kv.put(start + b"b", b"2")
     assert upstream.control("region_errors_sent").get("epoch_not_match", 0) == before
     assert upstream.kv.get(start + b"b") == b"2"
+
+
+def test_an_empty_value_is_stored_and_read_back_as_an_empty_value(upstream: TiKVCluster) -> None:
+    # TiKV stores empty RawKV values (src/storage/mod.rs test data "empty value"); client-go
+    # dropped its own refusal ("rawkv: permit empty value", #612). Present and empty, not absent.
+    start, end = key_range("emptyvalue")
+    upstream.kv.put(start + b"a", b"")
+    upstream.kv.batch_put([(start + b"b", b""), (start + b"c", b"x")])
+    assert upstream.kv.get(start + b"a") == b""
+    assert upstream.kv.get(start + b"z") is None
+    assert upstream.kv.scan(start, end) == [(start + b"a", b""), (start + b"b", b""), (start + b"c", b"x")]
+
+
+def test_a_key_in_a_hole_of_pds_regions_is_written_once_pd_knows_its_region(upstream: TiKVCluster) -> None:
+    # After a split PD's tree has a hole where the half that has not reported yet lies (tikv/pd
+    # pkg/core/region_tree.go 171-191); GetRegion of a key there answers no region. client-go asks
+    # again with backoff ("region not found for key"); so must this client.
+    start, _ = key_range("pdhole")
+    upstream.control("split", key=(b"r\x00\x00\x00" + start + b"m").hex(), hole_s=1.0, first="left")
+    hole_start = encode_memcomparable(b"r\x00\x00\x00" + start + b"m").hex()
+    assert not any(r["start"] == hole_start for r in upstream.control("pd_regions"))
+    upstream.kv.put(start + b"x", b"1")
+    assert upstream.kv.get(start + b"x") == b"1"

@@ -172,3 +172,24 @@ def test_gc_safepoint_is_kept_refreshed_and_a_start_behind_it_is_refused(
     assert worker.returncode != 0
     assert "CheckpointBehindGCSafePointError" in log and "GC safepoint" in log
     assert downstream.kv.get(start + b"c") is None
+
+
+def test_an_empty_value_replicates_as_an_empty_value(
+    upstream: TiKVCluster, downstream: TiKVCluster, tmp_path: Path
+) -> None:
+    # RawKV stores empty values; the feed sends them as PUTs: downstream they are empty values,
+    # present, never deletes (a key overwritten with b"" keeps existing).
+    start, end = key_range("emptyrep")
+    file = pipeline_file(tmp_path, upstream, downstream, start, end, upstream.ts_before_writes())
+    upstream.kv.put(start + b"a", b"")
+    upstream.kv.put(start + b"b", b"before")
+    upstream.kv.put(start + b"b", b"")
+    upstream.kv.put(start + b"c", b"kept")
+    worker = start_worker(file)
+    try:
+        wait_until(lambda: _converged(upstream, downstream, start, end), 60, "downstream to equal upstream")
+    finally:
+        log = stop_worker(worker, file)
+    assert worker.returncode == 0, log
+    assert downstream.snapshot(start, end) == {start + b"a": b"", start + b"b": b"", start + b"c": b"kept"}
+    assert downstream.kv.get(start + b"a") == b""

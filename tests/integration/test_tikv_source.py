@@ -46,8 +46,7 @@ def source_for(upstream: TiKVCluster, tmp_path: Path) -> Iterator[object]:
             start_key=start.decode(),
             end_key=end.decode(),
             partitions=2,
-            safety_interval_ms=0,
-            **settings,
+            **{"safety_interval_ms": 0, **settings},
         )
         source = TiKVRawKVSource(config, PluginContext("tikv-source-test", tmp_path / "p.yaml"))
         source.open()
@@ -222,16 +221,14 @@ def test_rows_that_are_not_rawkv_changes_become_rejected_records_with_their_byte
     reader = _following(upstream, source_for(start, end))  # type: ignore[operator]
     ts = upstream.pd_client.get_ts()
     prefix = b"r\x00\x00\x00"
-    upstream.control("inject_row", key=(prefix + start + b"empty").hex(), value="", op_type=1, ts=ts)
     upstream.control("inject_row", key=(prefix + start + b"flag").hex(), value=b"raw".hex(), op_type=7, ts=ts)
     upstream.kv.put(start + b"fine", b"1")
-    wait_until(lambda: reader.poll(upstream) >= 3, 30, "the injected rows")
+    wait_until(lambda: reader.poll(upstream) >= 2, 30, "the injected rows")
 
     rejected = [r for r in reader.records if isinstance(r, Rejected)]
     reasons = sorted(str(r.error).split(": ", 1)[1] for r in rejected)
-    assert [type(r.error) for r in rejected] == [RowRejectedError] * 2
+    assert [type(r.error) for r in rejected] == [RowRejectedError]
     assert all(r.stage == "source" for r in rejected)
-    assert any("empty value" in reason for reason in reasons)
     assert any("unknown op type 7" in reason for reason in reasons)
     raw = {r.record.key["key"]: r.record.after["value"] for r in rejected if r.record.after}  # type: ignore[union-attr]
     assert raw[prefix + start + b"flag"] == b"raw"
@@ -394,3 +391,95 @@ def test_a_process_that_did_not_follow_a_partition_reads_the_same_ranges_and_lea
     beyond = {"ts": finish + (3_600_000 << LOGICAL_BITS)}
     with pytest.raises(SourceUnavailableError, match="read_wait_s"):
         list(impatient.read(partition, {"ts": finish}, beyond))
+
+
+def _region_holding(cluster: TiKVCluster, user_key: bytes) -> dict[str, Any]:
+    """The stand-in's region (as its control lists it) holding ``user_key`` of keyspace 0."""
+    wanted = encode_memcomparable(b"r\x00\x00\x00" + user_key)
+    return next(
+        r
+        for r in cluster.control("regions")
+        if bytes.fromhex(r["start"]) <= wanted and (not r["end"] or wanted < bytes.fromhex(r["end"]))
+    )
+
+
+def test_a_write_during_a_leader_transfer_below_the_old_leaders_last_resolved_ts_is_not_lost(
+    upstream: TiKVCluster, source_for: object
+) -> None:
+    # tikv/migration#193: the old leader sends one more resolved-ts after the new leader's first
+    # write, above that write's timestamp; the region's new subscription scans only above where it
+    # resumes. Resuming from the raw resolved-ts loses the write; from it less the safety interval
+    # (TiKV-CDC's GetSafeResolvedTs), the scan sends it.
+    start, end = key_range("race")
+    source: TiKVRawKVSource = source_for(start, end, safety_interval_ms=1000)  # type: ignore[operator]
+    reader = _following(upstream, source)
+    region = _region_holding(upstream, start + b"k")
+    new_leader = region["leader_store"] % len(region["stores"]) + 1
+    upstream.control("transfer_leader", region_id=region["id"], store_id=new_leader, linger=True)
+    upstream.kv.put(start + b"k", b"written-while-the-old-leader-lingers")
+    old_leaders_last = upstream.control("release_old_leader", region_id=region["id"])
+    history = upstream.control("history", start=(b"r\x00\x00\x00" + start).hex(), end=(b"r\x00\x00\x00" + end).hex())
+    (written_ts,) = [row[0] for row in history[(b"r\x00\x00\x00" + start + b"k").hex()]]
+    assert written_ts < old_leaders_last, "the stand-in did not reproduce the race"
+    upstream.kv.put(start + b"z", b"after")
+    after_ts = upstream.pd_client.get_ts()
+
+    def passed() -> bool:
+        reader.poll(upstream)
+        return all(int(offset["ts"]) >= after_ts for offset in reader.offsets.values())
+
+    wait_until(passed, 30, "the partition to pass the last write")
+    got = {r.key["key"]: r.after["value"] for r in reader.records if isinstance(r, ChangeEvent) and r.after}
+    assert got == {start + b"k": b"written-while-the-old-leader-lingers", start + b"z": b"after"}
+
+
+@pytest.mark.parametrize("hole", ["right half", "whole span"])
+def test_a_span_in_a_hole_of_pds_regions_is_followed_once_pd_covers_it(
+    hole: str, upstream: TiKVCluster, source_for: object
+) -> None:
+    # PD learns a split from each half's heartbeat: until the second comes, its tree has a hole
+    # (tikv/pd pkg/core/region_tree.go 171-191) and ScanRegions skips it. The feed re-scans right
+    # after the split ends its subscription: it must not take the gapped (or empty) answer as the
+    # span's regions, nor let the partition's resolved-ts pass what nobody follows.
+    start, end = key_range("hole")
+    source: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
+    reader = _following(upstream, source)
+    split_at = start + b"m" if hole == "right half" else start
+    hole_start = encode_memcomparable(b"r\x00\x00\x00" + split_at).hex()
+    upstream.control("split", key=(b"r\x00\x00\x00" + split_at).hex(), hole_s=2.0, first="left")
+    assert not any(r["start"] == hole_start for r in upstream.control("pd_regions")), "PD knows the right half"
+    # The feed scans PD again 0.2 s after the split ended its subscription, inside the hole; the
+    # writes come once PD knows the right half again, so only a feed that kept it pending sees them.
+    wait_until(
+        lambda: any(r["start"] == hole_start for r in upstream.control("pd_regions")), 10, "the right half's heartbeat"
+    )
+    upstream.kv.batch_put([(start + b"a", b"left"), (start + b"x", b"right")])
+    after_ts = upstream.pd_client.get_ts()
+
+    def passed() -> bool:
+        reader.poll(upstream)
+        return all(int(offset["ts"]) >= after_ts for offset in reader.offsets.values())
+
+    wait_until(passed, 30, "the partition to pass the writes")
+    got = {r.key["key"]: r.after["value"] for r in reader.records if isinstance(r, ChangeEvent) and r.after}
+    assert got == {start + b"a": b"left", start + b"x": b"right"}
+
+
+def test_an_empty_value_is_a_put_with_an_empty_value(upstream: TiKVCluster, source_for: object) -> None:
+    # RawKV stores empty values (tikv/tikv src/storage/mod.rs test data "empty value"; client-go
+    # "rawkv: permit empty value" #612) and the feed sends them as PUT rows (delegate.rs
+    # decode_rawkv): a change like any other, never a delete nor a rejected row.
+    start, end = key_range("empty")
+    reader = _following(upstream, source_for(start, end))  # type: ignore[operator]
+    upstream.kv.put(start + b"e", b"")
+    upstream.kv.put(start + b"f", b"full")
+    upstream.kv.put(start + b"f", b"")
+    assert upstream.kv.get(start + b"e") == b"" and upstream.kv.get(start + b"f") == b""
+    wait_until(lambda: reader.poll(upstream) >= 3, 30, "the three writes")
+    assert [r for r in reader.records if isinstance(r, Rejected)] == []
+    got = [
+        (r.op, r.key["key"], r.after["value"] if r.after else None)
+        for r in reader.records
+        if isinstance(r, ChangeEvent)
+    ]
+    assert got == [(Op.CREATE, start + b"e", b""), (Op.CREATE, start + b"f", b"full"), (Op.CREATE, start + b"f", b"")]
