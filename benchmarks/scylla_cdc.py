@@ -134,6 +134,7 @@ def read_backlog(setup: Setup, table: str, args: argparse.Namespace) -> tuple[in
         table,
         confidence_window_ms=1000,
         cluster_write_timeout_ms=1000,
+        generation_leeway_ms=0,  # the stand-in's writes carry the coordinator's clock
         max_concurrent_queries=args.concurrent_queries,
     )
     source = open_source(config, f"bench-{table}")
@@ -195,7 +196,10 @@ def latency(session: Any, args: argparse.Namespace) -> None:
         prefix = f"bench{uuid.uuid4().hex[:6]}"
         folder = Path(tempfile.mkdtemp(prefix="scylla-latency-"))
         source = setup.source_config(
-            cluster=prefix, confidence_window_ms=confidence, cluster_write_timeout_ms=min(confidence, 1000)
+            cluster=prefix,
+            confidence_window_ms=confidence,
+            cluster_write_timeout_ms=min(confidence, 1000),
+            generation_leeway_ms=0,  # the stand-in's writes carry the coordinator's clock
         )
         (folder / "p.yaml").write_text(
             f"name: {prefix}\nsource: {json.dumps(source)}\n"

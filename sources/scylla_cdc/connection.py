@@ -24,12 +24,14 @@ def connect(
     routing (each stream's rows live on the replicas of its token); the caller shuts it down."""
     from cassandra import ConsistencyLevel
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
+    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy
     from cassandra.query import tuple_factory
+
+    from cdcflow.sources.scylla_cdc.routing import StreamTokenAwarePolicy  # imports the driver
 
     child = DCAwareRoundRobinPolicy(local_dc=local_dc) if local_dc else RoundRobinPolicy()
     profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(child),
+        load_balancing_policy=StreamTokenAwarePolicy(child),
         consistency_level=ConsistencyLevel.name_to_value[consistency],
         request_timeout=timeout_s,
         row_factory=tuple_factory,

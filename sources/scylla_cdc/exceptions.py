@@ -9,6 +9,9 @@
     ├── CdcOptionsError (SourceDataError)           a table's cdc schema extension cannot be read
     ├── LogExpiredError                             the log's TTL removed rows not read yet
     ├── CdcMetadataUnavailableError (SourceUnavailableError)   the cluster cannot be read now
+    │   └── LogReadUnavailableError                 a log query failed in a way that may pass
+    ├── LogTableGoneError                           a followed table's CDC log was dropped
+    ├── LogReadRefusedError                         the cluster refuses a log query for good
     ├── MetadataTablesMissingError (ConfigError)    no CDC description tables in the named keyspace
     ├── UnknownCdcTableError (ConfigError)          a configured table has no CDC log table
     ├── KeysOnlyDeltaError (ConfigError)            a table logs keys alone and no post-image
@@ -26,7 +29,10 @@ __all__ = [
     "GenerationMetadataError",
     "KeysOnlyDeltaError",
     "LogExpiredError",
+    "LogReadRefusedError",
+    "LogReadUnavailableError",
     "LogRowError",
+    "LogTableGoneError",
     "MetadataTablesMissingError",
     "ScyllaCdcError",
     "StreamIdError",
@@ -76,6 +82,39 @@ class LogExpiredError(ScyllaCdcError):
 
 class CdcMetadataUnavailableError(ScyllaCdcError, SourceUnavailableError):
     """The CDC description tables or a log table cannot be read right now: retried with backoff."""
+
+
+class LogReadUnavailableError(CdcMetadataUnavailableError):
+    """A log query of one stream group failed in a way a retry may cure (a read or client timeout,
+    too few live replicas, an overloaded node, a lost connection): the source retries that group
+    alone with backoff (``query_retry``) while the others go on, and raises it only once the
+    group's retries are spent."""
+
+    def __init__(self, where: str, error: BaseException) -> None:
+        self.error = error
+        super().__init__(f"reading {where}: {type(error).__name__}: {error}")
+
+
+class LogTableGoneError(ScyllaCdcError):
+    """A followed table's CDC log table no longer exists (the table or its keyspace was dropped, or
+    CDC disabled on it): no retry brings it back."""
+
+    def __init__(self, table: str, log_table: str, answer: str) -> None:
+        self.table = table
+        super().__init__(
+            f"table {table}: its CDC log table {log_table} is gone (the table or its keyspace was dropped, "
+            "or CDC disabled on it); remove it from tables, or re-create it with cdc = {'enabled': true} and "
+            f"start the pipeline under a new name. The cluster answered: {answer}"
+        )
+
+
+class LogReadRefusedError(ScyllaCdcError):
+    """The cluster refuses a log query for good: the role may not read the log table, the request
+    is invalid for it, or a replica failed to execute it. Retrying would only hide it."""
+
+    def __init__(self, where: str, error: BaseException, fix: str) -> None:
+        self.error = error
+        super().__init__(f"reading {where}: the cluster refuses the query ({type(error).__name__}: {error}); {fix}")
 
 
 class MetadataTablesMissingError(ScyllaCdcError, ConfigError):

@@ -13,6 +13,12 @@ a prepared ``SELECT *`` keeps the columns it was prepared with). Its column type
 with their fields, so a field added by ``ALTER TYPE`` (which alters every table using the type,
 the log table too: scylladb ``cql3/statements/alter_type_statement.cc`` lines 74-93) is seen on the
 first page that has it, and the layout is re-read before any of its rows becomes an event.
+
+Each query is routed to the replicas of its first stream's token (:mod:`.routing`). A failed query
+raises :class:`LogReadUnavailableError` when a retry may cure it (the driver's exception types:
+:func:`cdcflow.sources.cql.driver_errors.is_transient_read_failure`), else what to fix: the log
+table is gone (:class:`LogTableGoneError`, asked of ``system_schema`` after an invalid request) or
+the cluster refuses the read (:class:`LogReadRefusedError`).
 """
 
 from __future__ import annotations
@@ -24,12 +30,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cdcflow.sources.cql.cqltypes import CqlType, build_type
+from cdcflow.sources.cql.driver_errors import is_transient_read_failure
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
+    LogReadRefusedError,
+    LogReadUnavailableError,
+    LogTableGoneError,
     StreamsPerQueryError,
     UnknownCdcTableError,
 )
 from cdcflow.sources.scylla_cdc.log_events import LogLayout, LogRow
+from cdcflow.sources.scylla_cdc.stream_id import StreamId
 from cdcflow.sources.scylla_cdc.timeuuids import max_timeuuid, micros_of
 
 __all__ = ["LOG_SUFFIX", "LogTableReader", "SentWindow", "WindowTooLargeError", "stream_chunks"]
@@ -211,21 +222,49 @@ class LogTableReader:
     # --- queries -----------------------------------------------------------------------------
 
     def _failure(self, exc: Exception, streams: int) -> Exception:
+        """The error a failed log query of ``streams`` streams raises."""
+        from cassandra import InvalidRequest, Unauthorized
+
         where = f"{self.keyspace}.{self.log_table}"
         refused = _TOO_MANY_KEYS.search(str(exc))
         if refused is not None:
             limit = refused.group(1) or refused.group(2)
             return StreamsPerQueryError(where, streams, int(limit) if limit else None, str(exc))
-        return CdcMetadataUnavailableError(f"reading {where}: {type(exc).__name__}: {exc}")
+        if is_transient_read_failure(exc):
+            return LogReadUnavailableError(where, exc)
+        if isinstance(exc, InvalidRequest):
+            try:
+                gone = not self._log_table_exists()
+            except Exception as lookup:
+                return LogReadUnavailableError(f"system_schema.tables, after {where} refused a query", lookup)
+            if gone:
+                return LogTableGoneError(f"{self.keyspace}.{self.table}", where, str(exc))
+        if isinstance(exc, Unauthorized):
+            fix = f"grant the source's role (its username) SELECT on it: GRANT SELECT ON {where} TO <role>"
+        else:
+            fix = "retrying will not change the answer"
+        return LogReadRefusedError(where, exc, fix)
+
+    def _log_table_exists(self) -> bool:
+        """Whether the cluster's schema still has the log table (asked anew: the driver's metadata
+        may lag a drop). On ScyllaDB and Cassandra alike ``system_schema.tables`` lists it."""
+        rows = self._session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s AND table_name = %s",
+            (self.keyspace, self.log_table),
+            execution_profile=self._profile,
+        )
+        return rows.one() is not None
 
     def _send(
         self, query: str, streams: Sequence[bytes], after_us: int, up_to_us: int, fetch_size: int | None
     ) -> SentWindow:
-        from cassandra.query import SimpleStatement, ValueSequence
+        from cassandra.query import ValueSequence
 
-        statement = SimpleStatement(query, fetch_size=fetch_size)
+        from cdcflow.sources.scylla_cdc.routing import StreamQuery  # imports the driver
+
         futures, sizes = [], []
         for chunk in stream_chunks(streams, self._max_streams):
+            statement = StreamQuery(query, self.keyspace, StreamId(chunk[0]).token, fetch_size)
             parameters = (ValueSequence(chunk), max_timeuuid(after_us), max_timeuuid(up_to_us))
             try:
                 futures.append(self._session.execute_async(statement, parameters, execution_profile=self._profile))
@@ -255,14 +294,14 @@ class LogTableReader:
                 result = future.result()
             except Exception as exc:
                 raise self._failure(exc, size) from exc
-            for page_rows, names, column_types in self._pages(result):
+            for page_rows, names, column_types in self._pages(result, size):
                 columns = self._columns_of(names, column_types)
                 rows.extend(self._log_row(columns, row) for row in page_rows)
                 if limit is not None and len(rows) > limit:
                     raise WindowTooLargeError(len(rows))
         return rows
 
-    def _pages(self, result: Any) -> Iterator[tuple[list[Any], list[str], list[Any]]]:
+    def _pages(self, result: Any, streams: int) -> Iterator[tuple[list[Any], list[str], list[Any]]]:
         while True:
             yield result.current_rows, list(result.column_names or ()), list(result.column_types or ())
             if not result.has_more_pages:
@@ -270,7 +309,7 @@ class LogTableReader:
             try:
                 result.fetch_next_page()
             except Exception as exc:
-                raise CdcMetadataUnavailableError(f"paging {self.keyspace}.{self.log_table}: {exc}") from exc
+                raise self._failure(exc, streams) from exc
 
     @staticmethod
     def _log_row(columns: _Columns, row: Sequence[Any]) -> LogRow:

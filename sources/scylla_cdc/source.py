@@ -17,6 +17,14 @@ windows of at most ``window_ms``; an empty window is followed by a probe for the
 empty stretch of any length costs one query. A window holding more than ``max_buffered_rows`` is
 halved until it fits: that bounds memory whatever the write rate.
 
+A group is queried again once its watermark moved ``poll_interval_ms``; each read that finds
+nothing doubles that group's wait, up to ``max_idle_poll_ms``, and a read that finds a change
+resets it (an idle table costs a query per group every 10 s, not two a second). A log query that
+fails in a way that may pass (:class:`LogReadUnavailableError`) is retried for its group alone,
+after the ``query_retry`` backoff: ``latest_offset`` returns what was read before the failure and
+the group waits while the others go on, so nothing is read twice; a group still failing after
+``query_retry.max_elapsed_s`` stops the source. A query the cluster refuses for good raises at once.
+
 Offsets: ``{"ts": T}`` means every row with a ``cdc$time`` at or before ``T`` (µs) is done;
 ``{"ts": T, "after": [time, stream, seq]}`` means every row before ``T`` is done, and those at ``T``
 up to that base write, in the order (time UUID, stream): a read cycle holding more rows than the
@@ -41,8 +49,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from cdcflow.config import RetryConfig
 from cdcflow.contract import (
     Offset,
     Partition,
@@ -55,12 +64,14 @@ from cdcflow.contract import (
 )
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
+from cdcflow.retry import Backoff
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.cql.snapshot import SnapshotConfig, TokenRangeSnapshot
 from cdcflow.sources.scylla_cdc.connection import connect
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
     KeysOnlyDeltaError,
+    LogReadUnavailableError,
     MetadataTablesMissingError,
 )
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
@@ -91,20 +102,28 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
         "(now minus the confidence window, when the pipeline first starts), or an ISO-8601 time / epoch ms; "
         "null: latest with snapshot: initial (the snapshot holds the state before it), else earliest",
     )
-    confidence_window_ms: int = Field(
-        default=30_000,
-        ge=1,
-        description="how old a change must be before it is read: covers replicas that have not applied "
-        "a write yet (at least the cluster's write timeout), client clock skew and the 5 s generation "
-        "leeway. 30 s is the default of scylla-cdc-java, scylla-cdc-go and the Kafka connector "
-        "(scylla.confidence.window.size) and scylla-cdc-rust's safety_interval. Latency is this plus "
-        "about poll_interval_ms: windows are read continuously up to now minus this",
-    )
     cluster_write_timeout_ms: int = Field(
         default=2_000,
         ge=1,
         description="the cluster's write_request_timeout_in_ms (ScyllaDB's default 2000): a write can "
-        "still land that long after its timestamp, so the confidence window must not be shorter",
+        "still land that long after its timestamp, so the confidence window must cover it",
+    )
+    generation_leeway_ms: int = Field(
+        default=5_000,
+        ge=0,
+        description="ScyllaDB's CDC generation leeway, a constant 5 s (cdc/generation.cc "
+        "get_generation_leeway): a write stamped up to this long ago is still taken (cdc/metadata.cc "
+        "lines 87-128), so the confidence window must cover it too. Lower it only for a test cluster "
+        "whose writes all carry the coordinator's clock",
+    )
+    confidence_window_ms: int = Field(
+        default=30_000,
+        ge=1,
+        description="how old a change must be before it is read: at least cluster_write_timeout_ms plus "
+        "generation_leeway_ms (replicas that have not applied a write yet, writes stamped in the past), "
+        "plus client clock skew. 30 s is the default of scylla-cdc-java, scylla-cdc-go and the Kafka "
+        "connector (scylla.confidence.window.size) and scylla-cdc-rust's safety_interval. Latency is "
+        "this plus about poll_interval_ms: windows are read continuously up to now minus this",
     )
     window_ms: int = Field(
         default=30_000,
@@ -121,6 +140,14 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
         "between polls (scylla-cdc-go PostNonEmptyQueryDelay, rust sleep_interval) and wait for a whole "
         "query window; two small queries per stream group per second are cheap for ScyllaDB, raise it "
         "for clusters with thousands of stream groups",
+    )
+    max_idle_poll_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description="each read of a stream group that finds nothing doubles the group's wait, from "
+        "poll_interval_ms up to this; a read that finds a change resets it. A change in a group idle "
+        "that long arrives up to this much later (scylla-cdc-rust sleeps 10 s between reads, "
+        "scylla-cdc-go 30 s after an empty one); poll_interval_ms: no backoff",
     )
     page_size: int = Field(
         default=5_000,
@@ -155,7 +182,7 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
         "ring_delay + 5 s (65 s) after it is published, so it is known long before it operates; "
         "scylla-cdc-go polls every 15 s",
     )
-    consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = Field(
+    consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "ALL"] = Field(
         default="QUORUM", description="for log and description reads (the Kafka connector's default)"
     )
     generations_keyspace: str = Field(
@@ -167,6 +194,13 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
         default="system_schema",
         description="where each table's CDC options are (tables.extensions['cdc']): a table that logs deltas of "
         "keys alone (cdc 'delta': 'keys') is read only with post-images",
+    )
+    query_retry: RetryConfig = Field(
+        default_factory=lambda: RetryConfig(initial_backoff_ms=100, max_backoff_ms=10_000),
+        description="a stream group whose log query fails in a way that may pass (a read or client timeout, "
+        "too few live replicas, an overloaded node, a lost connection) is queried again after this backoff, "
+        "alone: the other groups go on and nothing is read twice (100 ms doubling up to 10 s, as "
+        "scylla-cdc-rust's stream reader); failing for max_elapsed_s stops the source",
     )
     tablet_streams_per_partition: int = Field(
         default=16, ge=1, description="tablet keyspaces: streams opened together are read in groups of this size"
@@ -186,6 +220,43 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
                 raise ValueError(f"{name!r} is not keyspace.table")
         return tables
 
+    @field_validator("consistency", mode="before")
+    @classmethod
+    def _readable(cls, value: object) -> object:
+        # scylladb db/consistency_level.cc lines 401-409 (validate_for_read): every log query would
+        # be refused as an invalid request.
+        if isinstance(value, str) and value.upper() in ("EACH_QUORUM", "ANY"):
+            raise ValueError(
+                f"{value.upper()} is only supported for writes (ScyllaDB refuses it for reads: "
+                "db/consistency_level.cc validate_for_read); use LOCAL_QUORUM to read from a quorum of "
+                "the local datacenter, or QUORUM"
+            )
+        return value
+
+    @field_validator("confidence_window_ms")
+    @classmethod
+    def _covers_late_writes(cls, value: int, info: ValidationInfo) -> int:
+        timeout, leeway = info.data.get("cluster_write_timeout_ms"), info.data.get("generation_leeway_ms")
+        if timeout is None or leeway is None:
+            return value  # their own errors are reported
+        if value < timeout + leeway:
+            raise ValueError(
+                f"{value} ms is shorter than cluster_write_timeout_ms + generation_leeway_ms = {timeout} + "
+                f"{leeway} = {timeout + leeway} ms: a write stamped up to the generation leeway ago is still "
+                "taken (scylladb cdc/metadata.cc lines 87-128) and its replicas may apply it up to the write "
+                "timeout later, so a window read sooner can miss it for good; set it to at least "
+                f"{timeout + leeway}"
+            )
+        return value
+
+    @field_validator("max_idle_poll_ms")
+    @classmethod
+    def _not_below_poll_interval(cls, value: int, info: ValidationInfo) -> int:
+        poll = info.data.get("poll_interval_ms")
+        if poll is not None and value < poll:
+            raise ValueError(f"{value} ms is shorter than poll_interval_ms ({poll} ms): set it to at least that")
+        return value
+
     @field_validator("start")
     @classmethod
     def _start_format(cls, value: str | None) -> str | None:
@@ -202,11 +273,6 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> ScyllaCdcSourceConfig:
-        if self.confidence_window_ms < self.cluster_write_timeout_ms:
-            raise ValueError(
-                f"confidence_window_ms ({self.confidence_window_ms}) is shorter than cluster_write_timeout_ms "
-                f"({self.cluster_write_timeout_ms}): a write could become visible after its window was read"
-            )
         if self.max_buffered_rows < self.page_size:
             raise ValueError(f"max_buffered_rows ({self.max_buffered_rows}) must hold a page ({self.page_size})")
         if self.page_size * self.max_concurrent_queries > self.max_buffered_rows:
@@ -342,6 +408,14 @@ class _Prefetch:
 
 
 @dataclass
+class _Retry:
+    """A stream group whose last log query failed: not queried before ``due`` (monotonic s)."""
+
+    backoff: Backoff
+    due: float = 0.0
+
+
+@dataclass
 class _Cache:
     """What ``latest_offset`` read, for the ``read`` of the same range that follows it."""
 
@@ -379,6 +453,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._expected: dict[str, Offset] = {}  # where the engine will next read each partition from
         self._prefetched: dict[str, _Prefetch] = {}
         self._asked: set[str] = set()  # partitions the engine asked latest_offset of
+        self._idle_wait_us: dict[str, int] = {}  # groups whose last reads found nothing: their wait
+        self._retries: dict[str, _Retry] = {}  # groups whose last log query failed
         self._snapshot: TokenRangeSnapshot | None = None
         self.bounded = config.snapshot == "initial_only"  # the slices are all there is
 
@@ -615,6 +691,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         snapshot = self._slice(partition)
         if snapshot is not None:
             return snapshot.is_finished(offset)
+        if partition.id in self._retries:
+            return False  # its last query failed: what it has is not known
         return self._plan(self._group(partition), offset) is None
 
     def _finished(self, group: _Group, offset: Offset) -> bool:
@@ -643,6 +721,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._check_log_kept(group, start)
         self._visits.setdefault(partition.id, len(self._visits))
         self._asked.add(partition.id)  # past the engine's succession gate, if it has one
+        retry = self._retries.get(partition.id)
+        if retry is not None and time.monotonic() < retry.due:
+            return start  # its last query failed: it waits out its backoff, the other groups go on
         prefetched = self._prefetched.pop(partition.id, None)
         planned = self._plan(group, start)
         if planned is None:
@@ -658,17 +739,43 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         kept: list[list[LogRow]] = []
         count = 0
         end = position
-        for batch, reached in self._batches(group, position, _Position(upper), prefetched):
-            end = reached
-            if batch is not None:
-                kept.append(batch)
-                count += len(batch)
-                if count >= budget:
-                    break
+        try:
+            for batch, reached in self._batches(group, position, _Position(upper), prefetched):
+                end = reached
+                if batch is not None:
+                    kept.append(batch)
+                    count += len(batch)
+                    if count >= budget:
+                        break
+        except LogReadUnavailableError as failure:
+            self._retry_later(group, failure)  # what was read before it is kept: read once
+        else:
+            self._retries.pop(group.id, None)
+            self._pace(group, found=count > 0)
         self._cache = _Cache(partition.id, offset_key(start), offset_key(end.offset()), kept)
         self._expected[partition.id] = end.offset()
         self._send_ahead(partition.id)
         return end.offset()
+
+    def _retry_later(self, group: _Group, failure: LogReadUnavailableError) -> None:
+        """Schedule ``group``'s next query after the ``query_retry`` backoff (RetriesExhaustedError
+        once the group has failed for its max_elapsed_s)."""
+        retry = self._retries.setdefault(group.id, _Retry(Backoff(self.config.query_retry)))
+        delay = retry.backoff.next_delay(f"reading stream group {group.id}", failure)
+        retry.due = time.monotonic() + delay
+        self._counted("query_retry")
+        self.context.logger.warning(
+            "stream group %s: %s; queried again in %.2f s, the other groups go on", group.id, failure, delay
+        )
+
+    def _pace(self, group: _Group, found: bool) -> None:
+        """After a read of ``group``: a change found resets its wait to poll_interval_ms, nothing
+        found doubles it, up to max_idle_poll_ms."""
+        if found:
+            self._idle_wait_us.pop(group.id, None)
+            return
+        wait = self._idle_wait_us.get(group.id, self.config.poll_interval_ms * 1000)
+        self._idle_wait_us[group.id] = min(2 * wait, self.config.max_idle_poll_ms * 1000)
 
     def _may_stream(self, group: _Group) -> bool:
         """Gate 2 of the snapshot: the group's table has every slice committed (or no snapshot)."""
@@ -689,7 +796,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
 
     def _plan(self, group: _Group, start: Offset) -> tuple[_Position, int] | None:
         """Where reading ``group`` from ``start`` begins (past the TTL horizon) and how far it may
-        go now; None when there is nothing to read yet (finished, or less than a poll interval)."""
+        go now; None when there is nothing to read yet (finished, or its wait not over)."""
         if self._finished(group, start):
             return None
         position = _Position.of(start)
@@ -700,8 +807,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         if position.after is None:
             if position.ts >= upper:
                 return None
-            if not at_end and upper - position.ts < self.config.poll_interval_ms * 1000:
-                return None  # let the watermark move a poll interval before querying again
+            wait = self._idle_wait_us.get(group.id, self.config.poll_interval_ms * 1000)
+            if not at_end and upper - position.ts < wait:
+                return None  # let the watermark move the group's wait before querying again
         return position, upper
 
     def _send_ahead(self, current: str) -> None:
@@ -727,6 +835,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 continue  # waits for the snapshot: nothing to send ahead
             if group.succeeds is not None and partition_id not in self._asked:
                 continue  # may wait for the groups it replaces: the engine does not ask yet
+            if partition_id in self._retries:
+                continue  # its own read retries when its backoff is over
             planned = self._plan(group, start)
             if planned is None:
                 continue

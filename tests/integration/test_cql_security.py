@@ -169,6 +169,7 @@ def test_a_node_with_128_shards_is_read_in_queries_of_at_most_100_streams(
             "tables": [table],
             "confidence_window_ms": 2000,
             "cluster_write_timeout_ms": 1000,
+            "generation_leeway_ms": 1000,  # read after every write: no leeway to wait for
             "generations_keyspace": writer.keyspaces.distributed,
             "tablets_keyspace": writer.keyspaces.local,
             **secure_node.reader(),
