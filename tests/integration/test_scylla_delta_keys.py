@@ -25,6 +25,7 @@ from cdcflow.events import ChangeEvent
 from cdcflow.sources.scylla_cdc.exceptions import KeysOnlyDeltaError
 from tests.integration.scylla_helpers import scylla_writer
 from tests.integration.test_scylla_source import open_source
+from tests.integration.test_scylla_split_events import read_all
 from tests.integration.test_scylla_writer import log_rows
 from tests.standins.scylla.writer import ScyllaCdcWriter
 
@@ -32,14 +33,7 @@ __all__ = ["scylla_writer"]  # the fixture, for pytest
 
 
 def open_on(writer: ScyllaCdcWriter, table: str, pipeline: str) -> Any:
-    return open_source(
-        writer,
-        [table],
-        pipeline,
-        confidence_window_ms=1000,
-        consistency="ONE",
-        schema_keyspace=writer.keyspaces.schema,
-    )
+    return open_source(writer, [table], pipeline, schema_keyspace=writer.keyspaces.schema)
 
 
 def test_delta_keys_with_post_images_gives_the_rows_marked_keys_only(
@@ -65,16 +59,7 @@ def test_delta_keys_with_post_images_gives_the_rows_marked_keys_only(
         (3, None, None),
     ]
 
-    source = open_on(writer, table, f"keys-post-{keyspace}")
-    try:
-        events: list[Any] = []
-        for partition in source.partitions():
-            start = source.initial_offset(partition)
-            while (end := source.latest_offset(partition, start, 10_000)) != start:
-                events.extend(source.read(partition, start, end))
-                start = end
-    finally:
-        source.close()
+    events = read_all(writer, table, f"keys-post-{keyspace}", schema_keyspace=writer.keyspaces.schema)
     assert all(isinstance(e, ChangeEvent) for e in events), events
     assert [(e.op.value, e.after, e.headers) for e in events] == [
         ("c", {"pk": 1, "ck": 1, "v": 1, "w": 1}, {"cdc.delta": "keys"}),

@@ -196,19 +196,25 @@ def test_a_collection_insert_with_ttl_is_three_rows_of_one_record(
     assert [micros_of(r["cdc$time"]) for r in later] == [stamp + 10, stamp + 11]
 
 
-def read_all(writer: ScyllaCdcWriter, table: str, pipeline: str) -> list[Any]:
-    """Every event and rejected row the source reads now, in order."""
-    source = open_source(writer, [table], pipeline, confidence_window_ms=1000)
+def read_on(source: Any, offsets: dict[str, Any]) -> list[Any]:
+    """Every event and rejected row each partition has up to its watermark now, in order, from
+    ``offsets`` (a partition not in it from its start; moved along)."""
     found: list[Any] = []
+    for partition in source.partitions():
+        start = offsets.setdefault(partition.id, source.initial_offset(partition))
+        while (end := source.latest_offset(partition, start, 10_000)) != start:
+            found.extend(source.read(partition, start, end))
+            start = offsets[partition.id] = end
+    return found
+
+
+def read_all(writer: ScyllaCdcWriter, table: str, pipeline: str, **overrides: Any) -> list[Any]:
+    """Every event and rejected row the source reads now, in order (``overrides``: source fields)."""
+    source = open_source(writer, [table], pipeline, **{"confidence_window_ms": 1000, **overrides})
     try:
-        for partition in source.partitions():
-            start = source.initial_offset(partition)
-            while (end := source.latest_offset(partition, start, 10_000)) != start:
-                found.extend(source.read(partition, start, end))
-                start = end
+        return read_on(source, {})
     finally:
         source.close()
-    return found
 
 
 def test_a_partition_delete_pairs_with_its_pre_image_where_scylladb_writes_one(

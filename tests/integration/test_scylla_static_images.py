@@ -18,25 +18,10 @@ from typing import Any
 
 from cdcflow.events import ChangeEvent
 from tests.integration.scylla_helpers import scylla_writer
-from tests.integration.test_scylla_source import open_source
+from tests.integration.test_scylla_split_events import read_all
 from tests.standins.scylla.writer import ScyllaCdcWriter
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
-
-
-def read_all(writer: ScyllaCdcWriter, table: str, pipeline: str) -> list[Any]:
-    """Every event and rejected row the source reads now, in order (log reads at ONE: one node)."""
-    source = open_source(writer, [table], pipeline, confidence_window_ms=1000, consistency="ONE")
-    found: list[Any] = []
-    try:
-        for partition in source.partitions():
-            start = source.initial_offset(partition)
-            while (end := source.latest_offset(partition, start, 10_000)) != start:
-                found.extend(source.read(partition, start, end))
-                start = end
-    finally:
-        source.close()
-    return found
 
 
 def static_table(writer: ScyllaCdcWriter, keyspace: str, name: str, **options: Any) -> str:

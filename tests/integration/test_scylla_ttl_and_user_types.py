@@ -16,26 +16,11 @@ from typing import Any
 from cdcflow.events import ChangeEvent
 from tests.integration.scylla_helpers import scylla_writer
 from tests.integration.test_scylla_source import open_source
+from tests.integration.test_scylla_split_events import read_all, read_on
 from tests.integration.test_scylla_writer import log_rows
 from tests.standins.scylla.writer import ScyllaCdcWriter
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
-
-
-def read_all(writer: ScyllaCdcWriter, table: str, pipeline: str) -> list[ChangeEvent]:
-    """Every event the source reads now, in order (log reads at ONE: one node)."""
-    source = open_source(writer, [table], pipeline, confidence_window_ms=1000, consistency="ONE")
-    found: list[Any] = []
-    try:
-        for partition in source.partitions():
-            start = source.initial_offset(partition)
-            while (end := source.latest_offset(partition, start, 10_000)) != start:
-                found.extend(source.read(partition, start, end))
-                start = end
-    finally:
-        source.close()
-    assert all(isinstance(e, ChangeEvent) for e in found), found
-    return found
 
 
 def test_the_ttl_of_an_insert_of_keys_alone_is_carried(
@@ -56,20 +41,10 @@ def test_the_ttl_of_an_insert_of_keys_alone_is_carried(
         (3, 2, None),
     ]
     events = {e.key["pk"]: e for e in read_all(writer, table, f"ttl-{keyspace}")}
+    assert all(isinstance(e, ChangeEvent) for e in events.values()), events
     assert (events[1].op.value, events[1].after) == ("c", {"pk": 1, "ck": 1})
     ttl = {pk: json.loads((e.headers or {}).get("cdc.ttl", "null")) for pk, e in events.items()}
     assert ttl == {1: {"pk": 300, "ck": 300}, 2: {"pk": 600, "ck": 600, "v": 600}, 3: None}
-
-
-def read_on(source: Any, offsets: dict[str, Any]) -> list[Any]:
-    """Everything each partition has up to its watermark now, from ``offsets`` (moved along)."""
-    found: list[Any] = []
-    for partition in source.partitions():
-        start = offsets.setdefault(partition.id, source.initial_offset(partition))
-        while (end := source.latest_offset(partition, start, 10_000)) != start:
-            found.extend(source.read(partition, start, end))
-            start = offsets[partition.id] = end
-    return found
 
 
 def test_a_field_added_to_a_user_type_is_read_without_a_restart(
@@ -82,7 +57,7 @@ def test_a_field_added_to_a_user_type_is_read_without_a_restart(
     table = f"{keyspace}.t"
     past = writer.coordinator_now_us() - 3_000_000
     writer.insert(table, {"pk": 1, "home": {"street": "a", "zip": 1}}, timestamp_us=past)
-    source = open_source(writer, [table], f"alter-type-{keyspace}", confidence_window_ms=1000, consistency="ONE")
+    source = open_source(writer, [table], f"alter-type-{keyspace}", confidence_window_ms=1000)
     try:
         offsets = {p.id: source.initial_offset(p) for p in source.partitions()}
         [first] = read_on(source, offsets)
