@@ -1,4 +1,4 @@
-"""YAML loading that remembers the line of every field, and ``${ENV}`` interpolation.
+"""YAML loading that remembers the line of every field, and ``${ENV}`` and ``${file:PATH}`` interpolation.
 
 Line numbers let every config error point at the spot in the file, like a linter does.
 """
@@ -13,21 +13,26 @@ from typing import Any
 
 import yaml
 
+from cdcflow._secret_files import SecretUnreadableError, read_secret
 from cdcflow.errors import (
     ConfigFieldError,
     ConfigFileError,
     MalformedEnvironmentReferenceError,
     MissingEnvironmentVariableError,
+    MissingSecretKeyError,
+    SecretFileError,
 )
+from cdcflow.redaction import remember_secret
 
 FieldPath = tuple[str | int, ...]
 
-# What a `$` can start in a string value: an escaped `$$`, a reference in one of the two forms,
-# or something that looks like a reference and is not (a `${` that is not one of the forms, or a
-# shell-style `$NAME`). A `$` before anything else stays as it is (`$1` in a route replacement,
-# `$` ending a regex).
+# What a `$` can start in a string value: an escaped `$$`, a secret file's value (a path without
+# ':', then optionally a key), an environment reference in one of the two forms, or something that
+# looks like a reference and is not (a `${` that is not one of the forms, or a shell-style `$NAME`).
+# A `$` before anything else stays as it is (`$1` in a route replacement, `$` ending a regex).
 _DOLLAR = re.compile(
     r"\$\$"
+    r"|\$\{file:(?P<secret_file>[^}:]+)(?::(?P<key>[^}]+))?\}"
     r"|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}"
     r"|(?P<malformed>\$\{[^}]*\}?|\$[A-Za-z_][A-Za-z0-9_]*)"
 )
@@ -87,11 +92,15 @@ def interpolate_environment(
     path: FieldPath = (),
     problems: dict[FieldPath, ConfigFieldError] | None = None,
 ) -> Any:
-    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of ``data``; ``$$`` is a literal ``$``.
+    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of ``data`` from the environment,
+    and ``${file:PATH}`` and ``${file:PATH:KEY}`` from secret files (a relative PATH from the folder
+    of ``file``); ``$$`` is a literal ``$``.
 
-    What looks like a reference and is neither form is an error naming the field and line, never
-    text used as it is. A value from the environment stays text: the field's type converts it
-    (``workers: ${WORKERS}`` becomes an integer, a password ``007`` stays ``007``).
+    What looks like a reference and is none of these forms is an error naming the field and line,
+    never text used as it is. A substituted value stays text: the field's type converts it
+    (``workers: ${WORKERS}`` becomes an integer, a password ``007`` stays ``007``). A value read
+    from a secret file, and the whole text of its field, is remembered as a secret
+    (:mod:`cdcflow.redaction`): no message shows it.
 
     With a ``problems`` dict, each field's bad or unset reference goes in it under the field's path
     and the field keeps its text, so that the rest of the file can still be checked; without one,
@@ -105,9 +114,15 @@ def interpolate_environment(
     if not isinstance(data, str) or "$" not in data:
         return data
 
+    from_secret_files = False
+
     def substitute(match: re.Match[str]) -> str:
+        nonlocal from_secret_files
         if match.group("malformed") is not None:
             raise MalformedEnvironmentReferenceError(file, dotted(path), match.group(0), lines.get(path))
+        if match.group("secret_file") is not None:
+            from_secret_files = True
+            return _secret_file_value(match.group("secret_file"), match.group("key"), file, path, lines)
         name, default = match.group("name"), match.group("default")
         if name is None:
             return "$"  # $$
@@ -118,9 +133,27 @@ def interpolate_environment(
         raise MissingEnvironmentVariableError(file, dotted(path), name, lines.get(path))
 
     try:
-        return _DOLLAR.sub(substitute, data)
-    except (MalformedEnvironmentReferenceError, MissingEnvironmentVariableError) as exc:
+        text = _DOLLAR.sub(substitute, data)
+    except ConfigFieldError as exc:  # a reference that is malformed, unset or unreadable
         if problems is None:
             raise
         problems[path] = exc
         return data
+    if from_secret_files:
+        remember_secret(text)
+    return text
+
+
+def _secret_file_value(
+    written: str, key: str | None, file: Path, path: FieldPath, lines: Mapping[FieldPath, int]
+) -> str:
+    secret_file = (file.parent / Path(written).expanduser()).resolve()
+    try:
+        value = read_secret(secret_file, key)
+    except SecretUnreadableError as exc:
+        if key is not None and exc.known_keys is not None:
+            known = exc.known_keys
+            raise MissingSecretKeyError(file, dotted(path), str(secret_file), key, known, lines.get(path)) from exc
+        raise SecretFileError(file, dotted(path), exc.reason, lines.get(path)) from exc
+    remember_secret(value)
+    return value

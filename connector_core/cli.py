@@ -16,6 +16,7 @@ from typing import Any
 from cdcflow.config import PipelineSpec, load_pipeline
 from cdcflow.contract import PluginContext
 from cdcflow.errors import CdcflowError, ConfigError, PluginError
+from cdcflow.redaction import RedactingFormatter, redact
 
 __all__ = ["CommandLine", "main"]
 
@@ -45,9 +46,8 @@ _PER_REQUEST_LOGGERS = ("httpx", "httpx2")
 
 def _configure_logging(fmt: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        _JsonLogFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    line_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(RedactingFormatter(_JsonLogFormatter() if fmt == "json" else logging.Formatter(line_format)))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     root_level = logging.getLogger().level
     logging.getLogger("py4j").setLevel(max(logging.WARNING, root_level))
@@ -95,7 +95,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             errors.append(str(exc))
             continue
         for warning in spec.warnings:
-            print(f"warning: {warning.describe(str(spec.file))}", file=sys.stderr)
+            print(f"warning: {redact(warning.describe(str(spec.file)))}", file=sys.stderr)
         print(f"{spec.file}: ok (pipeline {spec.name}: {spec.source.config.type} -> {spec.sink.config.type})")
     if errors:
         raise ConfigError("\n".join(errors))

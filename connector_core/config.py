@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
 from cdcflow.contract import FencingCheckpointStore, NestedPluginSection, PluginConfig
 from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError, closest_name
+from cdcflow.redaction import contains_secret, remember_secret_fields
 
 if TYPE_CHECKING:
     from cdcflow.group.config import GroupConfig
@@ -221,6 +222,7 @@ def load_pipeline(file: Path | str, registry: PluginLookup, environ: Mapping[str
     data, lines = load_yaml_with_lines(path)
     unresolved: dict[FieldPath, ConfigFieldError] = {}
     data = interpolate_environment(data, path, lines, environ, problems=unresolved)
+    remember_secret_fields(data)  # before any check can quote a value
     if not unresolved:
         return parse_pipeline(data, path, registry, lines)
     # The rest of the file is checked too. A field whose reference is unresolved keeps its text,
@@ -727,6 +729,8 @@ def _tag_names(tag: str | int, member: Any) -> bool:
 
 
 def _describe(value: Any) -> str:
+    if contains_secret(value):
+        return "a secret (not shown)" if isinstance(value, str) else f"a {type(value).__name__} holding a secret"
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."

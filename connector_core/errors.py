@@ -2,7 +2,8 @@
 
 Callers catch a family (``SinkError``) or a leaf (``SinkUnavailableError``). Errors that a retry
 can cure derive from :class:`TransientError` as well, so the delivery loop decides what to retry
-by type, never by parsing messages.
+by type, never by parsing messages. No error's text shows a secret a pipeline file brought in
+(:mod:`cdcflow.redaction`).
 
 ::
 
@@ -11,7 +12,10 @@ by type, never by parsing messages.
     │   ├── ConfigFileError            unreadable file or YAML
     │   └── ConfigFieldError           one or more bad fields (file, dotted path, expected, found)
     │       ├── MissingEnvironmentVariableError
-    │       └── MalformedEnvironmentReferenceError  looks like ${NAME} but is not
+    │       ├── MalformedEnvironmentReferenceError  looks like ${NAME} but is not
+    │       └── SecretFileError        ${file:PATH[:KEY]}: the file cannot be read or parsed
+    │           └── MissingSecretKeyError  the file has no such key
+    ├── RestTlsError                   the REST control plane's certificate or key cannot be used
     ├── PluginError
     │   ├── UnknownPluginTypeError
     │   ├── PluginConflictError        two packages claim one type name
@@ -51,6 +55,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdcflow.redaction import redact
+
 __all__ = [
     "CdcflowError",
     "CheckpointCorruptError",
@@ -69,6 +75,7 @@ __all__ = [
     "IncompatibleSchemaError",
     "MalformedEnvironmentReferenceError",
     "MissingEnvironmentVariableError",
+    "MissingSecretKeyError",
     "OffsetsChangeError",
     "PipelineRunningError",
     "PluginConflictError",
@@ -76,9 +83,11 @@ __all__ = [
     "PluginLoadError",
     "ProtocolError",
     "RecordRejectedError",
+    "RestTlsError",
     "RetriesExhaustedError",
     "SchemaRegistryError",
     "SchemaRegistryUnavailableError",
+    "SecretFileError",
     "SinkDeliveryError",
     "SinkError",
     "SinkUnavailableError",
@@ -96,6 +105,10 @@ __all__ = [
 
 class CdcflowError(Exception):
     """Root of every error cdcflow raises on purpose."""
+
+    def __str__(self) -> str:
+        # Wherever an error is shown (the CLI, a log line, a REST answer), secrets are not.
+        return redact(super().__str__())
 
 
 class TransientError(CdcflowError):
@@ -184,9 +197,31 @@ class MalformedEnvironmentReferenceError(ConfigFieldError):
         reason = (
             f"{reference!r} is not an environment reference cdcflow reads: write "
             "${NAME} or ${NAME:-default} (NAME: letters, digits and _, not starting with a digit), "
-            "or $$ for a literal $"
+            "${file:PATH} or ${file:PATH:KEY} for a secret file, or $$ for a literal $"
         )
         super().__init__(file, [FieldProblem.because(path, reason, line=line)])
+
+
+class SecretFileError(ConfigFieldError):
+    """``${file:PATH}`` or ``${file:PATH:KEY}`` names a file that cannot be read, or that is not
+    the properties or JSON file a key is looked up in. The message names the file, never its content."""
+
+    def __init__(self, file: Path | str, path: str, reason: str, line: int | None = None) -> None:
+        self.path = path
+        super().__init__(file, [FieldProblem.because(path, f"secret file reference: {reason}", line=line)])
+
+
+class MissingSecretKeyError(SecretFileError):
+    """``${file:PATH:KEY}``: the file has no such key."""
+
+    def __init__(
+        self, file: Path | str, path: str, secret_file: str, key: str, known: Sequence[str], line: int | None = None
+    ) -> None:
+        self.secret_file, self.key, self.known = secret_file, key, list(known)
+        suggestion = closest_name(key, self.known)
+        hint = f"; did you mean {suggestion!r}?" if suggestion is not None else ""
+        keys = ", ".join(self.known) or "none"
+        super().__init__(file, path, f"{secret_file} has no key {key!r} (its keys: {keys}){hint}", line)
 
 
 # --- plugins -------------------------------------------------------------------------------
@@ -297,6 +332,10 @@ class StartupCheckError(CdcflowError):
     """At start, a sink, source or checkpoint store could not reach its system within
     ``engine.startup_timeout_s``, or its system refused the credentials or certificates. Not
     retried: the message names the setting and the address to fix."""
+
+
+class RestTlsError(ConfigError):
+    """The REST control plane's ``rest.tls`` certificate, key or client CA cannot be loaded."""
 
 
 class EngineError(CdcflowError):
