@@ -232,7 +232,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if encoded is None:
             return None
         rejected: list[Rejected] = []
-        produced_at_once = self._produced_at_once
+        produce, produced_at_once, held = producer.produce, self._produced_at_once, self._held
         tables, events, keys, values, headers = encoded
         last = len(values) - 1
         for index, value in enumerate(values):
@@ -240,9 +240,17 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 continue  # the tombstone after the delete before it: _release_answered writes it
             topic, key, event_headers = topics[tables[index]], keys[index], headers[index]
             tombstone_follows = index < last and values[index + 1] is None
-            if not produced_at_once(producer, topic, key, value, event_headers, tombstone_follows):
-                message = _Outgoing(topic, key, value, event_headers, batch, events[index], tombstone_follows)
-                self._send(producer, message, rejected)
+            if not tombstone_follows and not (held and key in held):
+                # Most messages: _produced_at_once's plain case, without a call per message.
+                try:
+                    produce(topic, value=value, key=key, headers=event_headers)
+                    continue
+                except (BufferError, KafkaException):
+                    pass
+            elif produced_at_once(producer, topic, key, value, event_headers, tombstone_follows):
+                continue
+            message = _Outgoing(topic, key, value, event_headers, batch, events[index], tombstone_follows)
+            self._send(producer, message, rejected)
         producer.poll(0)
         self._release_answered(producer, rejected)
         return rejected
