@@ -18,16 +18,24 @@ Tablet keyspaces (seed 004): ``cdc_timestamps`` lists when a table's stream set 
 
 Stream sets are ``frozen<set<blob>>`` on ScyllaDB; the seed's older text shows
 ``set<tuple<bigint, bigint>>`` (the ``_first``/``_second`` pair): both are read.
+
+Consistency (:class:`MetadataQueries`): ``system_distributed`` is read as ScyllaDB reads it,
+``quorum_if_many`` (QUORUM when several nodes own tokens, ONE on a single node: on one node its
+RF 3 still has one replica); the node-local ``system`` tables (tablet streams are virtual
+tables there) and ``system_schema`` at ONE. A generation's streams read at ONE while several
+nodes own tokens (the driver had not seen a node that just joined) may miss rows a replica has
+not received yet: such a list is read again at the next refresh, never kept as final.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from cdcflow.sources.scylla_cdc.connection import metadata_consistency
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
     GenerationMetadataError,
@@ -38,6 +46,7 @@ from cdcflow.sources.scylla_cdc.tablets import TabletStreamHistory
 
 __all__ = [
     "GenerationReader",
+    "MetadataQueries",
     "StreamRange",
     "TabletStreamReader",
     "VnodeGeneration",
@@ -97,26 +106,65 @@ def _unavailable(what: str, exc: Exception) -> CdcMetadataUnavailableError:
     return CdcMetadataUnavailableError(f"reading {what}: {type(exc).__name__}: {exc}")
 
 
+class MetadataQueries:
+    """CDC metadata reads in their own execution profile, each at the consistency ScyllaDB uses
+    for that keyspace. ``token_owners`` counts the nodes owning tokens now (the driver's view)."""
+
+    def __init__(self, session: Any, profile: object, token_owners: Callable[[], int]) -> None:
+        self._session = session
+        self._profile = profile
+        self.token_owners = token_owners
+
+    def distributed(self, query: str, parameters: Sequence[Any], what: str) -> tuple[list[Any], int]:
+        """Rows of a ``system_distributed`` table at ``quorum_if_many``, and the level read at."""
+        level = metadata_consistency(self.token_owners())
+        return self._read(query, parameters, what, level), level
+
+    def local(self, query: str, parameters: Sequence[Any], what: str) -> list[Any]:
+        """Rows of a node-local table (``system``, ``system_schema``): one replica answers."""
+        from cassandra import ConsistencyLevel
+
+        return self._read(query, parameters, what, ConsistencyLevel.ONE)
+
+    def complete_at(self, level: int) -> bool:
+        """Whether a read at ``level`` saw every acknowledged write: QUORUM, or a single owner."""
+        from cassandra import ConsistencyLevel
+
+        return level == ConsistencyLevel.QUORUM or self.token_owners() <= 1
+
+    def _read(self, query: str, parameters: Sequence[Any], what: str, level: int) -> list[Any]:
+        from cassandra import ConsistencyLevel
+        from cassandra.query import SimpleStatement
+
+        statement = SimpleStatement(query, consistency_level=level)
+        try:
+            return list(self._session.execute(statement, parameters, execution_profile=self._profile))
+        except Exception as exc:
+            name = ConsistencyLevel.value_to_name.get(level, str(level))
+            raise _unavailable(f"{what} at {name}", exc) from exc
+
+
 class GenerationReader:
     """Generations of vnode keyspaces from ``generations_keyspace`` (``system_distributed``)."""
 
-    def __init__(self, session: Any, keyspace: str, local_keyspace: str, profile: object) -> None:
-        self._session = session
+    def __init__(self, queries: MetadataQueries, keyspace: str, local_keyspace: str) -> None:
+        self._queries = queries
         self._keyspace = keyspace
         self._local_keyspace = local_keyspace
-        self._profile = profile
-        self._described: dict[int, VnodeGeneration] = {}  # published generations never change
+        # Published generations never change: a list read at QUORUM is kept. One read at ONE
+        # (a single token owner then) is read again once several nodes own tokens: the driver may
+        # not have seen a node that had joined, and the replica read may have missed rows.
+        self._described: dict[int, VnodeGeneration] = {}
+        self._final: set[int] = set()
         self.layout: Literal["v2", "v1", "v1+v2"] | None = None
         self._v2_only_seen: int | None = None
 
-    def _execute(self, query: str, parameters: Sequence[Any] = (), what: str = "") -> Any:
-        try:
-            return self._session.execute(query, parameters, execution_profile=self._profile)
-        except Exception as exc:
-            raise _unavailable(what or query, exc) from exc
+    def _execute(self, query: str, parameters: Sequence[Any] = (), what: str = "") -> list[Any]:
+        rows, _ = self._queries.distributed(query, parameters, what or query)
+        return rows
 
     def _tables(self, keyspace: str) -> set[str]:
-        rows = self._execute(
+        rows = self._queries.local(
             "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,), "system_schema.tables"
         )
         return {row[0] for row in rows}
@@ -141,10 +189,10 @@ class GenerationReader:
     def _rewritten(self) -> bool:
         if "cdc_local" not in self._tables(self._local_keyspace):
             return False
-        rows = self._execute(
+        rows = self._queries.local(
             f"SELECT key FROM {self._local_keyspace}.cdc_local WHERE key = 'rewritten'", (), "cdc_local"
         )
-        return bool(list(rows))
+        return bool(rows)
 
     def require_tables(self) -> None:
         if self.detect_layout() is None:
@@ -184,7 +232,7 @@ class GenerationReader:
         generations = []
         for timestamp_us, expired in published:
             known = self._described.get(timestamp_us)
-            if known is None:
+            if known is None or (timestamp_us not in self._final and self._queries.token_owners() > 1):
                 known = self._v2_generation(timestamp_us)
                 self._described[timestamp_us] = known
             expired_us = datetime_to_micros(expired) if expired is not None else None
@@ -192,7 +240,9 @@ class GenerationReader:
         return generations
 
     def _v2_generation(self, timestamp_us: int) -> VnodeGeneration:
-        rows = self._execute(
+        from cassandra import ConsistencyLevel
+
+        rows, level = self._queries.distributed(
             f"SELECT range_end, streams FROM {self._keyspace}.cdc_streams_descriptions_v2 WHERE time = %s",
             (timestamp_us // 1000,),
             "cdc_streams_descriptions_v2",
@@ -202,10 +252,15 @@ class GenerationReader:
             for range_end, streams in sorted(rows)
         )
         if not ranges:
-            raise GenerationMetadataError(
+            problem = (
                 f"generation {timestamp_us // 1000} is in cdc_generation_timestamps but has no streams in "
                 "cdc_streams_descriptions_v2"
             )
+            if not self._queries.complete_at(level):  # a replica that has not received them yet
+                raise CdcMetadataUnavailableError(f"{problem} on the replica read at ONE")
+            raise GenerationMetadataError(problem)
+        if level == ConsistencyLevel.QUORUM:
+            self._final.add(timestamp_us)
         return VnodeGeneration(timestamp_us, ranges)
 
     def _v1_generations(self) -> list[VnodeGeneration]:
@@ -222,21 +277,18 @@ class GenerationReader:
 
 
 class TabletStreamReader:
-    """Stream histories of tablet tables from ``tablets_keyspace`` (``system``)."""
+    """Stream histories of tablet tables from ``tablets_keyspace`` (``system``), whose
+    ``cdc_timestamps`` and ``cdc_streams`` are node-local virtual tables (read at ONE)."""
 
-    def __init__(self, session: Any, keyspace: str, profile: object) -> None:
-        self._session = session
+    def __init__(self, queries: MetadataQueries, keyspace: str) -> None:
+        self._queries = queries
         self._keyspace = keyspace
-        self._profile = profile
         self._available: bool | None = None
         self._newest: dict[tuple[str, str], int | None] = {}
         self._histories: dict[tuple[str, str], TabletStreamHistory] = {}
 
-    def _execute(self, query: str, parameters: Sequence[Any], what: str) -> Any:
-        try:
-            return self._session.execute(query, parameters, execution_profile=self._profile)
-        except Exception as exc:
-            raise _unavailable(what, exc) from exc
+    def _execute(self, query: str, parameters: Sequence[Any], what: str) -> list[Any]:
+        return self._queries.local(query, parameters, what)
 
     def available(self) -> bool:
         if self._available is None:

@@ -67,7 +67,7 @@ from cdcflow.metrics import source_counter
 from cdcflow.retry import Backoff
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.cql.snapshot import SnapshotConfig, TokenRangeSnapshot
-from cdcflow.sources.scylla_cdc.connection import connect
+from cdcflow.sources.scylla_cdc.connection import connect, token_owner_count
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
     KeysOnlyDeltaError,
@@ -76,7 +76,12 @@ from cdcflow.sources.scylla_cdc.exceptions import (
 )
 from cdcflow.sources.scylla_cdc.log_events import LogRow, batch_events, batches
 from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, WindowTooLargeError
-from cdcflow.sources.scylla_cdc.metadata import GenerationReader, TabletStreamReader, datetime_to_micros
+from cdcflow.sources.scylla_cdc.metadata import (
+    GenerationReader,
+    MetadataQueries,
+    TabletStreamReader,
+    datetime_to_micros,
+)
 from cdcflow.sources.scylla_cdc.snapshot_rows import ScyllaRowEvents, base_table
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 from cdcflow.sources.scylla_cdc.successors import tablet_predecessors, vnode_predecessors
@@ -183,7 +188,9 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
         "scylla-cdc-go polls every 15 s",
     )
     consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "ALL"] = Field(
-        default="QUORUM", description="for log and description reads (the Kafka connector's default)"
+        default="QUORUM",
+        description="for log-table reads (the Kafka connector's default). CDC metadata is read as ScyllaDB "
+        "reads it, whatever this says: QUORUM when several nodes own tokens, ONE on a single node",
     )
     generations_keyspace: str = Field(
         default="system_distributed",
@@ -435,7 +442,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         super().__init__(config, context)
         self._cluster: Any = None
         self._session: Any = None
-        self._profile: object = None
+        self._profile: object = None  # log reads, at the configured consistency
+        self._metadata_profile: object = None  # CDC metadata reads, at ScyllaDB's own
         self._readers: dict[str, LogTableReader] = {}
         self._generations: GenerationReader | None = None
         self._tablets: TabletStreamReader | None = None
@@ -463,7 +471,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def open(self) -> None:
         config = self.config
         try:
-            self._cluster, self._session, self._profile = connect(
+            connection = connect(
                 config.hosts,
                 config.port,
                 consistency=config.consistency,
@@ -471,6 +479,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 local_dc=config.local_dc,
                 protocol_version=config.protocol_version,
             )
+            self._cluster, self._session = connection.cluster, connection.session
+            self._profile, self._metadata_profile = connection.log_profile, connection.metadata_profile
         except Exception as exc:
             refused = refusal(config.hosts, exc)
             if refused is not None:
@@ -504,11 +514,10 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def _discover(self) -> None:
         """Each table's log, layout (vnodes or tablets) and TTL, and the metadata to read them by."""
         config = self.config
-        self._generations = GenerationReader(
-            self._session, config.generations_keyspace, config.tablets_keyspace, self._profile
-        )
-        self._tablets = TabletStreamReader(self._session, config.tablets_keyspace, self._profile)
-        options = SchemaTablesLookup(self._session, config.schema_keyspace, self._profile)
+        queries = MetadataQueries(self._session, self._metadata_profile, lambda: token_owner_count(self._cluster))
+        self._generations = GenerationReader(queries, config.generations_keyspace, config.tablets_keyspace)
+        self._tablets = TabletStreamReader(queries, config.tablets_keyspace)
+        options = SchemaTablesLookup(self._session, config.schema_keyspace, self._metadata_profile)
         for name in config.tables:
             keyspace, table = name.split(".")
             self._cdc_options[name] = options.cdc_options(keyspace, table)

@@ -38,9 +38,6 @@ def scylla_writer(cassandra_session: Any, keyspace: str) -> Iterator[ScyllaCdcWr
         ring_delay_s=1.0,
         generation_leeway_us=2_000_000,
         seed=hash(keyspace) & 0xFFFF,
-        # ScyllaDB keeps system_distributed at RF 3; pinned to 1 until the source reads CDC
-        # metadata at ScyllaDB's own consistency (issue 22, item 1).
-        distributed_replication_factor=1,
     )
     writer.create_metadata_tables()
     yield writer

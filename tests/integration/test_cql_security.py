@@ -155,7 +155,6 @@ def test_a_node_with_128_shards_is_read_in_queries_of_at_most_100_streams(
         SimulatedKeyspaces.prefixed(secure_keyspace),
         shards=128,
         seed=12,
-        distributed_replication_factor=1,  # until issue 22 item 1
     )
     writer.create_metadata_tables()
     try:

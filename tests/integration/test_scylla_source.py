@@ -103,7 +103,6 @@ def test_v1_descriptions_are_read_when_there_is_no_v2_table(cassandra_session: A
         shards=3,
         layout="v1",
         seed=5,
-        distributed_replication_factor=1,  # until issue 22 item 1
     )
     writer.create_metadata_tables()
     try:
@@ -140,7 +139,6 @@ def test_an_upgraded_cluster_without_the_rewritten_row_still_gets_the_generation
         layout="v1",
         ring_delay_s=0.0,
         seed=8,
-        distributed_replication_factor=1,  # until issue 22 item 1
     )
     writer.create_metadata_tables()
     try:
