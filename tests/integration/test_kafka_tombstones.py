@@ -52,8 +52,10 @@ def _create_topics(bootstrap: str, prefix: str) -> None:
         future.result(30)
 
 
-def _pipeline(tmp_path: Path, bootstrap: str, prefix: str, path: str) -> Path:
-    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in DATAGEN.items())
+def _pipeline(tmp_path: Path, prefix: str, path: str, config: dict[str, Any], sink: str, dead_letter: str) -> Path:
+    """datagen -> route -> kafka with ``errors.tolerance: all``; ``path`` "records" puts a filter
+    (no batch form) in front, so the sink gets records instead of compact batches."""
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in config.items())
     records_only = "{type: filter, ops: [c, u, d]}, " if path == "records" else ""
     file = tmp_path / f"{path}.yaml"
     file.write_text(
@@ -61,25 +63,21 @@ def _pipeline(tmp_path: Path, bootstrap: str, prefix: str, path: str) -> Path:
         f"source: {{type: datagen, {fields}}}\n"
         f"transforms: [{records_only}"
         f'{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{prefix}.$1"}}]\n'
-        # One message per produce request: the broker judges a delete and its tombstone apart,
-        # as it does when a delete fills a batch on its own (the issue's 1 MB deletes).
-        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', producer: {{batch.num.messages: 1}}}}\n"
+        f"sink: {{type: kafka, {sink}}}\n"
         "checkpoint: {type: file, path: ckpt}\n"
-        f"errors: {{tolerance: all, dead_letter: {{type: kafka, bootstrap_servers: '{bootstrap}', "
-        f"topic: {prefix}-dlq}}}}\n"
+        f"errors: {{tolerance: all, dead_letter: {dead_letter}}}\n"
     )
     return file
 
 
-def _expected_deletes(table: str) -> set[int]:
-    """Ids (``seq``) of the deletes datagen makes in ``table``."""
-    source = datagen(DATAGEN)
-    per_partition = DATAGEN["count"] // DATAGEN["partitions"]
+def _expected_deletes(config: dict[str, Any], table: str | None = None) -> set[int]:
+    """Ids (``seq``) of the deletes datagen makes (in ``table``)."""
+    source = datagen(config)
     ids = set()
-    for partition in range(DATAGEN["partitions"]):
-        for seq in range(1, per_partition + 1):
+    for partition in range(config["partitions"]):
+        for seq in range(1, config["count"] // config["partitions"] + 1):
             event = source.event(partition, seq, 0)
-            if event.op is Op.DELETE and event.source.table == table:
+            if event.op is Op.DELETE and table in (None, event.source.table):
                 assert event.before is not None
                 ids.add(event.before["seq"])
     return ids
@@ -105,7 +103,11 @@ def test_a_refused_delete_and_its_tombstone_go_to_the_dead_letters_together(
     if path == "batches" and native_module() is None:
         pytest.skip("compact batches need the compiled core")
     _create_topics(kafka_bootstrap, topic_prefix)
-    result = run_cdcflow("run", str(_pipeline(tmp_path, kafka_bootstrap, topic_prefix, path)))
+    # One message per produce request: the broker judges a delete and its tombstone apart, as it
+    # does when a delete fills a batch on its own (the issue's 1 MB deletes).
+    sink = f"bootstrap_servers: '{kafka_bootstrap}', producer: {{batch.num.messages: 1}}"
+    dead_letter = f"{{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topic: {topic_prefix}-dlq}}"
+    result = run_cdcflow("run", str(_pipeline(tmp_path, topic_prefix, path, DATAGEN, sink, dead_letter)))
     assert result.returncode == 0, result.stderr
 
     refusing = read_topics(kafka_bootstrap, [f"{topic_prefix}.table_0"])
@@ -131,7 +133,7 @@ def test_a_refused_delete_and_its_tombstone_go_to_the_dead_letters_together(
                 later = [_payload(r.value) for r in records[index + 1 :] if r.value is not None]
                 written_again = any(p["op"] == "d" and p["before"]["seq"] == seq for p in later)
                 assert (following is not None and following.value is None) or written_again, f"delete {seq}"
-    assert accepted_deletes == _expected_deletes("table_1")
+    assert accepted_deletes == _expected_deletes(DATAGEN, "table_1")
 
     # Every refused delete is in the dead letters, its tombstone next among its key's.
     refused_deletes, tombstones = set(), 0
@@ -155,7 +157,7 @@ def test_a_refused_delete_and_its_tombstone_go_to_the_dead_letters_together(
             assert following.headers["cdcflow.error.class"] == b"TombstoneWithheldError"
             assert _payload(following.value or b"")["raw_value"] is None
             tombstones -= 1  # counted as its delete's
-    assert refused_deletes == _expected_deletes("table_0")
+    assert refused_deletes == _expected_deletes(DATAGEN, "table_0")
     assert tombstones == 0, "a tombstone in the dead letters without its delete"
 
 
@@ -167,18 +169,8 @@ def test_a_delete_the_producer_refuses_at_once_takes_its_tombstone_to_the_dead_l
     if path == "batches" and native_module() is None:
         pytest.skip("compact batches need the compiled core")
     config = {**DATAGEN, "count": 60, "op_mix": {"c": 0.5, "d": 0.5}}
-    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in config.items())
-    records_only = "{type: filter, ops: [c, u, d]}, " if path == "records" else ""
-    file = tmp_path / "local.yaml"
-    file.write_text(
-        f"name: local-{topic_prefix}\n"
-        f"source: {{type: datagen, {fields}}}\n"
-        f"transforms: [{records_only}"
-        f'{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
-        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', producer: {{message.max.bytes: 2000}}}}\n"
-        "checkpoint: {type: file, path: ckpt}\n"
-        "errors: {tolerance: all, dead_letter: {type: file, path: dlq.jsonl}}\n"
-    )
+    sink = f"bootstrap_servers: '{kafka_bootstrap}', producer: {{message.max.bytes: 2000}}"
+    file = _pipeline(tmp_path, topic_prefix, path, config, sink, "{type: file, path: dlq.jsonl}")
     result = run_cdcflow("run", str(file))
     assert result.returncode == 0, result.stderr
 
@@ -186,14 +178,7 @@ def test_a_delete_the_producer_refuses_at_once_takes_its_tombstone_to_the_dead_l
     assert read_topics(kafka_bootstrap, topics) == [], "a tombstone of a refused delete reached Kafka"
     dead = [json.loads(line) for line in (tmp_path / "dlq.jsonl").read_text().splitlines()]
     deletes = [index for index, d in enumerate(dead) if d["value"].get("op") == "d"]
-    expected = set()
-    source = datagen(config)
-    for partition in range(config["partitions"]):
-        for seq in range(1, config["count"] // config["partitions"] + 1):
-            event = source.event(partition, seq, 0)
-            if event.op is Op.DELETE and event.before is not None:
-                expected.add(event.before["seq"])
-    assert {dead[index]["value"]["before"]["seq"] for index in deletes} == expected != set()
+    assert {dead[index]["value"]["before"]["seq"] for index in deletes} == _expected_deletes(config) != set()
     assert sum(TOMBSTONE_HEADER in d.get("headers", {}) for d in dead) == len(deletes)
     for index in deletes:
         tombstone = dead[index + 1]  # right after its delete
