@@ -416,6 +416,11 @@ class SparkBatchWriter(ABC):
         pipeline's watermark at the batch's end (the minimum over partitions), if the source has one.
         """
 
+    def spark_session_conf(self) -> Mapping[str, str]:
+        """Spark settings the sink needs from the session's start (SQL extensions, catalogs: what
+        cannot be set once it runs). The pipeline's ``engine.conf`` overrides them."""
+        return {}
+
 
 class Transform(_Plugin[ConfigT]):
     """A per-record function. Raising marks the record for the dead-letter destination.

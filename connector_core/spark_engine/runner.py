@@ -135,10 +135,11 @@ def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event)
         if done is not None and view.drained(done[1]):
             log.info("pipeline %s: the bounded source was already drained (batch %d)", spec.name, done[0])
             return
+        needed = sink.spark_session_conf() if isinstance(sink, SparkBatchWriter) else {}
         session = spark_session(
             f"cdcflow-{spec.name}",
             spec.engine.master,
-            spec.engine.conf,
+            {**needed, **spec.engine.conf},
             python=spec.engine.python,
             executor_timeout_s=spec.engine.executor_timeout_s,
         )

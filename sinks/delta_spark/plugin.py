@@ -1,0 +1,11 @@
+"""Registers the ``delta`` sink."""
+
+from typing import Any
+
+from cdcflow.plugins.hookspecs import hookimpl
+from cdcflow.sinks.delta_spark.sink import DeltaSink
+
+
+@hookimpl
+def cdcflow_sink_types() -> list[type[Any]]:
+    return [DeltaSink]
