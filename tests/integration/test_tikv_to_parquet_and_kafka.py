@@ -153,3 +153,47 @@ def test_tikv_to_kafka_delivers_every_write_per_key_in_order(
 def _changes(bootstrap: str, topic: str) -> list[Any]:
     """The topic's change records; the tombstone the kafka sink writes after each delete aside."""
     return [r for r in read_topics(bootstrap, [topic]) if r.value is not None]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("converter", ["json", "avro"])
+def test_an_empty_value_reaches_kafka_as_a_put_with_an_empty_value(
+    converter: str, upstream: TiKVCluster, tmp_path: Path, kafka_bootstrap: str, topic_prefix: str, request: Any
+) -> None:
+    # RawKV stores b"" as a value: the record is op c with value b"", not a delete, not a tombstone.
+    start, end = key_range("emptykafka")
+    sink: dict[str, Any] = {"type": "kafka", "bootstrap_servers": kafka_bootstrap}
+    if converter == "avro":
+        sink |= {"converter": "avro", "schema_registry_url": request.getfixturevalue("registry_url")}
+    file = pipeline_file(
+        tmp_path, upstream, None, start, end, upstream.ts_before_writes(), sink=sink, cluster=topic_prefix
+    )
+    # Written before the feed subscribes: its catch-up scan sends each key's newest version.
+    upstream.kv.batch_put([(start + b"e", b""), (start + b"f", b"full")])
+    topic = f"{topic_prefix}.ks0.rawkv"
+    worker = start_worker(file)
+    try:
+        wait_until(lambda: len(read_topics(kafka_bootstrap, [topic], timeout_s=5)) >= 2, 60, "two records")
+    finally:
+        log = stop_worker(worker, file)
+    assert worker.returncode == 0, log[-3000:]
+    received = read_topics(kafka_bootstrap, [topic])
+    assert all(r.value is not None for r in received), "an empty value became a tombstone"
+    if converter == "json":
+        payloads = [json.loads(r.value)["payload"] for r in received]
+        got = [(p["op"], base64.b64decode(p["after"]["key"]), base64.b64decode(p["after"]["value"])) for p in payloads]
+    else:
+        decode = _avro_value_decoder(request.getfixturevalue("registry_url"))
+        envelopes = [decode(r.value) for r in received]
+        got = [(e["op"], e["after"]["key"], e["after"]["value"]) for e in envelopes]
+    assert sorted(got) == [("c", start + b"e", b""), ("c", start + b"f", b"full")]
+
+
+def _avro_value_decoder(registry_url: str) -> Any:
+    """Confluent's own Avro deserializer over the registry: the record as any consumer reads it."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": registry_url, "timeout": 10}))
+    return lambda data: deserializer(data, SerializationContext("t", MessageField.VALUE))

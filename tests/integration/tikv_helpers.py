@@ -149,23 +149,24 @@ def pipeline_file(
 @dataclass(frozen=True)
 class Batch:
     keys: list[bytes]
-    op: str  # "put", "ttl" or "delete"
+    op: str  # "put", "ttl", "empty" (puts of b"") or "delete"
     values: list[bytes]
 
 
 def random_batches(rng: random.Random, start: bytes, keys: int, writes: int, batch_size: int) -> list[Batch]:
     """``writes`` random writes over ``keys`` keys as batches of distinct keys and one op type;
-    values carry a per-key sequence number, so per-key order shows in what arrives."""
+    values carry a per-key sequence number, so per-key order shows in what arrives, except the
+    empty values RawKV stores as well (a put of ``b""``, never a delete)."""
     names = [start + b"k%06d" % i for i in range(keys)]
     sequence = dict.fromkeys(names, 0)
     batches = []
     for _ in range(writes // batch_size):
         chosen = rng.sample(names, batch_size)
-        op = rng.choices(["put", "ttl", "delete"], [0.6, 0.2, 0.2])[0]
+        op = rng.choices(["put", "ttl", "empty", "delete"], [0.55, 0.2, 0.05, 0.2])[0]
         values = []
         for key in chosen:
             sequence[key] += 1
-            values.append(b"%s=%d" % (key, sequence[key]))
+            values.append(b"" if op == "empty" else b"%s=%d" % (key, sequence[key]))
         batches.append(Batch(chosen, op, values))
     return batches
 

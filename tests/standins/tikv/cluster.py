@@ -50,15 +50,20 @@ class TSO:
     def __init__(self) -> None:
         self.physical = 0
         self.logical = 0
+        # Its own lock, taken last: a store renewing its cache holds the provider's lock and asks
+        # here, while a write holds the cluster's and asks the provider.
+        self._lock = threading.Lock()
 
     def next(self, count: int = 1) -> int:
-        now = int(time.time() * 1000)
-        if now > self.physical:
-            self.physical, self.logical = now, 0
-        self.logical += count
-        if self.logical >= 1 << 18:
-            self.physical, self.logical = self.physical + 1, count
-        return compose_ts(self.physical, self.logical)
+        """The last of ``count`` fresh timestamps."""
+        with self._lock:
+            now = int(time.time() * 1000)
+            if now > self.physical:
+                self.physical, self.logical = now, 0
+            self.logical += count
+            if self.logical >= 1 << 18:
+                self.physical, self.logical = self.physical + 1, count
+            return compose_ts(self.physical, self.logical)
 
 
 @dataclass
@@ -281,8 +286,7 @@ class Cluster:
 
     def _pd_tso(self, count: int) -> int:
         """PD's Tso with ``count`` (a store renewing its causal timestamps): the last of them."""
-        with self.lock:
-            return self.tso.next(count)
+        return self.tso.next(count)
 
     def tick(self) -> None:
         """What happens on its own every 100 ms: each store renews its timestamp cache, heartbeats
