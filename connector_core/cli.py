@@ -163,9 +163,43 @@ def _pipeline_name(target: str) -> str:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from cdcflow.group.client import ControlPlaneClient
+    from cdcflow.group.client import ControlPlaneClient, Credentials, MissingPasswordError
 
-    return ControlPlaneClient(args.url)
+    password = None
+    if args.user is not None:
+        password = os.environ.get("CDCFLOW_REST_PASSWORD")
+        if password is None and sys.stdin.isatty():
+            import getpass
+
+            password = getpass.getpass(f"password of {args.user} at {args.url}: ")
+        if password is None:
+            raise MissingPasswordError(
+                f"--user {args.user}: no password: set $CDCFLOW_REST_PASSWORD (or run in a terminal to be asked)"
+            )
+    token = args.token if args.token is not None else os.environ.get("CDCFLOW_REST_TOKEN")
+    credentials = Credentials(
+        user=args.user,
+        password=password,
+        token=token if args.user is None else None,
+        cacert=args.cacert,
+        client_cert=args.cert,
+        client_key=args.key,
+    )
+    return ControlPlaneClient(args.url, credentials=credentials)
+
+
+def _add_control_plane_options(parser: argparse.ArgumentParser, url_required: bool) -> None:
+    """``--url`` and how to authenticate to it (``engine.group.rest.tls`` and ``.auth``)."""
+    parser.add_argument(
+        "--url",
+        required=url_required,
+        help="a worker group's REST API (http://host:8083, https://... with rest.tls): ask the running group",
+    )
+    parser.add_argument("--user", help="a user of rest.auth.users; the password from $CDCFLOW_REST_PASSWORD, or asked")
+    parser.add_argument("--token", help="a token of rest.auth.tokens (default $CDCFLOW_REST_TOKEN, kept out of ps)")
+    parser.add_argument("--cacert", type=Path, help="PEM file of the CA that signed the workers' certificate")
+    parser.add_argument("--cert", type=Path, help="PEM file of this client's certificate (rest.tls.client_ca)")
+    parser.add_argument("--key", type=Path, help="PEM file of this client's key (default: in --cert)")
 
 
 def _print(body: Any) -> None:
@@ -303,37 +337,36 @@ def _parser(registry: Any) -> argparse.ArgumentParser:
         handler=_cmd_plugins_list
     )
 
-    url_help = "a worker group's REST API (http://host:8083): ask the running group instead"
     offsets = commands.add_parser(
         "offsets", help="committed offsets; changes only while the pipeline is stopped (or its group paused)"
     ).add_subparsers(dest="action", required=True)
     show = offsets.add_parser("show", help="print a pipeline's committed checkpoints")
     show.add_argument("file", help="the pipeline file (with --url: or the pipeline's name)")
-    show.add_argument("--url", help=url_help)
+    _add_control_plane_options(show, url_required=False)
     show.set_defaults(handler=_cmd_offsets_show)
     reset = offsets.add_parser("reset", help="partitions restart from their beginning")
     reset.add_argument("file", help="the pipeline file (with --url: or the pipeline's name)")
     reset.add_argument("--partition", action="append", help="only this partition id (repeatable)")
-    reset.add_argument("--url", help=url_help)
+    _add_control_plane_options(reset, url_required=False)
     reset.set_defaults(handler=_cmd_offsets_reset)
     set_offset = offsets.add_parser("set", help="a partition resumes after this offset")
     set_offset.add_argument("file", help="the pipeline file (with --url: or the pipeline's name)")
     set_offset.add_argument("--partition", required=True, help="the partition id")
     set_offset.add_argument("--offset", required=True, help="its offset, a JSON object (see offsets show)")
-    set_offset.add_argument("--url", help=url_help)
+    _add_control_plane_options(set_offset, url_required=False)
     set_offset.set_defaults(handler=_cmd_offsets_set)
 
     status = commands.add_parser("status", help="a group's pipeline: each partition's owner, offset and lag")
     status.add_argument("pipeline", help="the pipeline file or name")
-    status.add_argument("--url", required=True, help=url_help)
+    _add_control_plane_options(status, url_required=True)
     status.set_defaults(handler=_cmd_status)
     for verb, text in (("pause", "every worker of the group stops reading"), ("resume", "and reads on")):
         parser_of_verb = commands.add_parser(verb, help=f"a group's pipeline: {text}")
         parser_of_verb.add_argument("pipeline", help="the pipeline file or name")
-        parser_of_verb.add_argument("--url", required=True, help=url_help)
+        _add_control_plane_options(parser_of_verb, url_required=True)
         parser_of_verb.set_defaults(handler=_cmd_pause)
     workers = commands.add_parser("workers", help="a group's live workers and their buckets")
-    workers.add_argument("--url", required=True, help=url_help)
+    _add_control_plane_options(workers, url_required=True)
     workers.set_defaults(handler=_cmd_workers)
 
     schema = commands.add_parser("schema", help="print the JSON schema of pipeline files, for editors")

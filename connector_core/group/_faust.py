@@ -39,9 +39,12 @@ _START_TIMEOUT_S = 60.0
 def build_app(
     config: GroupConfig, loop: asyncio.AbstractEventLoop, datadir: str, with_kafka: bool, broker_options: dict[str, Any]
 ) -> Any:
-    """A faust app for the group: with Kafka (the faust coordinator) or web server only."""
+    """A faust app for the group: with Kafka (the faust coordinator) or web server only. Its web
+    server serves the REST control plane as ``config.rest`` says: HTTPS, and who may ask what."""
     import faust
     from faust.app.base import BootStrategy
+
+    from cdcflow.group.access import ControlPlaneAccess, access_middleware, server_ssl_context
 
     class WebOnly(BootStrategy):
         enable_kafka = False
@@ -61,6 +64,8 @@ def build_app(
         web_enabled=True,
         web_port=config.rest.port,
         web_bind=config.rest.bind,
+        web_ssl_context=server_ssl_context(config.rest.tls) if config.rest.tls is not None else None,
+        web_application_options={"middlewares": [access_middleware(ControlPlaneAccess(config.rest))]},
         canonical_url=config.rest.url(),
         broker_session_timeout=config.session_timeout_s,
         broker_heartbeat_interval=config.heartbeat_interval_s,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import socket
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from cdcflow.config import ResolvedPath
+from cdcflow.errors import RestTlsError
 from cdcflow.kafka_client import KafkaClientConfig
 
-__all__ = ["GroupConfig", "RestConfig"]
+__all__ = ["GroupConfig", "RestAuthConfig", "RestConfig", "RestTlsConfig", "RestToken", "RestUser", "Role"]
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
@@ -18,21 +20,97 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Role = Literal["viewer", "operator"]
+"""viewer: every GET; operator: GET, pause, resume and offset changes too."""
+
+
+class RestTlsConfig(_Strict):
+    """HTTPS for the REST control plane, and optionally client certificates (mutual TLS)."""
+
+    certfile: ResolvedPath = Field(description="PEM file of this worker's certificate (and its chain)")
+    keyfile: ResolvedPath | None = Field(
+        default=None, description="PEM file of the certificate's private key, unencrypted; default: in certfile"
+    )
+    client_ca: ResolvedPath | None = Field(
+        default=None,
+        description="PEM file of the CAs whose client certificates are accepted: every request but GET /health "
+        "then needs one (mutual TLS)",
+    )
+
+    @model_validator(mode="after")
+    def _loadable(self) -> Self:
+        from cdcflow.group.access import server_ssl_context  # here: access imports this module
+
+        try:
+            server_ssl_context(self)
+        except RestTlsError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+
+_SHORTEST_TOKEN = 16
+
+
+class RestUser(_Strict):
+    password: SecretStr = Field(description="compared as given (in constant time); use ${file:...}")
+    role: Role = Field(default="viewer", description="viewer: GET; operator: pause, resume and offsets too")
+
+    @field_validator("password")
+    @classmethod
+    def _not_empty(cls, password: SecretStr) -> SecretStr:
+        if not password.get_secret_value():
+            raise ValueError("a password is not empty")
+        return password
+
+
+class RestToken(_Strict):
+    token: SecretStr = Field(description="sent as 'Authorization: Bearer <token>'; use ${file:...}")
+    role: Role = Field(default="viewer", description="viewer: GET; operator: pause, resume and offsets too")
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr) -> SecretStr:
+        if len(token.get_secret_value()) < _SHORTEST_TOKEN:
+            raise ValueError(f"a token has at least {_SHORTEST_TOKEN} characters (a short one is soon guessed)")
+        return token
+
+
+class RestAuthConfig(_Strict):
+    """Who may use the REST control plane: users (HTTP basic authentication) and bearer tokens,
+    each with a role. ``GET /health`` stays open, for load balancers and probes."""
+
+    users: dict[str, RestUser] = Field(default_factory=dict, description="by user name")
+    tokens: dict[str, RestToken] = Field(default_factory=dict, description="by a name for the token's holder")
+
+    @model_validator(mode="after")
+    def _someone(self) -> Self:
+        if not self.users and not self.tokens:
+            raise ValueError("auth lets no one in: give users, tokens or both (or leave auth out)")
+        if any(":" in name or not name for name in self.users):
+            raise ValueError("a user name is not empty and has no ':' (HTTP basic authentication separates at ':')")
+        return self
+
+
 class RestConfig(_Strict):
-    """Where this worker serves the REST control plane."""
+    """Where this worker serves the REST control plane, and to whom."""
 
     port: int = Field(default=8083, ge=0, le=65535, description="one port per worker process on a machine")
     bind: str = Field(
         default="127.0.0.1",
-        description="address to listen on; 0.0.0.0 lets other machines in (the API has no authentication: "
-        "keep it on a trusted network)",
+        description="address to listen on; 0.0.0.0 lets other machines in (give it tls and auth, or keep it "
+        "on a trusted network)",
     )
     advertised_url: str | None = Field(
-        default=None, description="how other machines reach this worker; default http://<hostname>:<port>"
+        default=None, description="how other machines reach this worker; default http(s)://<hostname>:<port>"
+    )
+    tls: RestTlsConfig | None = Field(default=None, description="serve HTTPS (and ask for client certificates)")
+    auth: RestAuthConfig | None = Field(
+        default=None, description="users and tokens with roles; none: anyone who reaches the port is an operator"
     )
 
     def url(self) -> str:
-        return (self.advertised_url or f"http://{socket.gethostname()}:{self.port}").rstrip("/")
+        scheme = "https" if self.tls is not None else "http"
+        return (self.advertised_url or f"{scheme}://{socket.gethostname()}:{self.port}").rstrip("/")
 
 
 class GroupConfig(_Strict):

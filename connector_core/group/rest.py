@@ -15,8 +15,10 @@
                                               none: all), paused only; else 409, as KIP-875
 ============================================  =====================================================
 
-Served by faust's web server (aiohttp). The handlers run on the event loop that also carries the
-faust coordinator's heartbeats, so anything that blocks goes to a thread.
+Served by faust's web server (aiohttp), over HTTPS with ``rest.tls``. Who may ask what is decided
+before any handler runs, by :mod:`cdcflow.group.access`: with ``rest.auth`` a GET needs a viewer
+and every other request an operator; ``GET /health`` is always open. The handlers run on the event
+loop that also carries the faust coordinator's heartbeats, so anything that blocks goes to a thread.
 """
 
 from __future__ import annotations

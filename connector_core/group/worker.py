@@ -31,6 +31,7 @@ from prometheus_client import generate_latest
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import Checkpoint, CheckpointStore, PluginContext
 from cdcflow.errors import CdcflowError, ConfigError, EngineUnavailableError, GroupUnavailableError
+from cdcflow.group.access import exposure_warnings
 from cdcflow.group.config import GroupConfig
 from cdcflow.group.control import ControlChannel, OffsetsCommand
 from cdcflow.group.coordinator import GroupCoordinator, wait_or_exit
@@ -203,6 +204,8 @@ class GroupWorker:
             thread = threading.Thread(target=self._run_pipeline, args=(name, runner), name=f"pipeline-{name}")
             self._threads[name] = thread
             thread.start()
+        for warning in exposure_warnings(self.config.rest):
+            log.warning("group %s: %s", self.config.id, warning)
         try:
             self.coordinator = self._start_coordinator()
             log.info(

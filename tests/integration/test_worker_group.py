@@ -11,12 +11,16 @@ once (their members mostly wait for the datagen rate), which halves their wall t
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -31,6 +35,7 @@ from tests.integration.group_helpers import (
 )
 from tests.integration.kafka_helpers import event_id, run_cdcflow
 from tests.integration.scylla_helpers import Expectations, arrived, orders_table, scylla_writer, source_section
+from tests.integration.secure_kafka import make_certificates
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
 
@@ -373,3 +378,91 @@ def read_topics_with(settings: dict, prefix: str) -> list[int]:  # type: ignore[
         return ids
     finally:
         consumer.close()
+
+
+def test_rest_api_with_tls_and_credentials(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
+    """Issue 27's bar: a member with rest.auth.users answers 401 without credentials, 200 with
+    them, and /health without; over HTTPS, a viewer may read and not pause, an operator (a token)
+    may; the CLI passes --user/--token/--cacert; no password or token reaches the member's log.
+    The passwords come from a secret file (${file:PATH:KEY})."""
+    tls = tmp_path / "tls"
+    make_certificates(tls)  # broker.pem: the member's key and certificate for 127.0.0.1
+    viewer_password, operator_token = "Viewer-Password-41", "Operator-Token-0123456789"
+    (tmp_path / "rest-secrets.properties").write_text(f"ann = {viewer_password}\nci-token = {operator_token}\n")
+    name = f"group-{topic_prefix}"
+    group_block = group_section(kafka_bootstrap, f"grp-{topic_prefix}", "kafka", 4).replace(
+        'rest: {port: "${REST_PORT:-8083}"}',
+        'rest: {port: "${REST_PORT:-8083}", tls: {certfile: tls/broker.pem}, '
+        "auth: {users: {ann: {password: '${file:rest-secrets.properties:ann}', role: viewer}}, "
+        "tokens: {ci: {token: '${file:rest-secrets.properties:ci-token}', role: operator}}}}",
+    )
+    assert "auth:" in group_block
+    file = tmp_path / "group.yaml"
+    file.write_text(
+        f"name: {name}\n"
+        "source: {type: datagen, partitions: 2, tables: 1, keys: 100, event_size: 16, rate: 50}\n"
+        f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', linger_ms: 10}}\n"
+        f"checkpoint: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', interval_ms: 500}}\n"
+        f"engine:\n  group: {group_block}\n"
+    )
+    group = Group(file, tmp_path)
+    ca = str(tls / "ca.pem")
+    try:
+        member = group.start("w0")
+        url = f"https://127.0.0.1:{member.port}"
+
+        def healthy() -> bool:
+            if member.process.poll() is not None:
+                pytest.fail(f"the member exited:\n{member.log_text()[-3000:]}")
+            try:
+                return requests.get(url + "/health", verify=ca, timeout=5).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        group.wait_until(healthy, 120, "the member to answer /health over HTTPS without credentials")
+        without = requests.get(url + "/pipelines", verify=ca, timeout=10)
+        assert without.status_code == 401, without.text
+        wrong = requests.get(url + "/pipelines", verify=ca, auth=("ann", viewer_password + "!"), timeout=10)
+        assert wrong.status_code == 401, wrong.text
+        viewer = requests.get(url + "/pipelines", verify=ca, auth=("ann", viewer_password), timeout=10)
+        assert viewer.status_code == 200 and viewer.json() == [name]
+        refused = requests.put(url + f"/pipelines/{name}/pause", verify=ca, auth=("ann", viewer_password), timeout=60)
+        assert refused.status_code == 403, refused.text
+        with pytest.raises(requests.ConnectionError):
+            requests.get(member.url + "/health", timeout=5)  # plain HTTP gets no answer
+
+        def cdcflow(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "cdcflow.cli", *args, "--url", url, "--cacert", ca],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                env={**os.environ, **env},
+            )
+
+        def states(**credentials: Any) -> set[str]:
+            shown = requests.get(url + f"/pipelines/{name}/status", verify=ca, timeout=10, **credentials).json()
+            return {p["state"] for p in shown["partitions"].values()}
+
+        paused = cdcflow("pause", name, CDCFLOW_REST_TOKEN=operator_token)
+        assert paused.returncode == 0, paused.stderr
+        group.wait_until(lambda: states(auth=("ann", viewer_password)) == {"PAUSED"}, 30, "the pipeline to pause")
+        shown = cdcflow("status", name, "--user", "ann", CDCFLOW_REST_PASSWORD=viewer_password)
+        assert shown.returncode == 0 and '"PAUSED"' in shown.stdout, shown.stderr
+        as_viewer = cdcflow("resume", name, "--user", "ann", CDCFLOW_REST_PASSWORD=viewer_password)
+        assert as_viewer.returncode == 1 and "403" in as_viewer.stderr, as_viewer.stderr
+        unauthenticated = cdcflow("resume", name)
+        assert unauthenticated.returncode == 1 and "401" in unauthenticated.stderr, unauthenticated.stderr
+        assert cdcflow("resume", name, "--token", operator_token).returncode == 0
+        group.wait_until(
+            lambda: states(headers={"Authorization": f"Bearer {operator_token}"}) == {"RUNNING"}, 30, "a resume"
+        )
+        member.signal(signal.SIGTERM)
+        assert group.wait_for_exit(member, 60) == 0, member.log_text()[-3000:]
+        log = member.log_text()
+        assert "REST at https://" in log
+        assert viewer_password not in log and operator_token not in log
+    finally:
+        group.kill_all()
