@@ -25,6 +25,7 @@ import hmac
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cdcflow.errors import RestTlsError
@@ -49,10 +50,12 @@ def server_ssl_context(tls: RestTlsConfig) -> ssl.SSLContext:
         # The key is unencrypted; the callback keeps OpenSSL from asking a terminal for a passphrase.
         context.load_cert_chain(str(tls.certfile), str(tls.keyfile) if tls.keyfile else None, password=_no_passphrase)
     except (OSError, ssl.SSLError) as exc:
+        key = tls.keyfile or tls.certfile
+        reason = "the key is encrypted: give an unencrypted one" if _encrypted(key) else _reason(exc)
         raise RestTlsError(
             f"rest.tls: cannot use certfile {tls.certfile}"
             + (f" with keyfile {tls.keyfile}" if tls.keyfile else " (which must hold the key too, without keyfile)")
-            + f": {_reason(exc)}"
+            + f": {reason}"
         ) from exc
     if tls.client_ca is not None:
         try:
@@ -75,6 +78,13 @@ def exposure_warnings(rest: RestConfig) -> list[str]:
             "can pause the group's pipelines and change their offsets"
         )
     return warnings
+
+
+def _encrypted(key: Path) -> bool:
+    try:
+        return "ENCRYPTED" in key.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _no_passphrase() -> bytes:
