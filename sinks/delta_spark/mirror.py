@@ -34,6 +34,7 @@ from cdcflow.sinks.delta_spark.exceptions import MirrorUnsupportedChangeError
 __all__ = [
     "ACTION",
     "CHANGE_META",
+    "DELTA_SOURCES",
     "STAMP_COLUMNS",
     "STATIC_STAMP",
     "MirrorLayout",
@@ -62,7 +63,8 @@ CHANGE_META = (
 """The columns a change row carries beside the table's (state rows have them null but ``__kind``)."""
 
 STATE, CHANGE = 0, 1
-_DELTA_SOURCES = frozenset({"cassandra"})  # whose events carry a multi-cell column's added elements
+DELTA_SOURCES = frozenset({"cassandra"})
+"""Source systems whose events carry a multi-cell column's added elements rather than its value."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,7 @@ def _set_columns(
     """Set each column the change carries (present in ``after``), merging multi-cell deltas."""
     replaced = set(json.loads(headers["cdc.replaced"])) if "cdc.replaced" in headers else set()
     removed: dict[str, list[Any]] = json.loads(headers["cdc.removed"]) if "cdc.removed" in headers else {}
-    deltas = change["__system"] in _DELTA_SOURCES
+    deltas = change["__system"] in DELTA_SOURCES
     for name in layout.columns:
         if (skip and name in skip) or (only is not None and name not in only) or name in layout.key:
             continue

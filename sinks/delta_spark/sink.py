@@ -34,6 +34,7 @@ from cdcflow.sinks.delta_spark.exceptions import DeltaAppIdReusedError, DeltaSch
 from cdcflow.sinks.delta_spark.mirror import (
     ACTION,
     CHANGE,
+    DELTA_SOURCES,
     STAMP_COLUMNS,
     STATE,
     STATIC_STAMP,
@@ -93,6 +94,8 @@ class _Destination:
     partition_keys: frozenset[tuple[str, ...]]  # the key column sets of changes to a whole partition
     static_columns: frozenset[str]  # what those changes wrote besides their key
     sources: tuple[str, ...]  # the tables (namespaces) whose rows it got
+    whole_rows: bool  # every change carries the whole row (or deletes it by its whole key), with no cdc.* header
+    systems: frozenset[str]  # the source systems of its changes
 
 
 class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
@@ -156,13 +159,22 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
         written = F.when(F.col("op") != "d", F.array_sort(F.json_object_keys(F.col("after"))))
         groups = (
             changes.groupBy("destination", "row_schema")
-            .agg(F.collect_set(F.struct(key_names.alias("key"), written.alias("after"))).alias("shapes"))
+            .agg(
+                F.collect_set(F.struct(key_names.alias("key"), written.alias("after"))).alias("shapes"),
+                F.max(F.coalesce(F.size(F.col("headers")), F.lit(0))).alias("headers"),
+                F.collect_set("system").alias("systems"),
+            )
             .collect()
         )
         schemas: dict[str, list[RowSchema]] = {}
         shapes: dict[str, set[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+        with_headers: set[str] = set()
+        systems: dict[str, set[str]] = {}
         for group in groups:
             schemas.setdefault(group["destination"], []).append(RowSchema.from_json(group["row_schema"]))
+            systems.setdefault(group["destination"], set()).update(group["systems"])
+            if group["headers"] > 0:
+                with_headers.add(group["destination"])
             shapes.setdefault(group["destination"], set()).update(
                 (tuple(s["key"] or ()), tuple(s["after"] or ())) for s in group["shapes"]
             )
@@ -186,7 +198,15 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
             partition_keys = frozenset(tuple(c for c in key if c in k) for k, _ in partial)
             static = frozenset(c for k, a in partial for c in a if c not in k)
             sources = tuple(sorted({s.namespace for s in listed}))
-            destinations.append(_Destination(name, merged, tuple(key), partition_keys, static, sources))
+            value_names = {c.name for c in columns if c.type != UNTYPED_NULL}
+            whole_rows = name not in with_headers and all(
+                set(k) == set(key) and (not a or value_names <= set(a)) for k, a in shapes[name]
+            )
+            destinations.append(
+                _Destination(
+                    name, merged, tuple(key), partition_keys, static, sources, whole_rows, frozenset(systems[name])
+                )
+            )
         return destinations
 
     # --- typed rows ---------------------------------------------------------------------------
@@ -418,6 +438,9 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
             destination=destination.name,
         )
         changes = _aligned(typed_changes, table, keep_prefix="__")
+        if _last_change_decides(destination, layout):
+            self._merge_last_changes(session, changes, table, layout, path, batch_id)
+            return
         target = session.read.format("delta").load(path)
         partitions = changes.select(*layout.partition_key).distinct()
         state = target.join(F.broadcast(partitions), on=list(layout.partition_key), how="left_semi").select(
@@ -434,9 +457,51 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
         )
         self._merge(session, folded, table, layout, path, batch_id)
 
-    def _merge(self, session: Any, folded: Any, table: Any, layout: MirrorLayout, path: str, batch_id: int) -> None:
+    def _merge_last_changes(
+        self, session: Any, changes: Any, table: Any, layout: MirrorLayout, path: str, batch_id: int
+    ) -> None:
+        """The mirror of a batch whose changes all carry whole rows: each key's last change (by
+        source timestamp, then read order) decides, and the MERGE itself keeps a row whose stamp
+        is newer. No read of the table before the MERGE, no Python."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        values = [F.col(f"`{f.name}`") for f in table.fields if f.name not in STAMP_COLUMNS]
+        stamps = [
+            F.col("__ts").alias(STAMP_COLUMNS[0]),
+            F.col("__partition").alias(STAMP_COLUMNS[1]),
+            F.col("__position").alias(STAMP_COLUMNS[2]),
+        ]
+        action = F.when(F.col("__op") == "d", "delete").otherwise("upsert").alias(ACTION)
+        order = F.struct(F.col("__ts"), F.col("__ord")).alias("__order")
+        rows = changes.select(*values, *stamps, action, order)
+        last_values = F.struct(*[F.col(f"`{n}`") for n in rows.columns if n != "__order"])
+        last = (
+            rows.groupBy(*[F.col(f"`{c}`") for c in layout.key])
+            .agg(F.max_by(last_values, F.col("__order")).alias("__last"))
+            .select("__last.*")
+        )
+        ts, partition, position = (f"`{c}`" for c in STAMP_COLUMNS)
+        newer = (
+            f"(s.{ts} > t.{ts} OR (s.{ts} = t.{ts} AND NOT (s.{partition} <=> t.{partition} "
+            f"AND s.{position} <=> t.{position})))"
+        )
+        self._merge(session, last, table, layout, path, batch_id, f"s.{ts} >= t.{ts}", newer)
+
+    def _merge(
+        self,
+        session: Any,
+        source: Any,
+        table: Any,
+        layout: MirrorLayout,
+        path: str,
+        batch_id: int,
+        delete_when: str = "true",
+        update_when: str = "true",
+    ) -> None:
+        """One MERGE of ``source`` (the table's columns and ``__action``) into the table under the
+        batch's transaction identifier."""
         view = f"cdcflow_mirror_{abs(hash((path, batch_id)))}"
-        folded.createOrReplaceTempView(view)
+        source.createOrReplaceTempView(view)
         on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in layout.key)
         names = [f.name for f in table.fields]
         update = ", ".join(f"t.`{n}` = s.`{n}`" for n in names)
@@ -444,8 +509,8 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
         insert_values = ", ".join(f"s.`{n}`" for n in names)
         statement = (
             f"MERGE INTO delta.`{path}` t USING {view} s ON {on} "
-            f"WHEN MATCHED AND s.`{ACTION}` = 'delete' THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {update} "
+            f"WHEN MATCHED AND s.`{ACTION}` = 'delete' AND {delete_when} THEN DELETE "
+            f"WHEN MATCHED AND s.`{ACTION}` = 'upsert' AND {update_when} THEN UPDATE SET {update} "
             f"WHEN NOT MATCHED AND s.`{ACTION}` = 'upsert' THEN INSERT ({insert_columns}) VALUES ({insert_values})"
         )
         transaction = self._transaction(session, batch_id)
@@ -525,6 +590,13 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return value
+
+
+def _last_change_decides(destination: _Destination, layout: MirrorLayout) -> bool:
+    """Whether each key's last change alone gives its row: whole rows, no change to a whole
+    partition or its static columns, no multi-cell column whose changes may be element deltas."""
+    deltas = bool(layout.multi_cell) and bool(destination.systems & DELTA_SOURCES)
+    return destination.whole_rows and layout.partition_key == layout.key and not layout.static and not deltas
 
 
 def _multi_cell_kind(column: Column, schema: RowSchema) -> str | None:
