@@ -22,7 +22,13 @@ import grpc
 
 from tests.standins.tikv.causal_ts import RENEW_INTERVAL_S
 from tests.standins.tikv.cluster import Cluster
-from tests.standins.tikv.services import change_data_handler, control_handler, pd_handler, tikv_handler
+from tests.standins.tikv.services import (
+    change_data_handler,
+    control_handler,
+    health_handler,
+    pd_handler,
+    tikv_handler,
+)
 
 _OPTIONS = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
 
@@ -122,7 +128,9 @@ def main() -> None:
     def start_store(store_id: int) -> str:
         server = grpc.server(ThreadPoolExecutor(max_workers=32), options=_OPTIONS, interceptors=interceptors)
         port = listen(server)
-        server.add_generic_rpc_handlers((tikv_handler(cluster, store_id), change_data_handler(cluster, store_id)))
+        server.add_generic_rpc_handlers(
+            (tikv_handler(cluster, store_id), change_data_handler(cluster, store_id), health_handler())
+        )
         store_servers[store_id] = server
         return f"127.0.0.1:{port}"  # PD lists store addresses as host:port with or without TLS.
 

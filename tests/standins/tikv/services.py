@@ -16,6 +16,15 @@ from google.protobuf.message import Message
 from cdcflow.sources.tikv_client.codec import RawValue, decode_raw_value, encode_memcomparable
 from cdcflow.sources.tikv_client.proto import cdcpb_pb2, errorpb_pb2, kvrpcpb_pb2, metapb_pb2, pdpb_pb2
 from tests.standins.tikv.cluster import Cluster
+from tests.standins.tikv.kvproto_extra import (
+    SERVING,
+    BatchCommandsRequest,
+    BatchCommandsResponse,
+    HealthCheckRequest,
+    HealthCheckResponse,
+    RawGetKeyTTLRequest,
+    RawGetKeyTTLResponse,
+)
 from tests.standins.tikv.pd_view import PDRegion
 
 log = logging.getLogger("standin.tikv")
@@ -331,6 +340,17 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
     def raw_delete_range(request: kvrpcpb_pb2.RawDeleteRangeRequest, response: Message) -> None:
         cluster.delete_range(bytes(request.start_key), bytes(request.end_key))
 
+    def raw_get_key_ttl(request: Any, response: Any) -> None:
+        """src/storage/raw/encoded.rs ``get_key_ttl_cf``: the seconds left before the value
+        expires, 0 without a TTL, not found when absent, deleted or expired; "now" is whole
+        seconds (engine_traits raw_ttl.rs ``ttl_current_ts``)."""
+        now = int(time.time())
+        value = cluster.live_value(request.key, now)
+        if value is None:
+            response.not_found = True
+        else:
+            response.ttl = value.expire_ts - now if value.expire_ts is not None else 0
+
     def one_key(request: Any) -> list[bytes]:
         return [request.key]
 
@@ -362,14 +382,60 @@ def tikv_handler(cluster: Cluster, store_id: int) -> grpc.GenericRpcHandler:
             range_start,
             raw_delete_range,
         ),
+        "RawGetKeyTTL": (RawGetKeyTTLRequest, RawGetKeyTTLResponse, one_key, raw_get_key_ttl),
     }
-    return grpc.method_handlers_generic_handler(
-        "tikvpb.Tikv",
-        {
-            name: _unary(guarded(name, response_type, keys_of, run), request_type)
-            for name, (request_type, response_type, keys_of, run) in handlers.items()
-        },
+    methods = {
+        name: guarded(name, response_type, keys_of, run) for name, (_, response_type, keys_of, run) in handlers.items()
+    }
+    services = {name: _unary(methods[name], request_type) for name, (request_type, *_) in handlers.items()}
+    services["BatchCommands"] = grpc.stream_stream_rpc_method_handler(
+        _batch_commands(methods),
+        request_deserializer=BatchCommandsRequest.FromString,
+        response_serializer=lambda m: m.SerializeToString(),
     )
+    return grpc.method_handlers_generic_handler("tikvpb.Tikv", services)
+
+
+def _batch_commands(
+    methods: dict[str, Callable[[Any, Any], Message]],
+) -> Callable[[Iterator[Any], Any], Iterator[Message]]:
+    """``Tikv/BatchCommands``, the stream client-go sends every command it can batch on (kvproto
+    tikvpb.proto 119-223): each request of a ``BatchCommandsRequest`` is answered as its unary
+    method answers it, under its request id, as tikv/tikv src/server/service/kv.rs
+    ``batch_commands`` / ``handle_batch_commands_request`` (1035-1125, 1343-1390) do; a request
+    with no command gets an empty response. TiKV may regroup the answers of a stream's requests;
+    the stand-in answers each ``BatchCommandsRequest`` with one response, in order, which a client
+    matching ids (client-go client_batch.go ``batchRecvLoop``) cannot tell apart. Commands other
+    than the RawKV ones the stand-in serves end the stream with UNIMPLEMENTED."""
+
+    def batch_commands(requests: Iterator[Any], context: Any) -> Iterator[Message]:
+        for batch in requests:
+            response = BatchCommandsResponse()
+            for request_id, request in zip(batch.request_ids, batch.requests, strict=False):
+                command = request.WhichOneof("cmd")
+                if command is None and request.ByteSize() > 0:
+                    context.abort(
+                        grpc.StatusCode.UNIMPLEMENTED, "the stand-in serves only RawKV commands in BatchCommands"
+                    )
+                answer = response.responses.add()
+                if command is not None:
+                    getattr(answer, command).CopyFrom(methods[command](getattr(request, command), context))
+                response.request_ids.append(request_id)
+            yield response
+
+    return batch_commands
+
+
+def health_handler() -> grpc.GenericRpcHandler:
+    """``grpc.health.v1.Health/Check``, which every TiKV store serves (src/server/server.rs:131,
+    ``create_health``), SERVING once it runs (components/health_controller/src/lib.rs:165-168);
+    client-go asks it of a store it failed to reach before sending there again
+    (internal/locate/region_cache.go:2551-2560, v2.0.4)."""
+
+    def check(request: Any, context: Any) -> Message:
+        return HealthCheckResponse(status=SERVING)
+
+    return grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": _unary(check, HealthCheckRequest)})
 
 
 def _expire(ttl_s: int) -> int | None:
