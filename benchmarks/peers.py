@@ -12,6 +12,10 @@ line ``ratio: X.XX`` (cdcflow ÷ peer, higher is better). Each starts the servic
     python benchmarks/peers.py spark [--events 100000]
         kafka -> parquet on the spark engine vs a plain Spark Structured Streaming job reading the
         same topic with Spark's Kafka connector, from_json, writing Parquet.
+    python benchmarks/peers.py delta [--events 30000] [--keys 2000]
+        kafka -> the delta sink's mirror on the spark engine vs a plain Structured Streaming job
+        doing foreachBatch + MERGE by hand on the same topic (what a user writes today): each
+        micro-batch deduplicated by key, then MERGE (delete, update all, insert all).
 
 ``--core python`` runs cdcflow's pure-Python core instead of the compiled one (CDCFLOW_PURE_PYTHON).
 """
@@ -28,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -766,6 +771,154 @@ def spark(args: argparse.Namespace) -> None:
     _ratio(ours_steady, peer_steady)
 
 
+def _delta_plain(args: argparse.Namespace) -> None:
+    """Child process: a plain Structured Streaming job mirroring the topic into Delta by hand:
+    Spark's Kafka connector, from_json, and in foreachBatch each key's last change (max_by over
+    the source time) then one MERGE: delete, update all, insert all. Prints its figures as JSON."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
+
+    from cdcflow.sinks.delta_spark import DELTA_SESSION_CONF
+    from cdcflow.spark_engine.session import spark_session
+
+    started = time.monotonic()
+    session = spark_session("plain-delta-peer", args.master, DELTA_SESSION_CONF)
+    session.sql(
+        f"CREATE TABLE delta.`{args.out}` ({_DATAGEN_ROW}) USING delta "
+        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    stream = (
+        session.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", _BOOTSTRAP)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.per_trigger))
+        .load()
+    )
+    event = F.from_json(F.col("value").cast("string"), _ENVELOPE).alias("e")
+    changes = stream.select(event).select(
+        F.col("e.op").alias("op"),
+        F.col("e.source.ts_us").alias("ts_us"),
+        F.coalesce(F.col("e.after"), F.col("e.before")).alias("row"),
+    )
+
+    def merge(batch: Any, batch_id: int) -> None:
+        last = batch.groupBy(F.col("row.id").alias("key")).agg(
+            F.max_by(F.struct("op", "row"), F.col("ts_us")).alias("last")
+        )
+        last.select("last.op", "last.row.*").createOrReplaceTempView("changes")
+        batch.sparkSession.sql(
+            f"MERGE INTO delta.`{args.out}` t USING changes s ON t.id = s.id "
+            "WHEN MATCHED AND s.op = 'd' THEN DELETE WHEN MATCHED THEN UPDATE SET * "
+            "WHEN NOT MATCHED AND s.op != 'd' THEN INSERT *"
+        )
+
+    query = (
+        changes.writeStream.foreachBatch(merge)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    wall = time.monotonic() - started
+    batches = [(p["numInputRows"], p["durationMs"].get("triggerExecution", 0)) for p in query.recentProgress]
+    batches = [b for b in batches if b[0] > 0]
+    rows = session.read.format("delta").load(args.out).count()
+    session.stop()
+    print(json.dumps({"wall_s": wall, "batches": batches, "rows": rows}))
+
+
+def _delta_rows(table: Path) -> int:
+    from deltalake import DeltaTable, QueryBuilder
+
+    found = DeltaTable(str(table))
+    return int(QueryBuilder().register("t", found).execute("SELECT count(*) AS n FROM t").read_all()["n"][0].as_py())
+
+
+def delta(args: argparse.Namespace) -> None:
+    _start("kafka")
+    prefix = f"peer{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.events"
+    _create_topics([topic], partitions=4)
+    work = Path(tempfile.mkdtemp(prefix="cdcflow-peer-delta-"))
+    json_converter = "{type: json, schemas_enable: false}"
+    fill = work / "fill.yaml"
+    fill.write_text(
+        f"name: {prefix}-fill\n"
+        f"source: {{type: datagen, count: {args.events}, keys: {args.keys}, partitions: 4, tables: 1,"
+        f" event_size: {args.event_size}}}\n"
+        f'transforms: [{{type: route, regex: "(.*)", replacement: "{topic}"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', converter: {json_converter}}}\n"
+        "checkpoint: {type: file, path: fill-ckpt}\n"
+    )
+    subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(fill)], check=True, capture_output=True)
+    print(f"{args.events:,} changes over {args.keys:,} keys in {topic} (cdcflow json envelopes)")
+    pipeline = work / "to-delta.yaml"
+    pipeline.write_text(
+        f"name: {prefix}-delta\n"
+        f"source: {{type: kafka, bootstrap_servers: '{_BOOTSTRAP}', topics: ['{topic}'],"
+        f" converter: {json_converter}, max_records_per_batch: {args.per_batch}}}\n"
+        "sink: {type: delta, path: lake, mode: mirror}\n"
+        "checkpoint: {type: file, path: ckpt}\n"
+        f"engine: {{type: spark, master: '{args.master}', trigger_interval_ms: 0,"
+        f" max_records_per_read: {args.per_batch}}}\n"
+    )
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cdcflow.cli", "run", str(pipeline), "--log-level", "INFO"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def collect() -> None:
+        assert process.stderr is not None
+        lines.extend(iter(process.stderr.readline, ""))
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    while process.poll() is None:
+        done = sum(int(e) for _, e, _ in _BATCH_LINE.findall("".join(lines)))
+        if done >= args.events:
+            break
+        time.sleep(0.5)
+    ours_wall = time.monotonic() - started
+    process.send_signal(signal.SIGTERM)
+    process.wait(300)
+    reader.join(10)
+    batches = [(int(e), int(ms)) for _, e, ms in _BATCH_LINE.findall("".join(lines))]
+    ours_steady = _steady(batches)
+    ours_rows = _delta_rows(work / "lake" / topic)
+    print(
+        f"cdcflow kafka -> delta mirror (spark engine, {args.master}):"
+        f" {args.events / ours_wall:8,.0f} events/s end to end, {ours_steady:8,.0f} events/s steady"
+        f"  ({ours_rows:,} rows, {len(batches)} batches)"
+    )
+    peer = _child(
+        [
+            "_delta_plain",
+            "--topic",
+            topic,
+            "--out",
+            str(work / "plain"),
+            "--checkpoint",
+            str(work / "plain-ckpt"),
+            "--master",
+            args.master,
+            "--per-trigger",
+            str(args.per_batch),
+        ]
+    )
+    peer_steady = _steady([tuple(b) for b in peer["batches"]])
+    print(
+        f"plain foreachBatch + MERGE job: {args.events / peer['wall_s']:8,.0f} events/s end to end,"
+        f" {peer_steady:8,.0f} events/s steady  ({peer['rows']:,} rows, {len(peer['batches'])} batches)"
+    )
+    if ours_rows != peer["rows"]:
+        print(f"the two tables differ in rows: {ours_rows:,} vs {peer['rows']:,}")
+    shutil.rmtree(work, ignore_errors=True)
+    _ratio(ours_steady, peer_steady)
+
+
 def _core_name() -> str:
     from cdcflow.native import native_module
 
@@ -798,6 +951,18 @@ def main() -> None:
     lake.add_argument("--soak", type=float, help="instead: run this many seconds fed at --rate, printing RSS")
     lake.add_argument("--rate", type=float, default=500, help="events/s fed into the topic during --soak")
     lake.set_defaults(run=spark)
+    mirror = commands.add_parser("delta")
+    mirror.add_argument("--events", type=int, default=30_000)
+    mirror.add_argument("--keys", type=int, default=2_000)
+    mirror.add_argument("--event-size", type=int, default=100)
+    mirror.add_argument("--master", default="local[2]")
+    mirror.add_argument("--per-batch", type=int, default=5_000, help="records per micro-batch (both jobs)")
+    mirror.set_defaults(run=delta)
+    delta_plain = commands.add_parser("_delta_plain")
+    for name in ("--topic", "--out", "--checkpoint", "--master"):
+        delta_plain.add_argument(name, required=True)
+    delta_plain.add_argument("--per-trigger", type=int, required=True)
+    delta_plain.set_defaults(run=_delta_plain)
     plain = commands.add_parser("_spark_plain")
     for name in ("--topic", "--out", "--checkpoint", "--master"):
         plain.add_argument(name, required=True)
