@@ -2,20 +2,20 @@
 
 A delete is followed by a tombstone (the same key, a null value) unless ``tombstones_on_delete`` is
 off, so a compacted topic forgets deleted keys (Debezium's relational connectors do the same).
-The tombstone is written once the broker took the delete, never before: a delete it refuses goes
-to the dead letters with its tombstone, and the topic keeps the key (:class:`_HeldDelete`).
+The tombstone is written once the broker took the delete, never before: it waits for ``flush``
+(:class:`_PendingTombstone`), when every delivery report of the interval is in; a delete the
+broker refused goes to the dead letters with its tombstone, and the topic keeps the key.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from cdcflow.batches import EventBatch
 from cdcflow.contract import Converter, NestedPluginSection, PluginConfig, PluginContext, Rejected, Sink
@@ -40,6 +40,10 @@ TOMBSTONE_HEADERS: tuple[tuple[str, str | bytes | None], ...] = ((TOMBSTONE_HEAD
 Headers = list[tuple[str, str | bytes | None]]
 
 _TOMBSTONE_HEADER_LIST: Headers = list(TOMBSTONE_HEADERS)  # what produce() takes; never changed
+
+# What a held message takes besides its bytes: its _Outgoing (88 bytes, sys.getsizeof on CPython
+# 3.11) and its slot in the held list; it counts when many small messages are held.
+_HELD_MESSAGE_OVERHEAD = 96
 
 log = logging.getLogger("cdcflow.sinks.kafka")
 
@@ -85,15 +89,6 @@ class KafkaSinkConfig(PluginConfig):
         default_factory=dict, description="extra librdkafka producer settings (worker engine and Spark tasks)"
     )
 
-    @model_validator(mode="after")
-    def _tombstones_need_delivery_reports(self) -> KafkaSinkConfig:
-        if self.tombstones_on_delete and str(self.producer.get("delivery.report.only.error", "")).lower() == "true":
-            raise ValueError(
-                "producer.delivery.report.only.error cannot be true while tombstones_on_delete is on: a "
-                "tombstone is written when its delete's delivery report says the broker took it"
-            )
-        return self
-
     @classmethod
     def nested_plugin_sections(cls, section: Mapping[str, Any]) -> list[NestedPluginSection]:
         return converter_plugin_sections(cls, section)
@@ -117,25 +112,26 @@ class _Outgoing:
 
 
 @dataclass(slots=True)
-class _HeldDelete:
-    """A delete produced and not yet answered. Its tombstone waits for the broker's answer (written
-    if it took the delete, a dead letter beside the delete's if it refused it), and so does every
-    later message with the same key (``parked``, in order): none may overtake the tombstone, or
-    compaction would drop it."""
+class _PendingTombstone:
+    """The tombstone of a keyed delete produced since the last flush. It is written by ``flush``,
+    once a flush of the producer has served every delivery report of the interval: if none came
+    for the delete, the broker took it; if one did, the delete and this tombstone go to the dead
+    letters together. Every later message of the same topic and key waits in ``held``, in write
+    order, and is produced right after the tombstone: none may reach Kafka before it, or
+    compaction would keep the tombstone and drop the key's newer value."""
 
     topic: str
     key: bytes | None
-    answered: deque[_HeldDelete]  # the sink's: where the delivery report puts this delete
     error: KafkaError | None = None
     refused: ChangeEvent | None = None  # what Kafka refused, as a dead letter
-    parked: list[_Outgoing] = field(default_factory=list)
+    held: list[_Outgoing] = field(default_factory=list)
 
     def on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        """The delete's delivery report, served by the producer's poll or flush."""
+        """The delete's own delivery report, served by the producer's poll or flush; with
+        ``delivery.report.only.error`` (the default) only for a delete Kafka did not take."""
         if error is not None:
             self.error = error
             self.refused = _refused_message(message)
-        self.answered.append(self)
 
 
 class KafkaSink(Sink[KafkaSinkConfig]):
@@ -159,10 +155,13 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         self._producer: Producer | None = None
         self._rejected: list[Rejected] = []
         self._undelivered: list[KafkaError] = []
-        # Deletes awaiting their delivery report, by key (one per key: the next waits in ``parked``),
-        # and those answered, in the order the answers came, for _release_answered.
-        self._held: dict[bytes | None, _HeldDelete] = {}
-        self._answered: deque[_HeldDelete] = deque()
+        # Tombstones waiting for flush, by (topic, key), in the order of their deletes; one per
+        # topic and key (a later delete of the key is held behind the first).
+        self._pending: dict[tuple[str, bytes | None], _PendingTombstone] = {}
+        # What the messages held behind pending tombstones take in memory, and the most they may
+        # take before the tombstones are written early (see _write_tombstones_early).
+        self._held_bytes = 0
+        self._held_bytes_limit = config.buffer_max_kbytes * 1024
 
     def _settings(self) -> dict[str, Any]:
         return self.config.kafka.librdkafka_settings(
@@ -178,9 +177,14 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 "linger.ms": self.config.linger_ms,
                 "queue.buffering.max.kbytes": self.config.buffer_max_kbytes,
                 "message.timeout.ms": self.config.delivery_timeout_ms,
-                # Reports for successes only when a tombstone waits on its delete's (success
-                # reports cost 0.1-0.25 us of CPU a message; failures are all the flush needs).
-                "delivery.report.only.error": not self.config.tombstones_on_delete,
+                # Reports only for failures: a report per delivered record costs more than
+                # producing it, and failures are all the flush and the tombstones need. (This
+                # setting is confluent-kafka's own: librdkafka still reports every message to
+                # its C callback, which frees the message's state and skips Python for a
+                # success, so a delete's own on_delivery costs nothing when it is delivered;
+                # confluent-kafka-python src/confluent_kafka/src/confluent_kafka.c,
+                # producer_conf_set_special, and Producer.c, dr_msg_cb.)
+                "delivery.report.only.error": True,
                 "on_delivery": self._on_delivery,
                 **self.config.producer,
             },
@@ -217,7 +221,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             if not self._produced_at_once(producer, topic, key, value, headers, tombstone_follows):
                 self._send(producer, _Outgoing(topic, key, value, headers, record, -1, tombstone_follows), rejected)
         producer.poll(0)
-        self._release_answered(producer, rejected)
+        self._write_tombstones_early(producer)
         return rejected
 
     @property
@@ -232,15 +236,15 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if encoded is None:
             return None
         rejected: list[Rejected] = []
-        produce, produced_at_once, held = producer.produce, self._produced_at_once, self._held
+        produce, produced_at_once, pending = producer.produce, self._produced_at_once, self._pending
         tables, events, keys, values, headers = encoded
         last = len(values) - 1
         for index, value in enumerate(values):
             if value is None:
-                continue  # the tombstone after the delete before it: _release_answered writes it
+                continue  # the encoder's tombstone after the delete before it: flush writes it
             topic, key, event_headers = topics[tables[index]], keys[index], headers[index]
             tombstone_follows = index < last and values[index + 1] is None
-            if not tombstone_follows and not (held and key in held):
+            if not tombstone_follows and not (pending and (topic, key) in pending):
                 # Most messages: _produced_at_once's plain case, without a call per message.
                 try:
                     produce(topic, value=value, key=key, headers=event_headers)
@@ -252,7 +256,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             message = _Outgoing(topic, key, value, event_headers, batch, events[index], tombstone_follows)
             self._send(producer, message, rejected)
         producer.poll(0)
-        self._release_answered(producer, rejected)
+        self._write_tombstones_early(producer)
         return rejected
 
     def _wants_tombstone(self, record: Record) -> bool:
@@ -274,17 +278,17 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         headers: Headers | None,
         tombstone_follows: bool,
     ) -> bool:
-        """The common case, kept short: produce a message whose key waits on no delete (holding it
-        if it is a delete); False if it must go through :meth:`_send` instead (its key waits, the
-        producer's buffer is full, or Kafka refused it at once)."""
-        held = self._held
-        if held and key in held:
+        """The common case, kept short: produce a message whose topic and key have no pending
+        tombstone (a delete's pending in turn); False if it must go through :meth:`_send`
+        instead (it is held, the producer's buffer is full, or Kafka refused it at once)."""
+        pending = self._pending
+        if pending and (topic, key) in pending:
             return False
         try:
             if tombstone_follows:
-                delete = _HeldDelete(topic, key, self._answered)
-                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delete.on_delivery)
-                held[key] = delete
+                tombstone = _PendingTombstone(topic, key)
+                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=tombstone.on_delivery)
+                pending[(topic, key)] = tombstone
             else:
                 producer.produce(topic, value=value, key=key, headers=headers)
         except (BufferError, KafkaException):
@@ -292,23 +296,24 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         return True
 
     def _send(self, producer: Producer, message: _Outgoing, rejected: list[Rejected]) -> None:
-        """Produce ``message``, or park it behind the delete of its key still awaiting an answer; a
-        delete is held until its answer (its tombstone waits for it)."""
-        waiting = self._held.get(message.key)
+        """Produce ``message``, or hold it behind the pending tombstone of its topic and key; a
+        delete that Kafka does not refuse at once leaves its tombstone pending."""
+        waiting = self._pending.get((message.topic, message.key))
         if waiting is not None:
-            waiting.parked.append(message)
+            waiting.held.append(message)
+            self._held_bytes += _held_size(message)
             return
-        delete = _HeldDelete(message.topic, message.key, self._answered) if message.tombstone_follows else None
-        on_delivery = None if delete is None else delete.on_delivery
+        tombstone = _PendingTombstone(message.topic, message.key) if message.tombstone_follows else None
+        on_delivery = None if tombstone is None else tombstone.on_delivery
         refusal = self._produce(producer, message.topic, message.key, message.value, message.headers, on_delivery)
         if refusal is not None:
             record = message.record()
             rejected.append(Rejected(record, RecordRejectedError(refusal.str()), "sink"))
-            if delete is not None:
+            if tombstone is not None:
                 source = record.source if isinstance(record, ChangeEvent) else _kafka_source(message.topic, None)
                 rejected.append(_withheld_tombstone(message.topic, message.key, source, refusal))
-        elif delete is not None:
-            self._held[message.key] = delete
+        elif tombstone is not None:
+            self._pending[(message.topic, message.key)] = tombstone
 
     def _produce(
         self,
@@ -323,8 +328,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         refused the message at once, for good."""
         while True:
             try:
-                # Without ``on_delivery`` the sink's own callback reports it (failures, and
-                # successes only while tombstones wait on them).
+                # Without ``on_delivery`` the sink's own callback hears of a failure.
                 producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
                 return None
             except BufferError:
@@ -347,88 +351,103 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         else:
             self._undelivered.append(error)
 
-    def _release_answered(self, producer: Producer, rejected: list[Rejected]) -> None:
-        """For each delete the broker answered: its tombstone if it took the delete, both as dead
-        letters if it refused it; then the messages parked behind it, in order (a parked delete is
-        held in turn)."""
-        while self._answered:
-            delete = self._answered.popleft()
-            if self._held.get(delete.key) is not delete:
-                continue  # a report from a producer since replaced: its deletes are written again
-            del self._held[delete.key]
-            error = delete.error
+    def _write_tombstones(self, producer: Producer) -> None:
+        """Rounds until no tombstone is pending: flush the producer (every delivery report of what
+        was produced is then served, so each pending tombstone's delete is known taken or
+        refused), then write the tombstones of deletes Kafka took, send those it refused to the
+        dead letters with their tombstones, and produce what was held behind each (a held delete
+        leaves a tombstone pending for the next round). Stops with the tombstones unwritten as
+        soon as something was not delivered: the flush fails and all of it is written again."""
+        while True:
+            while producer.flush(1.0) > 0:
+                pass  # librdkafka retries until message.timeout.ms; each report lands in a callback
+            if not self._pending or self._undelivered:
+                return
+            undelivered = [
+                t.error
+                for t in self._pending.values()
+                if t.error is not None and t.error.code() not in _RECORD_IS_AT_FAULT
+            ]
+            if undelivered:
+                # Not delivered in time (or fenced...): whether the broker has the delete is not
+                # known, so its tombstone is not written; nor any other, since the flush fails.
+                self._undelivered.extend(undelivered)
+                return
+            self._release_pending(producer)
+
+    def _release_pending(self, producer: Producer) -> None:
+        """One round's writes, in the order of the deletes: each tombstone (or, for a delete Kafka
+        refused, the delete's and the tombstone's dead letters), then what was held behind it."""
+        pending, self._pending = self._pending, {}
+        self._held_bytes = 0
+        rejected = self._rejected
+        for tombstone in pending.values():
+            topic, key, error = tombstone.topic, tombstone.key, tombstone.error
             if error is None:
-                try:
-                    producer.produce(delete.topic, key=delete.key, headers=_TOMBSTONE_HEADER_LIST)
-                except (BufferError, KafkaException):
-                    refusal = self._produce(producer, delete.topic, delete.key, None, _TOMBSTONE_HEADER_LIST)
-                    if refusal is not None:
-                        tombstone = _tombstone_dead_letter(delete.topic, delete.key, _kafka_source(delete.topic, None))
-                        rejected.append(Rejected(tombstone, RecordRejectedError(refusal.str()), "sink"))
-            elif error.code() in _RECORD_IS_AT_FAULT and delete.refused is not None:
-                rejected.append(Rejected(delete.refused, RecordRejectedError(error.str()), "sink"))
-                rejected.append(_withheld_tombstone(delete.topic, delete.key, delete.refused.source, error))
+                refusal = self._produce(producer, topic, key, None, _TOMBSTONE_HEADER_LIST)
+                if refusal is not None:
+                    dead_letter = _tombstone_dead_letter(topic, key, _kafka_source(topic, None))
+                    rejected.append(Rejected(dead_letter, RecordRejectedError(refusal.str()), "sink"))
             else:
-                # Not delivered (timed out, fenced...): the flush fails, and everything since the
-                # last checkpoint, what was parked behind this delete too, is written again.
-                self._undelivered.append(error)
-                continue
-            parked = delete.parked  # all of this key: once one of them is held, the rest wait on it
-            for position, message in enumerate(parked):
-                self._send(producer, message, rejected)
-                now_waiting = self._held.get(delete.key)
-                if now_waiting is not None:
-                    now_waiting.parked = parked[position + 1 :]
-                    break
+                assert tombstone.refused is not None
+                rejected.append(Rejected(tombstone.refused, RecordRejectedError(error.str()), "sink"))
+                rejected.append(_withheld_tombstone(topic, key, tombstone.refused.source, error))
+            for message in tombstone.held:
+                self._send(producer, message, rejected)  # a held delete pends in turn, the rest behind it
+
+    def _write_tombstones_early(self, producer: Producer) -> None:
+        """Held messages live outside the producer's buffer: once they take as much memory as that
+        buffer may (``buffer_max_kbytes``), the tombstones are written now rather than at the
+        checkpoint, so memory stays bounded however long the checkpoint interval."""
+        if self._held_bytes > self._held_bytes_limit:
+            self._write_tombstones(producer)
+            self._raise_if_undelivered()
+
+    def _raise_if_undelivered(self) -> None:
+        if self._undelivered:
+            count, first = len(self._undelivered), self._undelivered[0]
+            if any(e.fatal() for e in self._undelivered):
+                self._replace_producer()
+            self._forget_unflushed()  # they will be re-read from the checkpoint and written again
+            raise SinkDeliveryError(f"{count} records were not delivered to Kafka (first: {first.str()})")
 
     def flush(self) -> list[Rejected]:
         producer = self._producer
         assert producer is not None, "open() first"
-        while True:
-            while producer.flush(1.0) > 0:
-                pass  # librdkafka retries until message.timeout.ms; each report lands in a callback
-            # Every delete is answered now: write the tombstones and what waited behind them.
-            released = bool(self._answered)
-            self._release_answered(producer, self._rejected)
-            if self._undelivered:
-                count, first = len(self._undelivered), self._undelivered[0]
-                if any(e.fatal() for e in self._undelivered):
-                    self._replace_producer()
-                self._forget_unflushed()  # they will be re-read from the checkpoint and written again
-                raise SinkDeliveryError(f"{count} records were not delivered to Kafka (first: {first.str()})")
-            if not released:
-                break
-        if self._held:
-            # Only a producer that reports no successes leaves a delete unanswered here (the config
-            # refuses that); its tombstone and the messages behind it are written again.
-            count = len(self._held)
-            self._forget_unflushed()
-            raise SinkDeliveryError(f"{count} deletes got no delivery report; their tombstones are not written")
+        self._write_tombstones(producer)
+        self._raise_if_undelivered()
         rejected, self._rejected = self._rejected, []
         return rejected
 
     def _forget_unflushed(self) -> None:
+        # A failed flush commits nothing: pending tombstones and held messages are written again
+        # with their deletes when the pipeline replays from its checkpoint.
         self._rejected.clear()
         self._undelivered.clear()
-        self._held.clear()
-        self._answered.clear()
+        self._pending.clear()
+        self._held_bytes = 0
 
     def _replace_producer(self) -> None:
         # An idempotent producer that hit a fatal error (a broken sequence) accepts nothing more;
         # a new one starts a new producer id, and the pipeline replays from its checkpoint. The
-        # old one's reports never come: the deletes it held are written again too.
+        # old one's reports never come: its pending tombstones are written again with their deletes.
         log.warning("Kafka producer hit a fatal error; creating a new one")
-        self._held.clear()
-        self._answered.clear()
+        self._pending.clear()
+        self._held_bytes = 0
         self._producer = Producer(self._settings())
 
     def close(self) -> None:
         if self._producer is not None:
-            # Whatever is still queued (or parked) was never acknowledged to the pipeline, so it
-            # will be replayed; a short flush just avoids needless duplicates.
+            # Whatever is still queued, held or pending was never acknowledged to the pipeline,
+            # so it will be replayed; a short flush just avoids needless duplicates.
             self._producer.flush(5.0)
             self._producer = None
             self._forget_unflushed()
+
+
+def _held_size(message: _Outgoing) -> int:
+    """Roughly what a held message takes in memory: its bytes and the objects around them."""
+    return len(message.value or b"") + len(message.key or b"") + _HELD_MESSAGE_OVERHEAD
 
 
 def _kafka_source(topic: str, partition: int | None) -> SourceInfo:
