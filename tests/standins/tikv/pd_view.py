@@ -20,7 +20,7 @@ regions have no leaders", region_cache.go:2565).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cdcflow.sources.tikv_client.proto import metapb_pb2
 
@@ -31,20 +31,14 @@ class PDRegion:
 
     meta: metapb_pb2.Region
     leader: metapb_pb2.Peer | None
+    start: bytes = field(init=False)
+    end: bytes = field(init=False)  # empty: the end of the key space
 
-    @property
-    def id(self) -> int:
-        return int(self.meta.id)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", bytes(self.meta.start_key))
+        object.__setattr__(self, "end", bytes(self.meta.end_key))
 
-    @property
-    def start(self) -> bytes:
-        return bytes(self.meta.start_key)
-
-    @property
-    def end(self) -> bytes:
-        return bytes(self.meta.end_key)
-
-    def contains(self, key: bytes) -> bool:
+    def holds(self, key: bytes) -> bool:
         return self.start <= key and (not self.end or key < self.end)
 
 
@@ -59,7 +53,7 @@ class RegionTree:
         """A heartbeat. A stale one (an older epoch than the region PD holds, same id) is
         ignored, as PD's ``PreCheckPutRegion`` refuses it; otherwise every overlapping region is
         deleted and this one inserted (region_tree.go:171-191)."""
-        held = next((r for r in self._regions if r.id == region.id), None)
+        held = next((r for r in self._regions if r.meta.id == region.meta.id), None)
         if held is not None:
             old, new = held.meta.region_epoch, region.meta.region_epoch
             if new.version < old.version or new.conf_ver < old.conf_ver:
@@ -67,7 +61,7 @@ class RegionTree:
         keep = [
             r
             for r in self._regions
-            if r.id != region.id
+            if r.meta.id != region.meta.id
             and not ((not region.end or r.start < region.end) and (not r.end or region.start < r.end))
         ]
         keep.append(region)
@@ -76,23 +70,23 @@ class RegionTree:
         self._starts = [r.start for r in keep]
 
     def remove(self, region_id: int) -> None:
-        self._regions = [r for r in self._regions if r.id != region_id]
+        self._regions = [r for r in self._regions if r.meta.id != region_id]
         self._starts = [r.start for r in self._regions]
 
     def get_by_key(self, key: bytes) -> PDRegion | None:
         index = bisect.bisect_right(self._starts, key) - 1
-        if index >= 0 and self._regions[index].contains(key):
+        if index >= 0 and self._regions[index].holds(key):
             return self._regions[index]
         return None
 
     def get_by_id(self, region_id: int) -> PDRegion | None:
-        return next((r for r in self._regions if r.id == region_id), None)
+        return next((r for r in self._regions if r.meta.id == region_id), None)
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list[PDRegion]:
         """``RegionsInfo.ScanRegions``: from the region holding ``start`` (or the first after
         it) while a region starts before ``end``; ``limit`` <= 0: no limit."""
         index = bisect.bisect_right(self._starts, start) - 1
-        if index < 0 or not self._regions[index].contains(start):
+        if index < 0 or not self._regions[index].holds(start):
             index = bisect.bisect_left(self._starts, start)
         out: list[PDRegion] = []
         for region in self._regions[max(index, 0) :]:

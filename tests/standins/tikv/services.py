@@ -521,7 +521,7 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
         with cluster.lock:
             return [
                 {
-                    "id": r.id,
+                    "id": r.meta.id,
                     "start": r.start.hex(),
                     "end": r.end.hex(),
                     "leader_store": r.leader.store_id if r.leader is not None else None,
