@@ -19,17 +19,17 @@ and the build checks that every package it resolved comes from crates.io's index
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tomllib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.oracles._cache import build_lock, oracle_cache
 
 __all__ = [
     "CRATE",
@@ -102,8 +102,7 @@ REWRITES: tuple[Rewrite, ...] = (
 
 
 def cache_root() -> Path:
-    base = Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache" / "cdcflow"))
-    return base / "oracles" / "scylla_cdc"
+    return oracle_cache("scylla_cdc")
 
 
 def source_hash(cargo_version: str) -> str:
@@ -136,18 +135,6 @@ def _cargo(arguments: Sequence[str], what: str) -> str:
     if result.returncode != 0:
         raise OracleBuildError(f"{what}: cargo {' '.join(arguments)} exited {result.returncode}\n{result.stderr}")
     return result.stdout
-
-
-@contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """One build at a time (two pytest processes may want it at once)."""
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _downloaded_crate(manifest: Path) -> Path:
@@ -213,7 +200,7 @@ def build_oracle() -> Path:
     root = cache_root()
     build = root / source_hash(version)
     binary = build / BINARY
-    with _locked(root):
+    with build_lock(root):
         if binary.exists():
             return binary
         crate = build / f"{CRATE[0]}-{CRATE[1]}"
