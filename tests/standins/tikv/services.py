@@ -430,7 +430,7 @@ def health_handler() -> grpc.GenericRpcHandler:
     """``grpc.health.v1.Health/Check``, which every TiKV store serves (src/server/server.rs:131,
     ``create_health``), SERVING once it runs (components/health_controller/src/lib.rs:165-168);
     client-go asks it of a store it failed to reach before sending there again
-    (internal/locate/region_cache.go:2551-2560, v2.0.4)."""
+    (internal/locate/region_cache.go:2551-2570, v2.0.4)."""
 
     def check(request: Any, context: Any) -> Message:
         return HealthCheckResponse(status=SERVING)
