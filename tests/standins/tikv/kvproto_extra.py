@@ -4,7 +4,7 @@ cdcflow's protos (``cdcflow.sources.tikv_client.proto``) hold only what cdcflow 
 also sends ``tikvpb.Tikv/BatchCommands`` (every RawKV command it can batch goes through it while
 ``tikv-client.max-batch-size`` > 0, the default 128: client-go v2.0.4 internal/client/client.go:493,
 config/client.go:134), ``RawGetKeyTTL``, and checks a store it could not reach with
-``grpc.health.v1.Health/Check`` (internal/locate/region_cache.go:2551-2560). These messages are
+``grpc.health.v1.Health/Check`` (internal/locate/region_cache.go:2551-2570). These messages are
 built here from their descriptors, with the field numbers of pingcap/kvproto 621ec37a (the version
 client-go v2.0.4 pins: proto/tikvpb.proto 119-223, proto/kvrpcpb.proto 1289-1300) and of gRPC's
 health/v1/health.proto, so nothing generated is kept for tests. Only the RawKV commands the
