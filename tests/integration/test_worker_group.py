@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -380,17 +381,27 @@ def read_topics_with(settings: dict, prefix: str) -> list[int]:  # type: ignore[
         consumer.close()
 
 
-def test_rest_api_with_tls_and_credentials(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
-    """Issue 27's bar: a member with rest.auth.users answers 401 without credentials, 200 with
-    them, and /health without; over HTTPS, a viewer may read and not pause, an operator (a token)
-    may; the CLI passes --user/--token/--cacert; no password or token reaches the member's log.
-    The passwords come from a secret file (${file:PATH:KEY})."""
+VIEWER_PASSWORD, OPERATOR_TOKEN = "Viewer-Password-41", "Operator-Token-0123456789"
+
+
+@dataclass
+class SecuredMember:
+    """A member whose REST API takes HTTPS, a viewer (ann) and an operator token (ci), both read
+    from a secret file (${file:PATH:KEY}), answering /health."""
+
+    group: Group
+    member: Member
+    pipeline: str
+    url: str
+    ca: str
+
+
+def start_a_secured_member(tmp_path: Path, bootstrap: str, prefix: str, coordinator: str) -> SecuredMember:
     tls = tmp_path / "tls"
     make_certificates(tls)  # broker.pem: the member's key and certificate for 127.0.0.1
-    viewer_password, operator_token = "Viewer-Password-41", "Operator-Token-0123456789"
-    (tmp_path / "rest-secrets.properties").write_text(f"ann = {viewer_password}\nci-token = {operator_token}\n")
-    name = f"group-{topic_prefix}"
-    group_block = group_section(kafka_bootstrap, f"grp-{topic_prefix}", "kafka", 4).replace(
+    (tmp_path / "rest-secrets.properties").write_text(f"ann = {VIEWER_PASSWORD}\nci-token = {OPERATOR_TOKEN}\n")
+    name = f"group-{prefix}"
+    group_block = group_section(bootstrap, f"grp-{prefix}", coordinator, 4).replace(
         'rest: {port: "${REST_PORT:-8083}"}',
         'rest: {port: "${REST_PORT:-8083}", tls: {certfile: tls/broker.pem}, '
         "auth: {users: {ann: {password: '${file:rest-secrets.properties:ann}', role: viewer}}, "
@@ -401,36 +412,57 @@ def test_rest_api_with_tls_and_credentials(tmp_path: Path, kafka_bootstrap: str,
     file.write_text(
         f"name: {name}\n"
         "source: {type: datagen, partitions: 2, tables: 1, keys: 100, event_size: 16, rate: 50}\n"
-        f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{topic_prefix}.$1"}}]\n'
-        f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', linger_ms: 10}}\n"
-        f"checkpoint: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', interval_ms: 500}}\n"
+        f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{prefix}.$1"}}]\n'
+        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: 10}}\n"
+        f"checkpoint: {{type: kafka, bootstrap_servers: '{bootstrap}', interval_ms: 500}}\n"
         f"engine:\n  group: {group_block}\n"
     )
     group = Group(file, tmp_path)
-    ca = str(tls / "ca.pem")
+    member = group.start("w0")
+    secured = SecuredMember(group, member, name, f"https://127.0.0.1:{member.port}", str(tls / "ca.pem"))
+
+    def healthy() -> bool:
+        if member.process.poll() is not None:
+            pytest.fail(f"the member exited:\n{member.log_text()[-3000:]}")
+        try:
+            return requests.get(secured.url + "/health", verify=secured.ca, timeout=5).status_code == 200
+        except requests.ConnectionError:
+            return False
+
     try:
-        member = group.start("w0")
-        url = f"https://127.0.0.1:{member.port}"
-
-        def healthy() -> bool:
-            if member.process.poll() is not None:
-                pytest.fail(f"the member exited:\n{member.log_text()[-3000:]}")
-            try:
-                return requests.get(url + "/health", verify=ca, timeout=5).status_code == 200
-            except requests.ConnectionError:
-                return False
-
         group.wait_until(healthy, 120, "the member to answer /health over HTTPS without credentials")
-        without = requests.get(url + "/pipelines", verify=ca, timeout=10)
-        assert without.status_code == 401, without.text
-        wrong = requests.get(url + "/pipelines", verify=ca, auth=("ann", viewer_password + "!"), timeout=10)
-        assert wrong.status_code == 401, wrong.text
-        viewer = requests.get(url + "/pipelines", verify=ca, auth=("ann", viewer_password), timeout=10)
-        assert viewer.status_code == 200 and viewer.json() == [name]
-        refused = requests.put(url + f"/pipelines/{name}/pause", verify=ca, auth=("ann", viewer_password), timeout=60)
-        assert refused.status_code == 403, refused.text
-        with pytest.raises(requests.ConnectionError):
-            requests.get(member.url + "/health", timeout=5)  # plain HTTP gets no answer
+    except BaseException:
+        group.kill_all()
+        raise
+    return secured
+
+
+def assert_the_bar(secured: SecuredMember) -> None:
+    """401 without credentials or with wrong ones, 200 with them; /health answered all along."""
+    url, ca = secured.url, secured.ca
+    without = requests.get(url + "/pipelines", verify=ca, timeout=10)
+    assert without.status_code == 401, without.text
+    wrong = requests.get(url + "/pipelines", verify=ca, auth=("ann", VIEWER_PASSWORD + "!"), timeout=10)
+    assert wrong.status_code == 401, wrong.text
+    viewer = requests.get(url + "/pipelines", verify=ca, auth=("ann", VIEWER_PASSWORD), timeout=10)
+    assert viewer.status_code == 200 and viewer.json() == [secured.pipeline]
+    refused = requests.put(
+        url + f"/pipelines/{secured.pipeline}/pause", verify=ca, auth=("ann", VIEWER_PASSWORD), timeout=60
+    )
+    assert refused.status_code == 403, refused.text
+    with pytest.raises(requests.ConnectionError):
+        requests.get(secured.member.url + "/health", timeout=5)  # plain HTTP gets no answer
+
+
+def test_rest_api_with_tls_and_credentials(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
+    """Issue 27's bar: a member with rest.auth.users answers 401 without credentials, 200 with
+    them, and /health without; over HTTPS, a viewer may read and not pause, an operator (a token)
+    may; the CLI passes --user/--token/--cacert; no password or token reaches the member's log."""
+    secured = start_a_secured_member(tmp_path, kafka_bootstrap, topic_prefix, "kafka")
+    group, member, name, url, ca = secured.group, secured.member, secured.pipeline, secured.url, secured.ca
+    viewer_password, operator_token = VIEWER_PASSWORD, OPERATOR_TOKEN
+    try:
+        assert_the_bar(secured)
 
         def cdcflow(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
@@ -447,7 +479,7 @@ def test_rest_api_with_tls_and_credentials(tmp_path: Path, kafka_bootstrap: str,
             return {p["state"] for p in shown["partitions"].values()}
 
         paused = cdcflow("pause", name, CDCFLOW_REST_TOKEN=operator_token)
-        assert paused.returncode == 0, paused.stderr
+        assert paused.returncode == 0, paused.stderr + member.log_text()[-3000:]
         group.wait_until(lambda: states(auth=("ann", viewer_password)) == {"PAUSED"}, 30, "the pipeline to pause")
         shown = cdcflow("status", name, "--user", "ann", CDCFLOW_REST_PASSWORD=viewer_password)
         assert shown.returncode == 0 and '"PAUSED"' in shown.stdout, shown.stderr
@@ -466,3 +498,13 @@ def test_rest_api_with_tls_and_credentials(tmp_path: Path, kafka_bootstrap: str,
         assert viewer_password not in log and operator_token not in log
     finally:
         group.kill_all()
+
+
+def test_a_faust_members_rest_api_is_guarded_too(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
+    """The faust coordinator serves the REST API from its own app (with Kafka), built apart from
+    the kafka coordinator's web-only one: the bar holds there too."""
+    secured = start_a_secured_member(tmp_path, kafka_bootstrap, topic_prefix, "faust")
+    try:
+        assert_the_bar(secured)
+    finally:
+        secured.group.kill_all()
