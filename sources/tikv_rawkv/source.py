@@ -111,7 +111,12 @@ class TiKVRawKVSourceConfig(PluginConfig):
     partition_map: ResolvedPath | None = Field(
         default=None, description="where the partition map is kept; default state/<pipeline>.tikv-partitions.json"
     )
-    start_ts: int | None = Field(default=None, ge=0, description="TSO timestamp to start from; default: PD's now")
+    start_ts: int | None = Field(
+        default=None,
+        ge=0,
+        description="TSO timestamp to start from; default: PD's now less safety_interval_ms (a store stamps writes "
+        "from timestamps it cached up to 3 s earlier)",
+    )
     safety_interval_ms: int = Field(
         default=3000,
         ge=0,
@@ -191,7 +196,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
                 self.start_key,
                 self.end_key,
                 self.config.partitions,
-                lambda: self.config.start_ts if self.config.start_ts is not None else self.pd.get_ts(),
+                self._default_start_ts,
             )
         except TLSFileError:
             raise  # a setting to fix, not a cluster to wait for
@@ -209,6 +214,16 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
 
     def close(self) -> None:
         if self._feed is not None:
+    def _default_start_ts(self) -> int:
+        """``start_ts``, else PD's now less the safety interval. Under API V2 a store stamps a
+        write from its cache of PD timestamps, allocated up to causal-ts alloc-ahead-buffer (3 s)
+        earlier (tikv/tikv components/causal_ts/src/tso.rs:70, popped oldest first): a write
+        made just after PD answered "now" can carry a smaller timestamp, and starting at PD's
+        now would skip it (TiKV-CDC's own tests start 10 s back for the same reason)."""
+        if self.config.start_ts is not None:
+            return self.config.start_ts
+        return max(0, self.pd.get_ts() - self._safety)
+
             self._feed.close()
             self._feed = None
         for partition_feed in self._feeds.values():

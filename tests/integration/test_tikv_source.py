@@ -483,3 +483,22 @@ def test_an_empty_value_is_a_put_with_an_empty_value(upstream: TiKVCluster, sour
         if isinstance(r, ChangeEvent)
     ]
     assert got == [(Op.CREATE, start + b"e", b""), (Op.CREATE, start + b"f", b"full"), (Op.CREATE, start + b"f", b"")]
+
+
+def test_a_pipeline_without_start_ts_keeps_a_write_stamped_behind_pds_now(
+    upstream: TiKVCluster, source_for: object
+) -> None:
+    # A store stamps RawKV writes from timestamps it cached up to 3 s before (causal_ts tso.rs:70,
+    # popped oldest first): a write made after the source asked PD for "now" can carry a smaller
+    # timestamp. Starting at PD's now skips it (the catch-up scan sends rows above the start only);
+    # starting at now less the safety interval keeps it.
+    start, end = key_range("default-start")
+    pd_now_before_open = upstream.pd_client.get_ts()
+    source: TiKVRawKVSource = source_for(start, end, start_ts=None, safety_interval_ms=3000)  # type: ignore[operator]
+    upstream.kv.put(start + b"k", b"written after the source started")
+    reader = _following(upstream, source)
+    history = upstream.control("history", start=(b"r\x00\x00\x00" + start).hex(), end=(b"r\x00\x00\x00" + end).hex())
+    (written_ts,) = [row[0] for row in history[(b"r\x00\x00\x00" + start + b"k").hex()]]
+    assert written_ts < pd_now_before_open, "the store's cache was fresh: the stand-in did not stamp the write behind"
+    wait_until(lambda: reader.poll(upstream) >= 1, 30, "the write")
+    assert [r.key["key"] for r in reader.records if isinstance(r, ChangeEvent)] == [start + b"k"]
