@@ -8,9 +8,9 @@ runs: consecutive PUTs as one ``batch_put``, consecutive DELETEs as one ``batch_
 cut where a key repeats, so no two writes of a key are ever reordered or merged; the client cuts a
 run into requests small enough for a raft entry (16 KiB of puts, 512 deletes per request, as
 client-go does) and sends them concurrently. A record TiKV can never store (a key above
-``max_key_bytes``, TiKV's storage.max-key-size, or a key and value above ``max_write_bytes``, under
-the downstream's raft-entry-max-size) is rejected to the dead letters instead of failing the flush
-forever. A PUT's TTL is recomputed against the clock when it is sent (the upstream carries the
+``max_key_bytes``, TiKV's storage.max-key-size, counted as TiKV counts it: with the keyspace
+prefix; or a key and value above ``max_write_bytes``, under the downstream's raft-entry-max-size)
+is rejected to the dead letters instead of failing the flush forever. A PUT's TTL is recomputed against the clock when it is sent (the upstream carries the
 absolute expiry): one already expired is written as a DELETE. Failed requests are retried with
 backoff; ``flush`` returns only when every write handed to ``write`` is acknowledged by TiKV.
 """
@@ -55,7 +55,10 @@ class TiKVSinkConfig(PluginConfig):
     batch_max_entries: int = Field(default=4096, ge=1, description="a batch is sent at this many writes")
     batch_max_bytes: int = Field(default=40 << 20, ge=1024, description="a batch is sent at this many bytes")
     max_key_bytes: int = Field(
-        default=8 << 10, ge=1, description="longer keys are rejected: TiKV's storage.max-key-size (8 KiB default)"
+        default=8 << 10,
+        ge=1,
+        description="keys longer than this as TiKV receives them (API V2: with the 4-byte keyspace prefix) are "
+        "rejected: TiKV's storage.max-key-size (8 KiB default)",
     )
     max_write_bytes: int = Field(
         default=7 << 20,
@@ -102,6 +105,7 @@ class TiKVSink(Sink[TiKVSinkConfig]):
         self.codec = KeyCodec(config.api_version, config.keyspace_id if config.api_version == 2 else 0)
         self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
         self.client = RawKVClient(self.pd, self.codec, config.request_timeout_s)
+        self._key_prefix_bytes = len(self.codec.request_key(b""))
         self._workers: list[_Worker] = []
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
@@ -183,12 +187,16 @@ class TiKVSink(Sink[TiKVSinkConfig]):
         value = record.after.get("value")
         if not isinstance(value, bytes):  # b"" is a value: RawKV stores empty values
             return Rejected(record, RecordRejectedError(f"RawKV values are bytes, found {value!r}"), "sink")
-        if len(key) > self.config.max_key_bytes:
+        # TiKV checks storage.max-key-size on the key it receives, the API V2 prefix included
+        # (tikv/tikv src/storage/mod.rs 153-166 check_key_size, 2437 raw_put, 2550 raw_batch_put).
+        request_key_bytes = len(key) + self._key_prefix_bytes
+        if request_key_bytes > self.config.max_key_bytes:
             return Rejected(
                 record,
                 RecordRejectedError(
-                    f"a {len(key)}-byte key is longer than max_key_bytes ({self.config.max_key_bytes}), "
-                    f"TiKV's storage.max-key-size"
+                    f"a {len(key)}-byte key is {request_key_bytes} bytes as TiKV receives it (with the "
+                    f"{self._key_prefix_bytes}-byte keyspace prefix), longer than max_key_bytes "
+                    f"({self.config.max_key_bytes}), TiKV's storage.max-key-size"
                 ),
                 "sink",
             )

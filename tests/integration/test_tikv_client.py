@@ -211,3 +211,24 @@ def test_a_key_in_a_hole_of_pds_regions_is_written_once_pd_knows_its_region(upst
     assert not any(r["start"] == hole_start for r in upstream.control("pd_regions"))
     upstream.kv.put(start + b"x", b"1")
     assert upstream.kv.get(start + b"x") == b"1"
+
+
+def test_the_sink_checks_the_key_tikv_receives_against_its_key_size_limit(
+    upstream: TiKVCluster, tmp_path: Path
+) -> None:
+    # TiKV compares storage.max-key-size (8 KiB) with the key it receives, the API V2 prefix
+    # ("r" and the keyspace id, 4 bytes) included (src/storage/mod.rs check_key_size in raw_put
+    # and raw_batch_put): a user key of 8,190 bytes is 8,194 there and refused for good.
+    config = TiKVSinkConfig(type="tikv", pd_endpoints=[upstream.pd], workers=1, batch_max_ms=50)
+    sink = TiKVSink(config, PluginContext("tikv-sink-key-size", tmp_path / "p.yaml"))
+    sink.open()
+    start, _ = key_range("keysize")
+    fits = start + b"f" * (8192 - 4 - len(start) - 1)  # 8,192 bytes as TiKV receives it
+    too_long = start + b"t" * (8192 - 4 - len(start) + 2)
+    try:
+        rejected = sink.write([_put(fits, b"1"), _put(too_long, b"2"), _put(start + b"after", b"3")]) + sink.flush()
+        assert [r.record.key for r in rejected] == [{"key": too_long}]  # type: ignore[union-attr]
+        assert isinstance(rejected[0].error, RecordRejectedError) and "max_key_bytes" in str(rejected[0].error)
+        assert upstream.kv.batch_get([fits, start + b"after"]) == {fits: b"1", start + b"after": b"3"}
+    finally:
+        sink.close()
