@@ -10,9 +10,10 @@ run into requests small enough for a raft entry (16 KiB of puts, 512 deletes per
 client-go does) and sends them concurrently. A record TiKV can never store (a key above
 ``max_key_bytes``, TiKV's storage.max-key-size, counted as TiKV counts it: with the keyspace
 prefix; or a key and value above ``max_write_bytes``, under the downstream's raft-entry-max-size)
-is rejected to the dead letters instead of failing the flush forever. A PUT's TTL is recomputed against the clock when it is sent (the upstream carries the
-absolute expiry): one already expired is written as a DELETE. Failed requests are retried with
-backoff; ``flush`` returns only when every write handed to ``write`` is acknowledged by TiKV.
+is rejected to the dead letters instead of failing the flush forever. A PUT's TTL is recomputed
+against the clock when it is sent (the upstream carries the absolute expiry): one already expired
+is written as a DELETE. Failed requests are retried with backoff; ``flush`` returns only when
+every write handed to ``write`` is acknowledged by TiKV.
 """
 
 from __future__ import annotations
