@@ -130,9 +130,7 @@ def test_cassandra_collection_and_user_type_deltas_merge_into_the_stored_value()
     delta["attrs"] = [("k3", 3)]  # as Arrow hands a map column over
     (row,) = upserts(fold_partition(CLUSTERED, state, [delta]), "tags", "attrs", "addr")
     assert row == {"tags": ["b", "c"], "attrs": [("k2", 2), ("k3", 3)], "addr": {"street": "x", "zip": 9}}
-    replaced = change(
-        "u", {"pk": 1, "ck": 1}, {"tags": ["z"]}, ts=300, n=2, system="cassandra", cdc_replaced=["tags"]
-    )
+    replaced = change("u", {"pk": 1, "ck": 1}, {"tags": ["z"]}, ts=300, n=2, system="cassandra", cdc_replaced=["tags"])
     (row,) = upserts(fold_partition(CLUSTERED, state, [replaced]), "tags")
     assert row == {"tags": ["z"]}
 
