@@ -7,6 +7,7 @@
     ├── RegionErrorsExhaustedError (TransientError)  region errors outlived the client's backoff
     ├── TiKVServerError                              TiKV refused a request for good (its ``error`` text)
     ├── RegionNotInPDError (TransientError)          PD's region tree has a hole at the key (a split not reported yet)
+    ├── StoreNotFoundError (TransientError)          PD no longer serves a store a region was routed to (purged)
     ├── PDError (ProtocolError)                      PD answered with an error header
     └── CodecError (ProtocolError)
         ├── KeyDecodeError                           bytes that are not a key of the expected form
@@ -23,6 +24,7 @@ __all__ = [
     "PDError",
     "RegionErrorsExhaustedError",
     "RegionNotInPDError",
+    "StoreNotFoundError",
     "TiKVClientError",
     "TiKVServerError",
     "TiKVUnavailableError",
@@ -45,6 +47,11 @@ class RegionErrorsExhaustedError(TiKVClientError, TransientError):
 class RegionNotInPDError(TiKVClientError, TransientError):
     """PD holds no region for a key: its region tree has a hole there until the region's leader
     reports (after a split, before both halves' heartbeats); asked again, it fills in."""
+
+
+class StoreNotFoundError(TiKVClientError, TransientError):
+    """PD no longer serves a store (removed after a purge, or a tombstone): the regions routed
+    there are looked up in PD again, and lead elsewhere by now."""
 
 
 class TiKVServerError(TiKVClientError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -12,7 +13,12 @@ import grpc
 from google.protobuf.message import Message
 
 from cdcflow.sources.tikv_client.codec import compose_ts
-from cdcflow.sources.tikv_client.exceptions import PDError, RegionNotInPDError, TiKVUnavailableError
+from cdcflow.sources.tikv_client.exceptions import (
+    PDError,
+    RegionNotInPDError,
+    StoreNotFoundError,
+    TiKVUnavailableError,
+)
 from cdcflow.sources.tikv_client.proto import metapb_pb2, pdpb_pb2
 from cdcflow.sources.tikv_client.tls import TLSConfig
 
@@ -29,6 +35,8 @@ _CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
 _RETRIED_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+_FIRST_RETRY_S = 0.05  # a PD call that found no leader waits this long, doubling, before asking again
+_LAST_RETRY_S = 1.0
 
 
 def grpc_channel(address: str, tls: TLSConfig | None = None) -> grpc.Channel:
@@ -79,10 +87,18 @@ class RegionInfo:
 
 
 class PDClient:
-    """Talks to the PD leader; another endpoint is tried when it cannot be reached.
+    """Talks to the PD leader, found through the members PD names.
 
-    Every call raises :class:`TiKVUnavailableError` (transient) when no endpoint answers within
-    ``timeout_s``, and :class:`PDError` when PD answers with an error header.
+    Every member answers ``GetMembers`` with the members' client URLs and the leader; only the
+    leader serves the other calls (a follower answers UNAVAILABLE "not leader", Tso
+    ``codes.Unknown``: tikv/pd server/grpc_service.go 2169-2190, 620-624). The client remembers
+    every member PD names beside the configured endpoints, so a leader that dies is replaced by
+    one the configuration never listed (client-go's PD client: ``updateMember`` from
+    ``GetMembers``). A call that meets an unreachable leader or a follower asks the members
+    again and retries with backoff (50 ms, doubling to 1 s) for at most ``timeout_s``: an
+    election takes seconds (PD's leader lease is 5 s: server/config/config.go 178). Then it raises
+    :class:`TiKVUnavailableError` (transient); :class:`PDError` when PD answers with an error
+    header.
     """
 
     def __init__(self, endpoints: Sequence[str], timeout_s: float = 10.0, tls: TLSConfig | None = None) -> None:
@@ -94,6 +110,8 @@ class PDClient:
         self.cluster_id = 0
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
+        self._members: list[str] = []  # every member's client URL PD named, host:port
+        self.leader = ""  # the member this client talks to
 
     # --- connection ------------------------------------------------------------------------
 
@@ -104,48 +122,77 @@ class PDClient:
         carries PD's cluster id (tikv/pd ``server/grpc_service.go`` ``validateRoleInRequest``), so
         the id is learned here first. Once learned it is kept: a member of another cluster (the
         endpoints name two clusters) is refused with :class:`PDError` instead of followed.
+
+        The members PD named before are asked first, then the configured endpoints. While
+        members answer without a leader (an election) they are asked again with backoff for at
+        most ``timeout_s``; when none answers at all, the first connection fails at once (a
+        wrong address or TLS setting), a later one retries for ``timeout_s`` too (the leader
+        died: another member takes over).
         """
-        with self._lock:
-            if self._channel is not None:
-                return
-            failures: list[str] = []
-            for endpoint in self.endpoints:
-                channel = grpc_channel(endpoint, self.tls)
-                try:
-                    members = self._unary(
-                        channel, "GetMembers", pdpb_pb2.GetMembersRequest(), pdpb_pb2.GetMembersResponse
-                    )
-                except grpc.RpcError as exc:
-                    channel.close()
-                    failures.append(f"{endpoint}: {exc.code().name}: {exc.details()}")
-                    continue
-                cluster_id = int(members.header.cluster_id)
-                error = members.header.error
-                if error.type != pdpb_pb2.OK or cluster_id == 0:
-                    # grpcutil.WrapHeader: NOT_BOOTSTRAPPED "cluster id is not ready" while PD starts.
-                    channel.close()
-                    failures.append(f"{endpoint}: {_error_type_name(error.type)} {error.message or 'no cluster id'}")
-                    continue
-                if self.cluster_id and cluster_id != self.cluster_id:
-                    channel.close()
-                    raise PDError(
-                        f"PD at {endpoint} belongs to cluster {cluster_id}, not cluster {self.cluster_id} that this "
-                        f"client first reached: pd_endpoints {self.endpoints} name members of two clusters"
-                    )
-                self.cluster_id = cluster_id
-                leader_urls = list(members.leader.client_urls)
-                if leader_urls and strip_scheme(leader_urls[0]) != endpoint:
-                    channel.close()
-                    channel = grpc_channel(leader_urls[0], self.tls)
-                self._channel = channel
-                return
-            hint = (
-                "if the cluster serves TLS, set tls: {ca, cert, key}"
-                if self.tls is None
-                else "with tls: check that tls.ca signed PD's certificate, that PD's CA signed tls.cert, and that "
-                "PD's certificate names the address dialled"
-            )
-            raise TiKVUnavailableError(f"no PD endpoint answered ({hint}): {'; '.join(failures)}")
+        deadline = time.monotonic() + self.timeout_s
+        delay = _FIRST_RETRY_S
+        while True:
+            with self._lock:
+                if self._channel is not None:
+                    return
+                failures, answered = self._connect_once()
+                if self._channel is not None:
+                    return
+                give_up = (not answered and not self._members) or time.monotonic() + delay > deadline
+            if give_up:
+                hint = (
+                    "if the cluster serves TLS, set tls: {ca, cert, key}"
+                    if self.tls is None
+                    else "with tls: check that tls.ca signed PD's certificate, that PD's CA signed tls.cert, and "
+                    "that PD's certificate names the address dialled"
+                )
+                raise TiKVUnavailableError(f"no PD leader answered ({hint}): {'; '.join(failures)}")
+            time.sleep(delay)
+            delay = min(_LAST_RETRY_S, delay * 2)
+
+    def _connect_once(self) -> tuple[list[str], bool]:
+        """One round over the known members and the configured endpoints: connects to the
+        leader if one names it. Returns the failures and whether any member answered."""
+        failures: list[str] = []
+        answered = False
+        for endpoint in dict.fromkeys([*self._members, *self.endpoints]):
+            channel = grpc_channel(endpoint, self.tls)
+            try:
+                members = self._unary(channel, "GetMembers", pdpb_pb2.GetMembersRequest(), pdpb_pb2.GetMembersResponse)
+            except grpc.RpcError as exc:
+                channel.close()
+                failures.append(f"{endpoint}: {exc.code().name}: {exc.details()}")
+                continue
+            cluster_id = int(members.header.cluster_id)
+            error = members.header.error
+            if error.type != pdpb_pb2.OK or cluster_id == 0:
+                # grpcutil.WrapHeader: NOT_BOOTSTRAPPED "cluster id is not ready" while PD starts.
+                channel.close()
+                failures.append(f"{endpoint}: {_error_type_name(error.type)} {error.message or 'no cluster id'}")
+                continue
+            if self.cluster_id and cluster_id != self.cluster_id:
+                channel.close()
+                raise PDError(
+                    f"PD at {endpoint} belongs to cluster {cluster_id}, not cluster {self.cluster_id} that this "
+                    f"client first reached: pd_endpoints {self.endpoints} name members of two clusters"
+                )
+            answered = True
+            self.cluster_id = cluster_id
+            self._members = [strip_scheme(url) for member in members.members for url in member.client_urls[:1]]
+            leader_urls = list(members.leader.client_urls)
+            if not leader_urls:
+                # GetMembers during an election names no leader (grpc_service.go 434-480).
+                channel.close()
+                failures.append(f"{endpoint}: no leader (an election is under way)")
+                continue
+            leader = strip_scheme(leader_urls[0])
+            if leader != endpoint:
+                channel.close()
+                channel = grpc_channel(leader, self.tls)
+            self._channel = channel
+            self.leader = leader
+            return failures, answered
+        return failures, answered
 
     def close(self) -> None:
         with self._lock:
@@ -162,50 +209,87 @@ class PDClient:
         response: ResponseT = call(request, timeout=self.timeout_s)
         return response
 
-    def _call(self, method: str, request: Message, response_type: type[ResponseT]) -> ResponseT:
-        for attempt in range(2):
+    def _call(
+        self, method: str, request: Message, response_type: type[ResponseT], check_header: bool = True
+    ) -> ResponseT:
+        deadline = time.monotonic() + self.timeout_s
+        delay = _FIRST_RETRY_S
+        while True:
             self.connect()
             channel = self._channel
-            assert channel is not None
+            if channel is None:
+                continue  # closed by another thread meanwhile
             header = getattr(request, "header", None)
             if header is not None:
                 header.cluster_id = self.cluster_id  # known only once connected
             try:
                 response = self._unary(channel, method, request, response_type)
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and "cluster id" in (exc.details() or ""):
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    # validateRoleInRequest: ErrMismatchClusterID, the only FAILED_PRECONDITION PD sends.
                     raise PDError(
                         f"PD {method}: {exc.details()}: the PD this client reached is not cluster {self.cluster_id}"
                     ) from exc
                 if exc.code() not in _RETRIED_CODES:
                     raise PDError(f"PD {method} failed: {exc.code().name}: {exc.details()}") from exc
-                self.close()  # the leader may have moved: ask the members again
-                if attempt == 1:
-                    raise TiKVUnavailableError(f"PD {method}: {exc.code().name}: {exc.details()}") from exc
+                self._leader_lost(channel)
+                if time.monotonic() + delay > deadline:
+                    raise TiKVUnavailableError(
+                        f"PD {method}: {exc.code().name}: {exc.details()} (no leader served within {self.timeout_s}s)"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(_LAST_RETRY_S, delay * 2)
                 continue
-            _check_header(method, response)
+            if check_header:
+                _check_header(method, response)
             return response
-        raise AssertionError("unreachable")
+
+    def _leader_lost(self, channel: grpc.Channel) -> None:
+        """The leader behind ``channel`` did not serve: the next call asks the members again
+        (unless another thread already did)."""
+        with self._lock:
+            if self._channel is channel:
+                self._channel.close()
+                self._channel = None
 
     # --- TSO -------------------------------------------------------------------------------
 
     def get_ts(self) -> int:
-        """A fresh timestamp from PD's TSO."""
-        self.connect()
-        channel = self._channel
-        assert channel is not None
-        stream = channel.stream_stream(
-            "/pdpb.PD/Tso", request_serializer=serialize_message, response_deserializer=pdpb_pb2.TsoResponse.FromString
-        )
-        request = pdpb_pb2.TsoRequest(header=pdpb_pb2.RequestHeader(cluster_id=self.cluster_id), count=1)
-        try:
-            responses: Any = stream(iter([request]), timeout=self.timeout_s)
-            response: pdpb_pb2.TsoResponse = next(responses)
-        except grpc.RpcError as exc:
-            self.close()
-            raise TiKVUnavailableError(f"PD Tso: {exc.code().name}: {exc.details()}") from exc
-        _check_header("Tso", response)
-        return compose_ts(int(response.timestamp.physical), int(response.timestamp.logical))
+        """A fresh timestamp from PD's TSO. A member that cannot hand one out (a follower
+        answers ``codes.Unknown`` "requested pd is not leader of cluster", pkg/tso/allocator.go
+        217-222; an unreachable leader) sends the client to the members again, with backoff,
+        for at most ``timeout_s``, as client-go's TSO dispatcher reconnects."""
+        deadline = time.monotonic() + self.timeout_s
+        delay = _FIRST_RETRY_S
+        while True:
+            self.connect()
+            channel = self._channel
+            if channel is None:
+                continue
+            stream = channel.stream_stream(
+                "/pdpb.PD/Tso",
+                request_serializer=serialize_message,
+                response_deserializer=pdpb_pb2.TsoResponse.FromString,
+            )
+            request = pdpb_pb2.TsoRequest(header=pdpb_pb2.RequestHeader(cluster_id=self.cluster_id), count=1)
+            try:
+                responses: Any = stream(iter([request]), timeout=self.timeout_s)
+                response: pdpb_pb2.TsoResponse = next(responses)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    raise PDError(
+                        f"PD Tso: {exc.details()}: the PD this client reached is not cluster {self.cluster_id}"
+                    ) from exc
+                self._leader_lost(channel)
+                if time.monotonic() + delay > deadline:
+                    raise TiKVUnavailableError(
+                        f"PD Tso: {exc.code().name}: {exc.details()} (no leader served it within {self.timeout_s}s)"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(_LAST_RETRY_S, delay * 2)
+                continue
+            _check_header("Tso", response)
+            return compose_ts(int(response.timestamp.physical), int(response.timestamp.logical))
 
     # --- regions and stores ----------------------------------------------------------------
 
@@ -261,9 +345,22 @@ class PDClient:
             cursor = last_end
 
     def get_store_address(self, store_id: int) -> str:
+        """The address of a store PD knows; :class:`StoreNotFoundError` for one it removed
+        (GetStore answers UNKNOWN "invalid store ID N, not found", tikv/pd
+        server/grpc_service.go 774-800) or holds as a tombstone: a region routed there must be
+        looked up again."""
         response = self._call(
-            "GetStore", pdpb_pb2.GetStoreRequest(header=self._header(), store_id=store_id), pdpb_pb2.GetStoreResponse
+            "GetStore",
+            pdpb_pb2.GetStoreRequest(header=self._header(), store_id=store_id),
+            pdpb_pb2.GetStoreResponse,
+            check_header=False,
         )
+        error = response.header.error
+        if error.type == pdpb_pb2.UNKNOWN or response.store.state == metapb_pb2.Tombstone:
+            raise StoreNotFoundError(
+                f"PD does not serve store {store_id}: {error.message or 'a tombstone'} (purged or being removed)"
+            )
+        _check_header("GetStore", response)
         return str(response.store.address)
 
     def get_all_stores(self) -> list[metapb_pb2.Store]:

@@ -32,7 +32,12 @@ from cdcflow.config import RetryConfig
 from cdcflow.errors import RetriesExhaustedError
 from cdcflow.retry import Backoff
 from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
-from cdcflow.sources.tikv_client.exceptions import RegionErrorsExhaustedError, TiKVServerError, TiKVUnavailableError
+from cdcflow.sources.tikv_client.exceptions import (
+    RegionErrorsExhaustedError,
+    StoreNotFoundError,
+    TiKVServerError,
+    TiKVUnavailableError,
+)
 from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo, serialize_message
 from cdcflow.sources.tikv_client.proto import errorpb_pb2, kvrpcpb_pb2
 from cdcflow.sources.tikv_client.regions import RegionCache
@@ -365,7 +370,9 @@ class RawKVClient:
         store_id, peer = self.regions.leader_store(region)
         try:
             address, channel = self.regions.channel_for_store(store_id)
-        except TiKVUnavailableError as exc:
+        except (TiKVUnavailableError, StoreNotFoundError) as exc:
+            # A purged store: the cached region still routes there; PD knows where it leads now.
+            self.regions.invalidate(region.id)
             return RegionRetry(f"PD cannot name store {store_id}: {exc}")
         context = kvrpcpb_pb2.Context(
             region_id=region.id,

@@ -3,6 +3,7 @@ cluster-id check, region errors, per-key errors, raft entry limits, range delete
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,3 +233,51 @@ def test_the_sink_checks_the_key_tikv_receives_against_its_key_size_limit(
         assert upstream.kv.batch_get([fits, start + b"after"]) == {fits: b"1", start + b"after": b"3"}
     finally:
         sink.close()
+
+
+def test_the_sink_writes_on_after_pd_purges_a_store_its_regions_led(tmp_path: Path) -> None:
+    # A purged store is gone from PD (GetStore: "invalid store ID N, not found", tikv/pd
+    # server/grpc_service.go 774-800) while the client's cache still routes regions to it: each
+    # such region must be looked up again, not fail the flush for good.
+    if REAL_UPSTREAM:
+        pytest.skip("purges a store of the stand-in")
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(contextlib.contextmanager(start_cluster)(None, stores=3))
+        start, _ = key_range("purge")
+        cluster.split(start + b"m")
+        for region in cluster.control("regions"):
+            cluster.control("transfer_leader", region_id=region["id"], store_id=3)
+        config = TiKVSinkConfig(type="tikv", pd_endpoints=[cluster.pd], workers=1, batch_max_ms=50)
+        sink = TiKVSink(config, PluginContext("tikv-sink-purge", tmp_path / "p.yaml"))
+        sink.open()
+        stack.callback(sink.close)
+        sink.write([_put(start + b"a", b"1"), _put(start + b"x", b"1")])
+        sink.flush()  # both regions cached, led by store 3
+        cluster.control("purge_store", store_id=3)
+        for key in (start + b"a", start + b"x"):  # one region at a time: the second meets PD's answer
+            sink.write([_put(key, b"2")])
+            assert sink.flush() == []
+        assert cluster.kv.batch_get([start + b"a", start + b"x"]) == {start + b"a": b"2", start + b"x": b"2"}
+
+
+@pytest.mark.parametrize("how", ["the leader dies", "the leader steps down"])
+def test_pd_calls_and_tso_wait_out_a_pd_election_on_members_pd_named(how: str) -> None:
+    # A PD leader that dies or steps down leaves the members without a leader until one wins the
+    # election (leader lease 5 s; followers answer UNAVAILABLE "not leader", Tso codes.Unknown).
+    # The client was configured with the first member only: it must find the others from PD's
+    # GetMembers answers, ask them again with backoff, and retry its calls, TSO included.
+    if REAL_UPSTREAM:
+        pytest.skip("stops a PD member of the stand-in")
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(contextlib.contextmanager(start_cluster)(None, stores=1))
+        assert cluster.standin is not None
+        pd = PDClient([cluster.standin.pd_members[0]], timeout_s=10.0)
+        stack.callback(pd.close)
+        before = pd.get_ts()
+        if how == "the leader dies":
+            assert cluster.control("pd_stop_member", member=1, election_s=1.0, heartbeats_after_s=0.5) == 2
+        else:
+            cluster.control("pd_failover", to=3, election_s=1.0, heartbeats_after_s=0.5)
+        assert pd.get_ts() > before
+        assert pd.get_region(b"").id > 0
+        assert pd.leader == cluster.standin.pd_members[1 if how == "the leader dies" else 2]

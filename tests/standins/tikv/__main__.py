@@ -150,6 +150,7 @@ def main() -> None:
     cluster.start_store_server = start_added_store
     cluster.stop_store_server = stop_store
     pd_addresses = []
+    pd_servers: dict[int, grpc.Server] = {}
     for member_id in cluster.pd_members:
         pd_server = grpc.server(ThreadPoolExecutor(max_workers=16), options=_OPTIONS)
         pd_port = listen(pd_server)
@@ -158,6 +159,8 @@ def main() -> None:
         cluster.pd_urls[member_id] = f"{'https' if credentials else 'http'}://127.0.0.1:{pd_port}"
         pd_server.add_generic_rpc_handlers((pd_handler(cluster, member_id),))
         servers.append(pd_server)
+        pd_servers[member_id] = pd_server
+    cluster.stop_pd_server = lambda member: pd_servers[member].stop(grace=None)
     control_server = grpc.server(ThreadPoolExecutor(max_workers=8), options=_OPTIONS)
     control_port = control_server.add_insecure_port("127.0.0.1:0")
     control_server.add_generic_rpc_handlers((control_handler(cluster),))

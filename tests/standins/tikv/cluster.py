@@ -279,9 +279,11 @@ class Cluster:
         self.pd_heartbeats_due: list[tuple[float, int]] = []  # (monotonic due time, region id)
         self.pd_election_ends: tuple[float, int] | None = None  # (due, the member that wins)
         self.purged_stores: set[int] = set()
+        self.pd_stopped: set[int] = set()  # PD members whose process is gone
         # Set by the server process: start a new store's gRPC server (returns its address), stop one.
         self.start_store_server: Any = None
         self.stop_store_server: Any = None
+        self.stop_pd_server: Any = None
         self._heartbeat(first)
 
     def _pd_tso(self, count: int) -> int:
@@ -341,6 +343,25 @@ class Cluster:
                     self._heartbeat_later(region.id, election_s + heartbeats_after_s)
         if election_s <= 0:
             self.tick()
+
+    def pd_stop_member(self, member: int, election_s: float, heartbeats_after_s: float) -> int | None:
+        """PD member ``member``'s process dies: its port stops answering (the member stays listed
+        in GetMembers, as in etcd until removed). When it led, the others elect a leader once its
+        lease runs out (tikv/pd server/server.go 2011 ``campaignLeader``; leader-lease 5 s,
+        server/config/config.go 178): for ``election_s`` none leads, then the first live member
+        does, regions leaderless as in :meth:`pd_failover`. Returns the new leader (None: the
+        member did not lead)."""
+        assert self.stop_pd_server is not None, "only the server process stops PD members"
+        with self.lock:
+            assert member in self.pd_members and member not in self.pd_stopped
+            self.pd_stopped.add(member)
+            led = self.pd_leader == member or (self.pd_election_ends is not None and self.pd_election_ends[1] == member)
+            successor = next(m for m in self.pd_members if m not in self.pd_stopped)
+        self.stop_pd_server(member)
+        if not led:
+            return None
+        self.pd_failover(successor, election_s, heartbeats_after_s)
+        return successor
 
     # --- regions ---------------------------------------------------------------------------
 

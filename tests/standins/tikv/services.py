@@ -537,6 +537,10 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
         with cluster.lock:
             return {"leader": cluster.pd_leader, "urls": {str(m): u for m, u in cluster.pd_urls.items()}}
     if command == "release_old_leader":
+    if command == "pd_stop_member":
+        return cluster.pd_stop_member(
+            int(args["member"]), float(args.get("election_s", 0.0)), float(args.get("heartbeats_after_s", 0.0))
+        )
         return cluster.release_old_leader(int(args["region_id"]))
     if command == "add_store":
         store_id = cluster.add_store()
