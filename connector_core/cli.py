@@ -111,6 +111,28 @@ def _build_every_plugin(spec: PipelineSpec, registry: Any) -> None:
             registry.create(resolved, context)
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from cdcflow.doctor import check_pipeline, render_checks
+
+    registry = _registry()
+    specs = _load_all(args.files, registry)
+    checked = [(spec, check_pipeline(spec, registry)) for spec in specs]
+    if args.json:
+        _print(
+            [
+                {
+                    "pipeline": spec.name,
+                    "file": str(spec.file),
+                    "plugins": [{"plugin": r.where, "checks": [c.to_json() for c in r.results]} for r in reports],
+                }
+                for spec, reports in checked
+            ]
+        )
+    else:
+        print("\n\n".join(render_checks(spec, reports) for spec, reports in checked))
+    return 1 if any(report.failed for _, reports in checked for report in reports) else 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from cdcflow.native import core_description
     from cdcflow.worker import WorkerOptions, run_worker, run_worker_processes
@@ -331,6 +353,13 @@ def _parser(registry: Any) -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check pipeline files without running them")
     validate.add_argument("files", nargs="+")
     validate.set_defaults(handler=_cmd_validate)
+
+    doctor = commands.add_parser(
+        "doctor", help="check what pipelines need of their live systems (CDC on, topics, versions); exit 1 on a failure"
+    )
+    doctor.add_argument("files", nargs="+")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(handler=_cmd_doctor)
 
     plugins = commands.add_parser("plugins", help="installed plugins").add_subparsers(dest="action", required=True)
     plugins.add_parser("list", help="every registered plugin type and its package").set_defaults(

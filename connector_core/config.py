@@ -132,6 +132,12 @@ class EngineConfig(_Strict):
         description="after SIGTERM, the process ends within this: flushed and checkpointed, or exit 1 "
         "without committing what the sink did not acknowledge",
     )
+    data_loss_warn_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="a WARN log when a partition's data-loss headroom (cdcflow_data_loss_headroom_seconds: "
+        "cdc_raw space, ScyllaDB log TTL, TiKV GC TTL) falls below this; 0: never",
+    )
     master: str | None = Field(default=None, description="Spark master URL (spark engine); default local[*]")
     trigger_interval_ms: int = Field(
         default=1000, ge=0, description="how often Spark plans a micro-batch (spark engine)"

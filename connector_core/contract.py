@@ -19,12 +19,14 @@ from cdcflow.batches import EncodedMessages, EventBatch
 from cdcflow.errors import TransformError
 from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent, SourceInfo
 from cdcflow.jsontext import canonical_json
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 
 __all__ = [
     "Checkpoint",
     "CheckpointStore",
     "CheckpointStoreConfig",
     "Converter",
+    "DataLossHeadroom",
     "FencingCheckpointStore",
     "NestedPluginSection",
     "Offset",
@@ -193,6 +195,18 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class DataLossHeadroom:
+    """How long, at the current pace, until changes of a partition that are not yet durable
+    downstream may be lost for good (``seconds``; ``inf`` when nothing in sight limits it), and
+    what would lose them (``reason``: ``cdc_raw_full``, ``log_ttl``, ``gc_safepoint``...). The
+    ``cdcflow_data_loss_headroom_seconds`` gauge (see :meth:`Source.data_loss_headroom`)."""
+
+    seconds: float
+    reason: str
+    detail: str = ""  # what the figure comes from, for the WARN log ("cdc_raw holds 900 of 1024 MiB...")
+
+
+@dataclass(frozen=True)
 class Rejected:
     """A record a transform or sink refused for good, on its way to the dead-letter destination."""
 
@@ -222,6 +236,20 @@ class _Plugin(ABC, Generic[ConfigT]):
         certificates) may fail at once. Plugins whose ``open`` talks to their system anyway, or
         that have none, keep this default: ``open`` failing transiently past the same bound is
         reported as a :class:`~cdcflow.errors.StartupCheckError` too."""
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        """What this plugin needs of its live systems, checked (:mod:`cdcflow.prerequisites`): CDC
+        on for each table, a compacted offsets topic, a supported server version.
+
+        ``cdcflow doctor`` calls it with ``scope.thorough`` on a plugin it never opened: connect on
+        your own, within about ``scope.timeout_s``, and leave nothing behind (no topic, table or
+        file created). ``cdcflow run`` calls it right after ``open`` with ``thorough`` false: only
+        the checks a query or two on the open connections answer; a ``fail`` among them stops the
+        start (:class:`~cdcflow.errors.PrerequisiteFailedError`). A check the plugin cannot make
+        (no permission to read a setting) is ``skip``, not ``fail``; a system that does not answer
+        may raise (a :class:`~cdcflow.errors.TransientError`), which doctor reports as a failure
+        and ``run`` logs. Default: no checks."""
+        return ()
 
 
 class Source(_Plugin[ConfigT]):
@@ -291,6 +319,16 @@ class Source(_Plugin[ConfigT]):
     def is_finished(self, partition: Partition, offset: Offset) -> bool:
         """True when a bounded partition has nothing beyond ``offset``, ever."""
         return False
+
+    def data_loss_headroom(self, partition: Partition, committed: Offset) -> DataLossHeadroom | None:
+        """How long until changes after ``committed`` (the partition's committed offset, where a
+        restart resumes) may be lost if nothing moves it on: the cdc_raw space a Cassandra node
+        has left at its current write rate, a ScyllaDB log's TTL less the partition's lag, TiKV's
+        GC TTL less the checkpoint's age. None (the default) where the source keeps nothing that
+        can expire. The delivery loop asks every few seconds, from its own thread, and publishes
+        the answer as ``cdcflow_data_loss_headroom_seconds{pipeline, partition, reason}``, counted
+        down between two asks (:mod:`cdcflow.metrics`); a cheap answer is expected (no full scan)."""
+        return None
 
     def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
         """True when ``offset`` holds everything the partition has to give now: nothing waits

@@ -30,6 +30,7 @@ from cdcflow.errors import (
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.jsontext import compiled_json_encoder, json_default, json_envelope
 from cdcflow.native import native_module
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.schemas import (
     DecimalHandling,
     avro_envelope_row,
@@ -292,6 +293,11 @@ class SchemaRegistryClient:
             self._schemas[schema_id] = (schema, fastavro.parse_schema(schema))
         return schema_id
 
+    def compatibility(self) -> str:
+        """The registry's global compatibility rule (``BACKWARD``, ``NONE``...), which decides what
+        a new version of a subject may change."""
+        return str(self._call("reading the compatibility rule", self._client.get_compatibility))
+
     def schema(self, schema_id: int) -> tuple[Any, Any]:
         """A writer's schema by id: its JSON form and fastavro's parsed form."""
         with self._lock:
@@ -384,6 +390,29 @@ class AvroConverter(Converter[AvroConverterConfig]):
     @property
     def registry(self) -> SchemaRegistryClient:
         return self._registry
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        """The registry answers, and its compatibility rule lets a table's schema evolve safely: a
+        column added or dropped is a compatible change under every rule but ``NONE``, which lets
+        any schema through, one that readers of older records cannot read included."""
+        if not scope.thorough:  # the first registration tells soon enough
+            return ()
+        check = f"schema registry {self._registry.url}"
+        try:
+            rule = self._registry.compatibility()
+        except SchemaRegistryError as exc:
+            return [
+                CheckResult.fail(check, str(exc), "start the registry, or fix schema_registry_url and its credentials")
+            ]
+        if rule.upper() == "NONE":
+            return [
+                CheckResult.warn(
+                    check,
+                    "compatibility NONE: the registry takes any new schema, one older records' readers cannot read",
+                    "set the registry's compatibility to BACKWARD (its usual default) or stricter",
+                )
+            ]
+        return [CheckResult.ok(check, f"reachable, compatibility {rule}")]
 
     def subject(self, destination: str, part: str, schema: dict[str, Any]) -> str:
         """The registry subject a schema is registered under (Confluent's subject name strategies)."""

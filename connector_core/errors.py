@@ -38,6 +38,7 @@ by type, never by parsing messages. No error's text shows a secret a pipeline fi
     │   └── CheckpointCorruptError
     ├── ProtocolError                  a peer answered outside its protocol
     ├── StartupCheckError              a system did not answer at start (names the setting and address)
+    │   └── PrerequisiteFailedError    a plugin's prerequisite is not met (CDC off on a table...): `cdcflow doctor`
     ├── EngineError
     │   ├── EngineUnavailableError     the engine cannot start here (no pyspark, no or old Java)
     │   ├── EngineUnsupportedError     this pipeline cannot run on this engine
@@ -81,6 +82,7 @@ __all__ = [
     "PluginConflictError",
     "PluginError",
     "PluginLoadError",
+    "PrerequisiteFailedError",
     "ProtocolError",
     "RecordRejectedError",
     "RestTlsError",
@@ -332,6 +334,19 @@ class StartupCheckError(CdcflowError):
     """At start, a sink, source or checkpoint store could not reach its system within
     ``engine.startup_timeout_s``, or its system refused the credentials or certificates. Not
     retried: the message names the setting and the address to fix."""
+
+
+class PrerequisiteFailedError(StartupCheckError):
+    """At start, a plugin's cheap prerequisite checks found what would make the pipeline deliver
+    nothing or lose changes (a table with CDC off): the message names each failed check and its
+    fix; ``cdcflow doctor FILE`` runs every check (:mod:`cdcflow.prerequisites`)."""
+
+    def __init__(self, pipeline: str, failed: Sequence[tuple[str, str, str, str]]) -> None:
+        self.pipeline = pipeline
+        self.failed = list(failed)  # (plugin, check, found, fix)
+        lines = [f"pipeline {pipeline} cannot start: a prerequisite is not met (cdcflow doctor FILE checks them all)"]
+        lines += [f"  {where}: {check}: {found}; fix: {fix}" for where, check, found, fix in self.failed]
+        super().__init__("\n".join(lines))
 
 
 class RestTlsError(ConfigError):

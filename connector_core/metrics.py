@@ -21,11 +21,20 @@ partitions a process owns, of
 
 It is not "now minus the watermark": that grows on a quiet, caught-up topic and would page
 someone for nothing.
+
+``cdcflow_data_loss_headroom_seconds{pipeline, partition, reason}`` is how long, at the current
+pace, until changes of the partition not yet durable downstream may be lost for good, as its
+source tells (``Source.data_loss_headroom``): ``cdc_raw_full`` (Cassandra: cdc_raw's free space
+against ``cdc_total_space`` at the node's current write rate), ``log_ttl`` (ScyllaDB: the log's
+TTL less the partition's lag), ``gc_safepoint`` (TiKV: the GC TTL less the checkpoint's age).
+The loop measures it every few seconds; between two measures the gauge counts down one second a
+second, so a loop that hangs shows the headroom shrinking. ``+Inf``: nothing in sight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -79,6 +88,15 @@ _SOURCE_COUNTS = Counter(
 )
 
 
+_DATA_LOSS_HEADROOM = Gauge(
+    "cdcflow_data_loss_headroom_seconds",
+    "How long until changes of a partition not yet durable downstream may be lost, at the current pace "
+    "(cdc_raw_full, log_ttl, gc_safepoint); +Inf: nothing in sight",
+    ["pipeline", "partition", "reason"],
+    registry=METRICS_REGISTRY,
+)
+
+
 def source_counter(pipeline: str, what: str) -> Counter:
     """A counter a source plugin increments (``what``: e.g. ``skipped_counter_table``), on the metrics port."""
     return _SOURCE_COUNTS.labels(pipeline, what)
@@ -102,12 +120,31 @@ class PipelineMetrics:
         self.dropped = _DROPPED.labels(name)
         self.checkpoints = _CHECKPOINTS.labels(name)
         self.partitions_owned = _PARTITIONS.labels(name)
+        self._headroom_reasons: dict[str, str] = {}  # partition -> the reason its gauge is labelled with
         # Lag is computed when scraped, so it keeps growing while a pipeline is stuck.
         _LAG.labels(name).set_function(self._scraped_lag_seconds)
         _WATERMARK.labels(name).set_function(self._watermark_seconds)
 
     def error(self, kind: str) -> None:
         _ERRORS.labels(self.pipeline, kind).inc()
+
+    def data_loss_headroom(
+        self, partition: str, reason: str, seconds: float, measured_at: float, clock: Callable[[], float]
+    ) -> None:
+        """``partition`` had ``seconds`` of headroom (for ``reason``) at ``measured_at`` (``clock``'s
+        time); the gauge counts it down from there until the next measure."""
+        previous = self._headroom_reasons.get(partition)
+        if previous is not None and previous != reason:
+            _stop_counting_down(self.pipeline, partition, previous)
+        self._headroom_reasons[partition] = reason
+        _DATA_LOSS_HEADROOM.labels(self.pipeline, partition, reason).set_function(
+            lambda: seconds - max(0.0, clock() - measured_at)
+        )
+
+    def forget_data_loss_headroom(self, keep: Collection[str]) -> None:
+        """Partitions not in ``keep`` are no longer this process's: their gauges go."""
+        for partition in [p for p in self._headroom_reasons if p not in keep]:
+            _stop_counting_down(self.pipeline, partition, self._headroom_reasons.pop(partition))
 
     def read(self, count: int) -> None:
         self.records_read += count
@@ -166,6 +203,12 @@ def snapshot_metrics(pipeline: str, table: str) -> SnapshotMetrics:
         _SNAPSHOT_SLICES_FINISHED.labels(pipeline, table),
         _SNAPSHOT_ROWS.labels(pipeline, table),
     )
+
+
+def _stop_counting_down(pipeline: str, partition: str, reason: str) -> None:
+    """Remove a partition's ``cdcflow_data_loss_headroom_seconds`` (handed over, gone, finished)."""
+    with contextlib.suppress(KeyError):  # never set, or removed already
+        _DATA_LOSS_HEADROOM.remove(pipeline, partition, reason)
 
 
 def serve_metrics(port: int) -> None:

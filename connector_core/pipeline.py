@@ -22,6 +22,7 @@ from cdcflow.config import PipelineSpec
 from cdcflow.contract import (
     Checkpoint,
     CheckpointStore,
+    DataLossHeadroom,
     Offset,
     Partition,
     PluginContext,
@@ -39,6 +40,7 @@ from cdcflow.errors import (
 )
 from cdcflow.events import ChangeEvent, Record
 from cdcflow.metrics import PipelineMetrics
+from cdcflow.prerequisites import PrerequisiteScope, refuse_unmet_prerequisites
 from cdcflow.record_errors import DEAD_LETTER_STAGE_HEADER, RecordFailedError, RejectedRecordRouter, dead_letter_record
 from cdcflow.retry import Backoff
 from cdcflow.succession import SuccessionGate
@@ -59,6 +61,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("cdcflow.pipeline")
+
+# How often each partition's data-loss headroom is measured (Source.data_loss_headroom), and how
+# often a partition below engine.data_loss_warn_s is warned about again.
+_HEADROOM_EVERY_S = 10.0
+_HEADROOM_WARN_EVERY_S = 600.0
 
 
 class PartitionAssignment(Protocol):
@@ -256,6 +263,8 @@ class PipelineRunner:
         self._committed_this_run = False
         # A partition replacing others waits until they are committed up to its start, whoever owns them.
         self._succession = SuccessionGate(self.source, _committed_offsets_in(self.store))
+        self._headroom_measured_at = float("-inf")
+        self._headroom_warned_at: dict[str, float] = {}
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -265,6 +274,11 @@ class PipelineRunner:
         try:
             for plugin in plugins:  # one at a time, so a retry does not reopen what is already open
                 self._open_within_startup_timeout(plugin)
+            # A table with CDC off would deliver nothing without a word: refuse it now.
+            scope = PrerequisiteScope(
+                thorough=False, timeout_s=self.spec.engine.startup_timeout_s, transactions=self.spec.group is not None
+            )
+            refuse_unmet_prerequisites(self.spec.name, plugins, scope)
             self._committed = self._with_retries("load checkpoints", self._load_checkpoints)
             for pid, checkpoint in self._committed.items():
                 self._durable_until_us[pid] = checkpoint.durable_until_us()
@@ -283,6 +297,7 @@ class PipelineRunner:
                 f"{exc.__cause__}; the last checkpoint stands, what came after it is read again at the next start"
             ) from exc.__cause__
         finally:
+            self.metrics.forget_data_loss_headroom(())
             for plugin in reversed(plugins):
                 try:
                     plugin.close()
@@ -354,6 +369,7 @@ class PipelineRunner:
             stopping = self.stop.is_set()
             if drained or stopping or self._checkpoint_due():
                 self._checkpoint()
+            self._measure_data_loss_headroom()
             if drained or stopping:
                 return
             if not progressed:
@@ -567,6 +583,51 @@ class PipelineRunner:
         # starts a fresh retry budget instead of inheriting an old one.
         self._backoff.succeeded()
         self._last_checkpoint_at = self.clock()
+
+    # --- time to loss --------------------------------------------------------------------------
+
+    def _measure_data_loss_headroom(self) -> None:
+        """Every owned partition's headroom, from its committed offset, on the metrics port; a
+        WARN below ``engine.data_loss_warn_s``."""
+        now = self.clock()
+        if now - self._headroom_measured_at < _HEADROOM_EVERY_S:
+            return
+        self._headroom_measured_at = now
+        measured = []
+        for pid, state in list(self._states.items()):
+            if state.finished:
+                continue
+            committed = state.committed.offset if state.committed is not None else state.position
+            try:
+                headroom = self.source.data_loss_headroom(state.partition, committed)
+            except TransientError as exc:
+                log.debug("pipeline %s: headroom of %s not measured: %s", self.spec.name, pid, exc)
+                continue
+            if headroom is None:
+                continue
+            measured.append(pid)
+            self.metrics.data_loss_headroom(pid, headroom.reason, headroom.seconds, now, self.clock)
+            self._warn_of_little_headroom(pid, headroom, now)
+        self.metrics.forget_data_loss_headroom(measured)
+
+    def _warn_of_little_headroom(self, pid: str, headroom: DataLossHeadroom, now: float) -> None:
+        limit = self.spec.engine.data_loss_warn_s
+        if not limit or headroom.seconds >= limit:
+            self._headroom_warned_at.pop(pid, None)
+            return
+        if now - self._headroom_warned_at.get(pid, float("-inf")) < _HEADROOM_WARN_EVERY_S:
+            return
+        self._headroom_warned_at[pid] = now
+        log.warning(
+            "pipeline %s: partition %s may lose changes not yet delivered in %.0f s (%s%s), below "
+            "engine.data_loss_warn_s = %g s: it must catch up, or be given more room",
+            self.spec.name,
+            pid,
+            max(0.0, headroom.seconds),
+            headroom.reason,
+            f": {headroom.detail}" if headroom.detail else "",
+            limit,
+        )
 
     # --- lag -----------------------------------------------------------------------------------
 

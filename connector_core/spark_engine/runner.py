@@ -29,6 +29,7 @@ from cdcflow.errors import (
     TransientError,
 )
 from cdcflow.offsets import pipeline_running
+from cdcflow.prerequisites import PrerequisiteScope, refuse_unmet_prerequisites
 from cdcflow.processes import run_in_threads
 from cdcflow.record_errors import RejectedRecordRouter
 from cdcflow.retry import Backoff
@@ -131,6 +132,8 @@ def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event)
             plugin.check_reachable(spec.engine.startup_timeout_s)
     view.source.open()
     try:
+        scope = PrerequisiteScope(thorough=False, timeout_s=spec.engine.startup_timeout_s)
+        refuse_unmet_prerequisites(spec.name, [p for p in (view.source, sink, dead_letter) if p is not None], scope)
         done = committed_end_offsets(location)
         if done is not None and view.drained(done[1]):
             log.info("pipeline %s: the bounded source was already drained (batch %d)", spec.name, done[0])
