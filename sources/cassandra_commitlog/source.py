@@ -36,7 +36,6 @@ the oldest segments when full and ``cdc_block_writes`` is false) it fails with
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import socket
 import time
@@ -49,11 +48,19 @@ from pydantic import Field
 
 from cdcflow.batches import BatchTable, EventBatch
 from cdcflow.config import ResolvedPath
-from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Source
+from cdcflow.contract import DataLossHeadroom, Offset, Partition, PluginConfig, PluginContext, Source
 from cdcflow.errors import ConfigError, SourceUnavailableError
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.metrics import source_counter
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
+from cdcflow.sources.cassandra_commitlog import prerequisites
 from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
+from cdcflow.sources.cassandra_commitlog.cdc_space import (
+    CdcRawGrowth,
+    CdcSpaceSettings,
+    cdc_raw_bytes,
+    read_cdc_space_settings,
+)
 from cdcflow.sources.cassandra_commitlog.changes import (
     VERSION,
     RowChange,
@@ -101,8 +108,6 @@ _SCHEMA_TABLES = frozenset({"tables", "columns", "dropped_columns"})
 # of cdc_total_space on it is worth a warning (then at every further tenth).
 _CDC_RAW_CHECK_S = 10.0
 _CDC_RAW_WARN_FROM = 0.5
-_DATA_STORAGE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
-_DATA_STORAGE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 class CassandraCommitLogSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
@@ -200,6 +205,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._catalog_read_at = 0.0
         self._error_store: ErrorStore | None = None
         self._wanted_tables = {name.lower() for name in config.tables} if config.tables else None
+        self._cdc_off_warned: set[str] = set()
         self._decoders: dict[int, MutationDecoder] = {}
         # The compiled core (cdcflow._native) frames entries and decodes delta images when built;
         # the reference decoders above decode what it declines, and everything in full mode.
@@ -218,8 +224,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._horizon_us = 0
         self._snapshot: TokenRangeSnapshot | None = None
         self.bounded = config.snapshot == "initial_only"  # the slices are all there is
-        self._cdc_total_space: int | None = None  # bytes, from the node's settings
-        self._cdc_block_writes: bool | None = None
+        self._cdc_space: CdcSpaceSettings | None = None  # the node's, read at open
+        self._cdc_growth = CdcRawGrowth(config.cdc_raw)  # for the data-loss headroom
         self._cdc_raw_checked_at = float("-inf")
         self._cdc_raw_warned_share = 0.0
 
@@ -248,8 +254,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         )
         if self.config.snapshot != "never":
             self._snapshot = self._build_snapshot()
-        if self.config.snapshot == "initial":
-            self._read_cdc_space_settings()
+        self._read_cdc_space_settings()
 
     def _build_snapshot(self) -> TokenRangeSnapshot:
         tables = snapshot_tables(self._catalog, self.config.tables, "source.tables")
@@ -272,31 +277,59 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
 
     def _read_cdc_space_settings(self) -> None:
         """The node's ``cdc_total_space`` and ``cdc_block_writes`` (Cassandra 4.1+ settings table),
-        for the warnings while the stream waits; left unknown where the table is not there."""
-        found: dict[str, str] = {}
+        for the data-loss headroom and the warnings while the stream waits; left unknown where the
+        table is not there."""
         try:
-            for name in ("cdc_total_space", "cdc_block_writes"):
-                rows = self._session.execute(  # system_views are the local node's own
-                    "SELECT value FROM system_views.settings WHERE name = %s",
-                    (name,),
-                    execution_profile=LOCAL_NODE_PROFILE,
-                )
-                for row in rows:
-                    found[name] = str(row[0])
+            self._cdc_space = read_cdc_space_settings(self._session, LOCAL_NODE_PROFILE)
         except Exception as exc:  # an older node, or no access to system_views
             self.context.logger.info("cannot read the node's CDC settings (%s): cdc_raw is not watched", exc)
             return
-        size = _DATA_STORAGE.match(found.get("cdc_total_space", ""))
-        if size is not None:
-            self._cdc_total_space = int(size.group(1)) * _DATA_STORAGE_UNITS[size.group(2)]
-        if "cdc_block_writes" in found:
-            self._cdc_block_writes = found["cdc_block_writes"].lower() == "true"
-        if self._cdc_block_writes is False:
+        # The headroom's write rate: sampled from now on, over three of the node's sync periods.
+        self._cdc_growth = CdcRawGrowth(self.config.cdc_raw, self._cdc_space.commitlog_sync_period_s)
+        self._cdc_growth.sample(time.monotonic())
+        if self.config.snapshot == "initial" and self._cdc_space.cdc_block_writes is False:
             self.context.logger.warning(
                 "this node has cdc_block_writes: false: when cdc_raw reaches cdc_total_space while the stream waits "
                 "for the snapshot, Cassandra deletes the oldest segments and the pipeline stops at the hand-off "
                 "(SnapshotOutlivedLogError)"
             )
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        if self._session is not None:  # at start, just opened: the schema and settings are read
+            tables = prerequisites.check_tables(self.config, self._catalog)
+            if not prerequisites.reads_cdc_raw(self.config):
+                return tables
+            return [
+                *tables,
+                *prerequisites.check_node_cdc(self._cdc_space),
+                *prerequisites.check_cdc_raw(self.config),
+            ]
+        node_address = self.config.node_address or self.config.hosts[0]
+        try:
+            cluster, session = connect(
+                self.config.hosts, self.config.port, local_node=node_address, security=self.config
+            )
+        except Exception as exc:
+            raise refusal(self.config.hosts, exc) or SourceUnavailableError(
+                f"cannot reach Cassandra at {self.config.hosts}: {exc}"
+            ) from exc
+        try:
+            catalog = load_schema_catalog(session)
+            try:
+                settings = read_cdc_space_settings(session, LOCAL_NODE_PROFILE)
+            except Exception:  # an older node, or no access to system_views: those checks are skipped
+                settings = None
+        finally:
+            cluster.shutdown()
+        tables = prerequisites.check_tables(self.config, catalog)
+        if not prerequisites.reads_cdc_raw(self.config):
+            return tables
+        return [
+            *tables,
+            *prerequisites.check_node_cdc(settings),
+            *prerequisites.check_cdc_raw(self.config),
+            *prerequisites.check_node(self.config, settings, node_address),
+        ]
 
     def close(self) -> None:
         if self._cluster is not None:
@@ -310,9 +343,27 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             self._catalog = load_schema_catalog(self._session)
         except Exception as exc:
             raise SourceUnavailableError(f"cannot read system_schema: {exc}") from exc
+        refreshed = self._catalog_read_at > 0  # at open, the start's own check refuses such tables
         self._catalog_read_at = time.monotonic()
         self._decoders.clear()
         self._compiled = None
+        if refreshed:
+            self._warn_of_tables_without_cdc()
+
+    def _warn_of_tables_without_cdc(self) -> None:
+        """A table of ``tables`` with ``cdc = false`` (turned off while the pipeline ran: the start
+        refuses it) writes nothing to cdc_raw: say so once, rather than deliver nothing silently."""
+        for name in sorted(self._wanted_tables or ()):
+            keyspace, _, table_name = name.partition(".")
+            table = self._catalog.by_name(keyspace, table_name)
+            if table is not None and not table.cdc and name not in self._cdc_off_warned:
+                self._cdc_off_warned.add(name)
+                self.context.logger.warning(
+                    "%s has cdc = false: its changes no longer reach cdc_raw and are not delivered; "
+                    "ALTER TABLE %s WITH cdc = true",
+                    name,
+                    name,
+                )
 
     def _refresh_schema_if_due(self) -> None:
         if time.monotonic() - self._catalog_read_at > self.config.schema_refresh_s:
@@ -520,23 +571,18 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
 
     def _watch_cdc_raw(self) -> None:
         """While the stream waits for the snapshot: say when cdc_raw fills towards cdc_total_space."""
-        limit = self._cdc_total_space
+        limit = self._cdc_space.cdc_total_space if self._cdc_space is not None else None
         now = time.monotonic()
         if not limit or now - self._cdc_raw_checked_at < _CDC_RAW_CHECK_S:
             return
         self._cdc_raw_checked_at = now
-        used = 0
-        for path in self.config.cdc_raw.glob("CommitLog-*.log"):
-            try:
-                used += path.stat().st_size
-            except FileNotFoundError:
-                continue  # retired meanwhile
+        used = cdc_raw_bytes(self.config.cdc_raw)
         share = used / limit
         if share >= max(_CDC_RAW_WARN_FROM, self._cdc_raw_warned_share + 0.1):
             self._cdc_raw_warned_share = share
             outcome = (
                 "Cassandra then deletes the oldest segments and this pipeline stops at the hand-off"
-                if self._cdc_block_writes is False
+                if self._cdc_space is not None and self._cdc_space.cdc_block_writes is False
                 else "Cassandra then refuses writes to CDC tables until the stream consumes segments"
             )
             self.context.logger.warning(
@@ -946,6 +992,24 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             return False
         return None
 
+    def data_loss_headroom(self, partition: Partition, committed: Offset) -> DataLossHeadroom | None:
+        """The node's: how long until cdc_raw reaches cdc_total_space at the node's current CDC
+        write rate, were nothing read and deleted meanwhile (:mod:`.cdc_space`). Snapshot slices
+        read the tables, which keep their rows: they have none."""
+        total = self._cdc_space.cdc_total_space if self._cdc_space is not None else None
+        if partition.id != self.node or not total:
+            return None
+        self._cdc_growth.sample(time.monotonic())
+        seconds = self._cdc_growth.seconds_to_full(total)
+        rate = self._cdc_growth.write_rate()
+        if seconds is None or rate is None:
+            return None  # the rate needs a second sample
+        detail = (
+            f"cdc_raw holds {self._cdc_growth.used_bytes >> 20} of {total >> 20} MiB (cdc_total_space), "
+            f"the node writes {rate / 1024:.0f} KiB/s of CDC data"
+        )
+        return DataLossHeadroom(seconds, "cdc_raw_full", detail)
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         if self._snapshot is not None:
             self._snapshot.note_committed(offsets)
@@ -966,6 +1030,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                     self._retire(segment_id, path, index)
 
     def _retire(self, segment_id: int, path: Path, cdc_index: CdcIndex) -> None:
+        self._cdc_growth.retired(segment_id, cdc_index.offset)
         index = index_path(path)
         unreadable = self._not_wholly_read(path, cdc_index)
         if self.config.processed_segments == "keep" and not unreadable:
