@@ -42,6 +42,7 @@ expired rows from within a confidence window of the snapshot's start on, the han
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -71,6 +72,7 @@ from cdcflow.sources.scylla_cdc.connection import connect, token_owner_count
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
     KeysOnlyDeltaError,
+    LogExpiredError,
     LogReadUnavailableError,
     MetadataTablesMissingError,
 )
@@ -88,6 +90,8 @@ from cdcflow.sources.scylla_cdc.successors import tablet_predecessors, vnode_pre
 from cdcflow.sources.scylla_cdc.table_options import CdcOptions, SchemaTablesLookup
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
+
+log = logging.getLogger("cdcflow.scylla_cdc")
 
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
 _MAX_TAIL = b"\xff" * 17  # sorts after every (time UUID, stream) pair of a microsecond
@@ -215,8 +219,9 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
     log_ttl_s: int | None = Field(
         default=None,
         ge=0,
-        description="the log's TTL (the table's cdc ttl option, 86400 by default): history older than it "
-        "holds nothing and is skipped; null: read it from system_schema.scylla_tables when there; 0: none",
+        description="overrides the log's TTL, which is otherwise each table's cdc ttl option (its "
+        "system_schema.tables.extensions['cdc'], 86400 s by default): a new reader starts at it, a reader "
+        "that fell behind it fails (LogExpiredError), expired generations are not listed; 0: rows never expire",
     )
 
     @field_validator("tables")
@@ -344,12 +349,15 @@ class _Group:
 class _Position:
     ts: int
     after: tuple[bytes, bytes, int] | None = None  # (time UUID, stream, seq) of the last row read at ts
+    # Set on a start placed at the log's TTL horizon (nothing read yet): it follows the horizon
+    # as rows expire. A position reached by reading never has it: falling behind the TTL fails.
+    horizon: bool = False
 
     @classmethod
     def of(cls, offset: Offset) -> _Position:
         after = offset.get("after")
         if after is None:
-            return cls(int(offset["ts"]))
+            return cls(int(offset["ts"]), horizon=bool(offset.get("horizon")))
         import uuid
 
         time_text, stream_hex, seq = after
@@ -357,7 +365,7 @@ class _Position:
 
     def offset(self) -> Offset:
         if self.after is None:
-            return {"ts": self.ts}
+            return {"ts": self.ts, "horizon": True} if self.horizon else {"ts": self.ts}
         import uuid
 
         time_bytes, stream, seq = self.after
@@ -533,7 +541,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 config.max_streams_per_query,
                 delta,
             )
-            self._ttl_us[name] = self._log_ttl_us(keyspace, table)
+            self._ttl_us[name] = self._log_ttl_us(name)
             if self._tablets.newest_timestamp(keyspace, table) is not None:
                 self._tablet_tables.add(name)
         if len(self._tablet_tables) < len(config.tables) and self._generations.detect_layout() is None:
@@ -550,21 +558,22 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     def _now_us() -> int:
         return time.time_ns() // 1000
 
-    def _log_ttl_us(self, keyspace: str, table: str) -> int | None:
+    def _log_ttl_us(self, table: str) -> int | None:
+        """How long the table's log keeps rows: ``log_ttl_s`` if set, else the table's cdc option
+        ``ttl`` (its ``system_schema.tables.extensions['cdc']``; ``scylla_tables.cdc`` is always
+        empty since ScyllaDB 4.0: ``db/schema_tables.cc`` line 1663); None: rows never expire."""
         if self.config.log_ttl_s is not None:
             return self.config.log_ttl_s * 1_000_000 or None
-        try:
-            rows = self._session.execute(
-                "SELECT cdc FROM system_schema.scylla_tables WHERE keyspace_name = %s AND table_name = %s",
-                (keyspace, table),
-                execution_profile=self._profile,
+        options = self._cdc_options.get(table)
+        if options is None:
+            log.warning(
+                "%s: no cdc schema extension in %s.tables: the log's TTL is unknown, so a reader that falls "
+                "behind it cannot be told; set log_ttl_s to the table's cdc ttl",
+                table,
+                self.config.schema_keyspace,
             )
-        except Exception:
-            return None  # not ScyllaDB: nothing says how long the log keeps rows
-        for (options,) in rows:
-            if options and int(options.get("ttl", 0)) > 0:
-                return int(options["ttl"]) * 1_000_000
-        return None
+            return None
+        return options.log_ttl_us
 
     # --- metadata ----------------------------------------------------------------------------
 
@@ -675,9 +684,13 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         begin = group.start_us
         if self._start_us is not None:
             begin = max(begin, self._start_us)
-        if group.end_us is not None:
-            begin = min(begin, group.end_us)
-        offset = {"ts": begin - 1}
+        horizon = self._expired_before(group.table, self._now_us()) - 1
+        position = _Position(begin - 1)
+        if position.ts < horizon:  # older rows expired: a new reader starts with what the log keeps
+            position = _Position(horizon, horizon=True)
+        if group.end_us is not None and position.ts >= group.end_us - 1:
+            position = _Position(group.end_us - 1)
+        offset = position.offset()
         self._expected.setdefault(partition.id, offset)  # a partition without a checkpoint starts here
         return offset
 
@@ -691,7 +704,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         snapshot = self._slice(partition)
         if snapshot is not None:
             return snapshot.is_finished(offset)
-        return self._finished(self._group(partition), offset)
+        group = self._group(partition)
+        self._check_not_behind_ttl(group, offset)
+        return self._finished(group, offset)
 
     def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
         # For lag (cdcflow.metrics): read up to now minus the confidence window (within a poll
@@ -728,6 +743,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         if not self._may_stream(group):
             return start
         self._check_log_kept(group, start)
+        self._check_not_behind_ttl(group, start)
         self._visits.setdefault(partition.id, len(self._visits))
         self._asked.add(partition.id)  # past the engine's succession gate, if it has one
         retry = self._retries.get(partition.id)
@@ -803,6 +819,23 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             f"{group.table} stream group {group.id}",
         )
 
+    def _check_not_behind_ttl(self, group: _Group, offset: Offset) -> None:
+        """Fail loudly when rows after ``offset`` may have expired unread: its position, reached
+        by reading (or committed), is older than the log's TTL, before the group's end."""
+        position = _Position.of(offset)
+        if position.horizon or self._finished_by_reading(group, position):
+            return
+        now = self._now_us()
+        if position.ts < self._expired_before(group.table, now) - 1:
+            ttl = self._ttl_us[group.table]
+            assert ttl is not None
+            self._counted("log_expired")
+            raise LogExpiredError(group.table, group.id, (now - position.ts) / 1e6, ttl / 1e6)
+
+    @staticmethod
+    def _finished_by_reading(group: _Group, position: _Position) -> bool:
+        return group.end_us is not None and position.after is None and position.ts >= group.end_us - 1
+
     def _plan(self, group: _Group, start: Offset) -> tuple[_Position, int] | None:
         """Where reading ``group`` from ``start`` begins (past the TTL horizon) and how far it may
         go now; None when there is nothing to read yet (finished, or its wait not over)."""
@@ -811,8 +844,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         position = _Position.of(start)
         upper, at_end = self._upper(group)
         floor = self._expired_before(group.table, self._now_us()) - 1
-        if position.after is None and position.ts < min(floor, upper):
-            return _Position(min(floor, upper)), upper  # rows older than the TTL are gone: skip them
+        if position.horizon and position.ts < min(floor, upper):
+            # a start at the TTL horizon follows it: rows older than the TTL are gone
+            return _Position(min(floor, upper), horizon=True), upper
         if position.after is None:
             if position.ts >= upper:
                 return None

@@ -67,6 +67,7 @@ def source_section(writer: ScyllaCdcWriter, tables: list[str], **overrides: Any)
         "metadata_refresh_ms": 300,
         "generations_keyspace": writer.keyspaces.distributed,
         "tablets_keyspace": writer.keyspaces.local,
+        "schema_keyspace": writer.keyspaces.schema,  # each table's cdc options: its log TTL, delta mode
     }
     section.update(overrides)
     return section
