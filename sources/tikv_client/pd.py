@@ -72,11 +72,24 @@ class RegionInfo:
     def end_key(self) -> bytes:
         return bytes(self.meta.end_key)
 
+    @property
+    def leader_store_id(self) -> int:
+        """The store of its leader, 0 when PD named none."""
+        return int(self.leader.store_id) if self.leader is not None else 0
+
     def contains(self, region_key: bytes) -> bool:
         return self.start_key <= region_key and (not self.end_key or region_key < self.end_key)
 
     def with_leader(self, leader: metapb_pb2.Peer) -> RegionInfo:
         return RegionInfo(self.meta, leader)
+
+    def with_hinted_leader(self, hint: metapb_pb2.Peer) -> RegionInfo | None:
+        """The region led by the peer a not_leader answer named; None when that store holds no
+        voter of it (a learner never leads; a store not listed means this copy is stale)."""
+        peer = next((p for p in self.meta.peers if p.store_id == hint.store_id), None)
+        if peer is None or peer.role == metapb_pb2.Learner:
+            return None
+        return RegionInfo(self.meta, peer)
 
     def describe(self) -> str:
         epoch = self.meta.region_epoch
@@ -304,7 +317,7 @@ class PDClient:
             # A key in a hole of PD's region tree (a split half not yet reported): PD answers an
             # empty header (tikv/pd pkg/utils/grpcutil/cluster.go GetRegion); it fills in.
             raise RegionNotInPDError(f"PD knows no region for key {region_key.hex()} (yet)")
-        return RegionInfo(response.region, response.leader if response.HasField("leader") else None)
+        return RegionInfo(response.region, _named_leader(response.leader))
 
     def get_region_by_id(self, region_id: int) -> RegionInfo | None:
         response = self._call(
@@ -314,7 +327,7 @@ class PDClient:
         )
         if not response.HasField("region"):
             return None
-        return RegionInfo(response.region, response.leader if response.HasField("leader") else None)
+        return RegionInfo(response.region, _named_leader(response.leader))
 
     def scan_regions(self, start_key: bytes, end_key: bytes, limit: int = 0) -> list[RegionInfo]:
         """Regions overlapping [start_key, end_key) in key order (``end_key`` empty: to the end),
@@ -329,10 +342,10 @@ class PDClient:
                 pdpb_pb2.ScanRegionsResponse,
             )
             page = (
-                [RegionInfo(r.region, r.leader if r.HasField("leader") else None) for r in response.regions]
+                [RegionInfo(r.region, _named_leader(r.leader)) for r in response.regions]
                 if response.regions
                 else [
-                    RegionInfo(meta, leader if leader.id else None)
+                    RegionInfo(meta, _named_leader(leader))
                     for meta, leader in zip(response.region_metas, response.leaders, strict=False)
                 ]
             )
@@ -426,6 +439,13 @@ def covering_prefix(regions: Sequence[RegionInfo], start: bytes, end: bytes) -> 
             return covered, None
         cursor = region.end_key
     return covered, cursor
+
+
+def _named_leader(leader: metapb_pb2.Peer) -> metapb_pb2.Peer | None:
+    """PD's leader of a region, None when it names none: a region PD loaded from storage and
+    has not heard from since is sent with an empty Peer (tikv/pd grpcutil/cluster.go 127-131;
+    client-go "Leader id = 0 indicates no leader")."""
+    return leader if leader.id else None
 
 
 def serialize_message(message: Message) -> bytes:

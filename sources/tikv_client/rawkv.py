@@ -34,6 +34,7 @@ from cdcflow.retry import Backoff
 from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
 from cdcflow.sources.tikv_client.exceptions import (
     RegionErrorsExhaustedError,
+    RegionNotInPDError,
     StoreNotFoundError,
     TiKVServerError,
     TiKVUnavailableError,
@@ -367,7 +368,11 @@ class RawKVClient:
         response_type: type[ResponseT],
     ) -> ResponseT | RegionRetry:
         """One request to ``region``'s leader: its response, or why it must be routed again."""
-        store_id, peer = self.regions.leader_store(region)
+        try:
+            store_id, peer = self.regions.leader_store(region)
+        except RegionNotInPDError as exc:
+            self.regions.invalidate(region.id)
+            return RegionRetry(str(exc))
         try:
             address, channel = self.regions.channel_for_store(store_id)
         except (TiKVUnavailableError, StoreNotFoundError) as exc:

@@ -74,20 +74,28 @@ class RegionCache:
 
     def update_leader(self, region_id: int, leader: metapb_pb2.Peer) -> bool:
         """Points a cached region at its new leader; False when the region is not cached or the
-        leader is not one of its peers (then the region must be read from PD again)."""
+        leader is not one of its voters (then the region must be read from PD again)."""
         with self._lock:
             for index, region in enumerate(self._regions):
                 if region.id == region_id:
-                    if not any(p.store_id == leader.store_id for p in region.meta.peers):
+                    hinted = region.with_hinted_leader(leader)
+                    if hinted is None:
                         return False
-                    self._regions[index] = region.with_leader(leader)
+                    self._regions[index] = hinted
                     return True
         return False
 
     def leader_store(self, region: RegionInfo) -> tuple[int, metapb_pb2.Peer]:
-        """The store id and peer a request for ``region`` goes to (its leader, else its first peer)."""
-        peer = region.leader if region.leader is not None and region.leader.id else region.meta.peers[0]
-        return int(peer.store_id), peer
+        """The store id and peer a request for ``region`` goes to: its leader, else (PD has not
+        heard from it since PD's leader changed) its first voter, which names the leader in
+        its not_leader answer. Never a learner: one never leads (client-go region_cache.go
+        ``findElectableStoreID``)."""
+        if region.leader is not None and region.leader.id:
+            return int(region.leader.store_id), region.leader
+        voter = next((p for p in region.meta.peers if p.role != metapb_pb2.Learner), None)
+        if voter is None:
+            raise RegionNotInPDError(f"{region.describe()} lists no voter to ask for its leader")
+        return int(voter.store_id), voter
 
     def channel_for_store(self, store_id: int) -> tuple[str, grpc.Channel]:
         with self._lock:

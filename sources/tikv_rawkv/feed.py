@@ -96,6 +96,9 @@ class _Resubscribe:
     not_before: float
     generation: int
     uncovered_scans: int = 0  # PD scans in a row that did not cover the span: the backoff grows
+    # Set: subscribe this region (the span lies within it) at its leader, without asking PD; a
+    # not_leader answer named that leader, which PD may not have heard of yet.
+    region: RegionInfo | None = None
 
     def next_scan_delay_s(self) -> float:
         """50 ms, doubling, at most 2 s between scans of a span PD does not cover yet."""
@@ -243,9 +246,17 @@ class EventFeed:
 
     def _subscribe_span(self, task: _Resubscribe) -> bool:
         """Subscribes the regions PD names for the span, as far as they cover it from its start;
-        False when part of it is left pending (PD's answer had a hole or nothing)."""
-        found = self.pd.scan_regions(task.start, task.end)
-        regions, uncovered = covering_prefix(found, task.start, task.end)
+        False when part of it is left pending (PD's answer had a hole or nothing, or a region
+        without a leader: PD has not heard from it since PD's own leader changed, and client-go
+        and TiKV-CDC leave such regions out of a scan and ask again, region_cache.go
+        ``handleRegionInfos``). A task for one region (after not_leader named its leader) is
+        registered at that leader without asking PD, as TiKV-CDC retries the region itself
+        after ``UpdateLeader`` (tikv/migration cdc/cdc/kv/client.go 1018-1020, 1067)."""
+        if task.region is not None:
+            regions, uncovered = [task.region], None
+        else:
+            led = [r for r in self.pd.scan_regions(task.start, task.end) if r.leader is not None]
+            regions, uncovered = covering_prefix(led, task.start, task.end)
         with self._lock:
             if self._generation.get(task.partition_id) != task.generation or task not in self._pending:
                 return True  # unsubscribed meanwhile
@@ -255,7 +266,8 @@ class EventFeed:
                 level = logging.WARNING if task.uncovered_scans in (5, 50) else logging.DEBUG
                 log.log(
                     level,
-                    "partition %s: PD's regions leave [%s, %s) uncovered (%d scans so far); it stays pending at %d",
+                    "partition %s: PD's regions leave [%s, %s) uncovered or leaderless (%d scans so far); it stays "
+                    "pending at %d",
                     task.partition_id,
                     uncovered.hex(),
                     task.end.hex() or "inf",
@@ -338,10 +350,12 @@ class EventFeed:
             del stream.regions[subscription.region.id]
         return True
 
-    def _retry_span(self, subscription: _Subscription, delay_s: float, why: str) -> None:
+    def _retry_span(
+        self, subscription: _Subscription, delay_s: float, why: str, region: RegionInfo | None = None
+    ) -> None:
         """Subscribes the span of an ended subscription again, from its resolved-ts: the larger of
         where it was subscribed from and the region's last resolved-ts less the safety interval
-        (:meth:`_advance` keeps it so)."""
+        (:meth:`_advance` keeps it so). ``region``: at that region and leader, not PD's."""
         self.resubscriptions += 1
         log.info(
             "partition %s: %s; resubscribing [%s, %s) from %d",
@@ -359,6 +373,7 @@ class EventFeed:
                 subscription.resolved_ts,
                 time.monotonic() + delay_s,
                 self._generation.get(subscription.partition_id, 0),
+                region=region,
             )
         )
         self._wake.set()
@@ -441,13 +456,16 @@ class EventFeed:
                     self.failure = FeedRefusedError(refusal)
                 return
             delay = self.retry_delay_s
+            why = f"region {subscription.region.id}: {kind}"
             if kind == "not_leader" and error.not_leader.leader.store_id:
-                self.regions.update_leader(subscription.region.id, error.not_leader.leader)
-            else:
-                self.regions.invalidate(subscription.region.id)
+                hinted = subscription.region.with_hinted_leader(error.not_leader.leader)
+                if hinted is not None:
+                    self._retry_span(subscription, 0.0, f"{why}, led from store {hinted.leader_store_id}", hinted)
+                    return
+            self.regions.invalidate(subscription.region.id)
             if kind in ("server_is_busy", "congested"):
                 delay = max(delay, 1.0)
-            self._retry_span(subscription, delay, f"region {subscription.region.id}: {kind}")
+            self._retry_span(subscription, delay, why)
 
     def _refusal(self, subscription: _Subscription, error: cdcpb_pb2.Error, kind: str) -> str | None:
         """What to tell the user about an error TiKV will answer again however often it is asked

@@ -281,3 +281,24 @@ def test_pd_calls_and_tso_wait_out_a_pd_election_on_members_pd_named(how: str) -
         assert pd.get_ts() > before
         assert pd.get_region(b"").id > 0
         assert pd.leader == cluster.standin.pd_members[1 if how == "the leader dies" else 2]
+
+
+def test_a_region_pd_knows_no_leader_of_is_asked_at_a_voter_never_a_learner() -> None:
+    # After a PD failover PD knows regions without leaders; a request goes to a peer that can
+    # lead (client-go findElectableStoreID), never to a learner, which is refused as not_leader.
+    # Here the first peer listed is a learner (a voter demoted in a conf change).
+    if REAL_UPSTREAM:
+        pytest.skip("demotes a peer and fails PD over on the stand-in")
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(contextlib.contextmanager(start_cluster)(None, stores=3))
+        (region,) = cluster.control("regions")
+        cluster.control("demote_to_learner", region_id=region["id"], store_id=1)  # leadership moves to store 2
+        cluster.control("pd_failover", to=2, election_s=0.0)
+        pd = PDClient([cluster.pd])
+        stack.callback(pd.close)
+        kv = RawKVClient(pd, KeyCodec(2, 0), backoff_budget_s=5.0)
+        stack.callback(kv.close)
+        refused_before = cluster.control("region_errors_sent").get("not_leader", 0)
+        kv.put(b"learner-test", b"1")
+        assert kv.get(b"learner-test") == b"1"
+        assert cluster.control("region_errors_sent").get("not_leader", 0) == refused_before

@@ -75,6 +75,7 @@ class Region:
     version: int
     peers: dict[int, int]  # store id -> peer id
     leader_store: int
+    learners: set[int] = field(default_factory=set)  # stores whose peer is a learner (never leads)
 
     def contains(self, region_key: bytes) -> bool:
         return self.start <= region_key and (not self.end or region_key < self.end)
@@ -85,7 +86,10 @@ class Region:
             start_key=self.start,
             end_key=self.end,
             region_epoch=metapb_pb2.RegionEpoch(conf_ver=self.conf_ver, version=self.version),
-            peers=[metapb_pb2.Peer(id=p, store_id=s) for s, p in sorted(self.peers.items())],
+            peers=[
+                metapb_pb2.Peer(id=p, store_id=s, role=metapb_pb2.Learner if s in self.learners else metapb_pb2.Voter)
+                for s, p in sorted(self.peers.items())
+            ],
         )
 
     def leader(self) -> metapb_pb2.Peer:
@@ -256,6 +260,8 @@ class Cluster:
         self.injected_variant = ""  # the errorpb.Error field an injected region_error sets
         self.injected_pd_error_type = 1
         self.registers = 0  # Register requests received, refused ones included
+        self.feed_errors_sent: dict[str, int] = {}  # Register refusals, by cdcpb.Error field
+        self.pd_requests: dict[str, int] = {}  # PD calls the leader served, by method
         self.scan_gate = threading.Event()  # cleared: incremental scans wait before each batch
         self.scan_gate.set()
         self.scans_waiting = 0
@@ -443,25 +449,49 @@ class Cluster:
             region.conf_ver += 2  # one peer removed, one added
             self._heartbeat(region)
 
-    def transfer_leader(self, region_id: int, store_id: int, linger: bool = False) -> None:
+    def transfer_leader(self, region_id: int, store_id: int, linger: bool = False, pd_heartbeat_s: float = 0.0) -> None:
         """Moves the region's leadership to ``store_id``, whose causal timestamps are renewed
         first (raftstore pd.rs:2175-2190: the new leader's next timestamp is above anything its
         store handed out before). The old leader's subscriptions end with not_leader naming the
         new leader, at once, or, with ``linger``, only at :meth:`release_old_leader`: meanwhile
         the new leader takes writes and the old one still holds its subscriptions (they get no
-        rows and no periodic resolved-ts, as it no longer leads)."""
+        rows and no periodic resolved-ts, as it no longer leads).
+
+        The new leader reports to PD on becoming leader (raftstore fsm/peer.rs 2321-2330
+        ``on_role_changed``: ``heartbeat_pd``), through the PD worker: PD names the old leader
+        until that heartbeat lands, at once here, or ``pd_heartbeat_s`` later."""
         with self.lock:
             region = self.region_by_id(region_id)
             assert region is not None and store_id in region.peers
+            assert store_id not in region.learners, "a learner never leads (raft-rs refuses to transfer to one)"
             old = region.leader_store
             region.leader_store = store_id
             self.providers[store_id].flush()
-            self._heartbeat(region)
+            if pd_heartbeat_s > 0:
+                self._heartbeat_later(region.id, pd_heartbeat_s)
+            else:
+                self._heartbeat(region)
             if linger and old != store_id:
                 self.lingering[region.id] = old
                 return
             error = cdcpb_pb2.Error(not_leader=errorpb_pb2.NotLeader(region_id=region.id, leader=region.leader()))
             self._fail_subscriptions(region.id, error, lambda s: s.connection.store_id != store_id)
+
+    def demote_to_learner(self, region_id: int, store_id: int) -> None:
+        """The region's voter on ``store_id`` becomes a learner (raft joint consensus,
+        ChangePeerV2 DemoteVoter: conf_ver moves once entering and once leaving the joint
+        state); it stays listed among the peers, where it was. client-go region_cache.go
+        2234-2237: "a leader step down as a learner during a conf change". A leader is moved
+        to the next voter first."""
+        with self.lock:
+            region = self.region_by_id(region_id)
+            assert region is not None and store_id in region.peers and store_id not in region.learners
+            if region.leader_store == store_id:
+                voter = next(s for s in sorted(region.peers) if s != store_id and s not in region.learners)
+                self.transfer_leader(region_id, voter)
+            region.learners.add(store_id)
+            region.conf_ver += 2
+            self._heartbeat(region)
 
     def release_old_leader(self, region_id: int) -> int:
         """Ends a lingering transfer the way tikv/migration#193 describes: the old leader sends
@@ -779,6 +809,8 @@ class Cluster:
                 # delegate.rs check_epoch_on_ready: compare_region_epoch(check_conf_ver = false)
                 error = _epoch_not_match([r for r in self.regions if r.id == region.id or _adjacent(r, region)])
             if error is not None:
+                kind = next((f.name for f, _ in error.ListFields()), "error")
+                self.feed_errors_sent[kind] = self.feed_errors_sent.get(kind, 0) + 1
                 connection.put(
                     cdcpb_pb2.ChangeDataEvent(
                         events=[

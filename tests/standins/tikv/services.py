@@ -71,9 +71,13 @@ def pd_handler(cluster: Cluster, member_id: int) -> grpc.GenericRpcHandler:
             )
 
     def checked(handler: Callable[[Any, Any], Message]) -> Callable[[Any, Any], Message]:
+        method = handler.__name__
+
         def handle(request: Any, context: Any) -> Message:
             check_leader(context)
             check_cluster_id(request, context)
+            with cluster.lock:
+                cluster.pd_requests[method] = cluster.pd_requests.get(method, 0) + 1
             return handler(request, context)
 
         return handle
@@ -557,13 +561,28 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
         cluster.conf_change(int(args["region_id"]))
         return None
     if command == "transfer_leader":
-        # linger: the old leader keeps its subscriptions until release_old_leader (the #193 race)
-        cluster.transfer_leader(int(args["region_id"]), int(args["store_id"]), bool(args.get("linger", False)))
+        # linger: the old leader keeps its subscriptions until release_old_leader (the #193 race);
+        # pd_heartbeat_s: PD hears of the new leader that much later
+        cluster.transfer_leader(
+            int(args["region_id"]),
+            int(args["store_id"]),
+            bool(args.get("linger", False)),
+            float(args.get("pd_heartbeat_s", 0.0)),
+        )
         return None
     if command == "regions":
         with cluster.lock:
             return [
                 {
+    if command == "demote_to_learner":
+        cluster.demote_to_learner(int(args["region_id"]), int(args["store_id"]))
+        return None
+    if command == "feed_errors_sent":
+        with cluster.lock:
+            return dict(cluster.feed_errors_sent)
+    if command == "pd_requests":
+        with cluster.lock:
+            return dict(cluster.pd_requests)
                     "id": r.id,
                     "start": r.start.hex(),
                     "end": r.end.hex(),
