@@ -54,6 +54,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from cdcflow.config import RetryConfig
 from cdcflow.contract import (
+    DataLossHeadroom,
     Offset,
     Partition,
     PluginConfig,
@@ -65,9 +66,11 @@ from cdcflow.contract import (
 )
 from cdcflow.events import Record
 from cdcflow.metrics import source_counter
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.retry import Backoff
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
 from cdcflow.sources.cql.snapshot import SnapshotConfig, TokenRangeSnapshot
+from cdcflow.sources.scylla_cdc import prerequisites
 from cdcflow.sources.scylla_cdc.connection import connect, token_owner_count
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
@@ -707,6 +710,25 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         group = self._group(partition)
         self._check_not_behind_ttl(group, offset)
         return self._finished(group, offset)
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        if self._session is None:  # cdcflow doctor: on a connection of its own
+            return prerequisites.check_cluster(self.config, scope.timeout_s)
+        # At start, just opened: each table's options are read, and its log table was found.
+        return prerequisites.check_cdc_options(
+            self.config, self.config.tables, self._cdc_options, dict.fromkeys(self.config.tables, True)
+        )
+
+    def data_loss_headroom(self, partition: Partition, committed: Offset) -> DataLossHeadroom | None:
+        """The log's TTL less how far behind the group's committed position is: rows older than
+        the TTL are gone from the log (a reader behind it fails with LogExpiredError)."""
+        group = self._groups.get(partition.id)  # snapshot slices read base tables: none
+        ttl_us = self._ttl_us.get(group.table) if group is not None else None
+        if ttl_us is None:
+            return None
+        lag_us = max(0, self._now_us() - _Position.of(committed).ts)
+        detail = f"the log keeps rows {ttl_us // 1_000_000} s, the partition is {lag_us // 1_000_000} s behind"
+        return DataLossHeadroom((ttl_us - lag_us) / 1e6, "log_ttl", detail)
 
     def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
         # For lag (cdcflow.metrics): read up to now minus the confidence window (within a poll

@@ -14,6 +14,7 @@ from typing import Any
 from cdcflow.contract import PluginContext
 from cdcflow.sources.cassandra_commitlog.cdc_space import cdc_raw_bytes, parse_data_storage
 from cdcflow.sources.cassandra_commitlog.source import CassandraCommitLogSource, CassandraCommitLogSourceConfig
+from tests.integration.doctor_helpers import cdcflow, doctor
 
 
 def _pipeline(folder: Path, cdc_raw: Path, tables: list[str], **source: Any) -> Path:
@@ -28,18 +29,6 @@ def _pipeline(folder: Path, cdc_raw: Path, tables: list[str], **source: Any) -> 
     return file
 
 
-def _cdcflow(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cdcflow.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def _checks(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
-    """``doctor --json``'s checks by name."""
-    (pipeline,) = json.loads(result.stdout)
-    return {check["check"]: check for plugin in pipeline["plugins"] for check in plugin["checks"]}
-
-
 def test_doctor_refuses_a_commitlog_pipeline_for_a_table_with_cdc_off(
     cassandra_session: Any, keyspace: str, cdc_raw_dir: Path, tmp_path: Path
 ) -> None:
@@ -48,13 +37,13 @@ def test_doctor_refuses_a_commitlog_pipeline_for_a_table_with_cdc_off(
     session.execute(f"CREATE TABLE {keyspace}.lines (id int PRIMARY KEY, sku text)")  # cdc off
     file = _pipeline(tmp_path, cdc_raw_dir, [f"{keyspace}.orders", f"{keyspace}.lines"])
 
-    table = _cdcflow("doctor", str(file), cwd=tmp_path)
+    table = cdcflow("doctor", str(file), cwd=tmp_path)
     assert table.returncode == 1, table.stdout + table.stderr
     failed = [line for line in table.stdout.splitlines() if line.strip().startswith("FAIL")]
     assert len(failed) == 1 and f"CDC on for {keyspace}.lines" in failed[0], table.stdout
     assert "cdc = false" in table.stdout and f"ALTER TABLE {keyspace}.lines WITH cdc = true" in table.stdout
 
-    checks = _checks(_cdcflow("doctor", "--json", str(file), cwd=tmp_path))
+    _, checks, _ = doctor(file)
     assert checks[f"CDC on for {keyspace}.orders"]["status"] == "ok"
     assert checks[f"CDC on for {keyspace}.lines"]["status"] == "fail"
     # The node's own settings, read back by the test: CDC on, this very cdc_raw, room left.
@@ -68,7 +57,7 @@ def test_doctor_refuses_a_commitlog_pipeline_for_a_table_with_cdc_off(
     assert f"of cdc_total_space {total >> 20} MiB" in checks["cdc_raw's room under cdc_total_space"]["detail"]
 
     session.execute(f"ALTER TABLE {keyspace}.lines WITH cdc = true")
-    fixed = _cdcflow("doctor", str(file), cwd=tmp_path)
+    fixed = cdcflow("doctor", str(file), cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "FAIL" not in fixed.stdout
 
@@ -80,7 +69,7 @@ def test_run_refuses_at_start_a_table_with_cdc_off_naming_it(
     session.execute(f"CREATE TABLE {keyspace}.lines (id int PRIMARY KEY, sku text)")  # cdc off
     file = _pipeline(tmp_path, cdc_raw_dir, [f"{keyspace}.lines"], processed_segments="keep")
 
-    refused = _cdcflow("run", str(file), cwd=tmp_path)
+    refused = cdcflow("run", str(file), cwd=tmp_path)
     assert refused.returncode != 0
     assert "PrerequisiteFailedError" in refused.stderr
     assert f"CDC on for {keyspace}.lines" in refused.stderr and "cdc = false" in refused.stderr
@@ -120,9 +109,9 @@ def _changes(out: Path) -> list[tuple[str, Any]]:
 def test_doctor_says_when_cdc_raw_cannot_be_read(cassandra_session: Any, keyspace: str, tmp_path: Path) -> None:
     cassandra_session.execute(f"CREATE TABLE {keyspace}.orders (id int PRIMARY KEY) WITH cdc = true")
     file = _pipeline(tmp_path, tmp_path / "no-such-dir", [f"{keyspace}.orders"])
-    result = _cdcflow("doctor", "--json", str(file), cwd=tmp_path)
-    assert result.returncode == 1
-    check = _checks(result)["cdc_raw readable"]
+    code, checks, _ = doctor(file)
+    assert code == 1
+    check = checks["cdc_raw readable"]
     assert check["status"] == "fail" and "does not exist" in check["detail"], check
 
 

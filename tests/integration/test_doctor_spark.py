@@ -4,7 +4,6 @@ the executors' interpreter is run once."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
@@ -13,26 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.doctor_helpers import doctor
 
-def _doctor(folder: Path, engine: str) -> tuple[int, dict[str, dict[str, str]]]:
+
+def _pipeline(folder: Path, engine: str) -> Path:
     file = folder / "spark.yaml"
     file.write_text(
         "name: doctor-spark\nsource: {type: datagen, count: 1}\nsink: {type: file, path: out.jsonl}\n"
         f"engine: {{type: spark{engine}}}\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "cdcflow.cli", "doctor", "--json", str(file)],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    (pipeline,) = json.loads(result.stdout)
-    return result.returncode, {c["check"]: c for plugin in pipeline["plugins"] for c in plugin["checks"]}
+    return file
 
 
 def test_doctor_passes_a_local_master_with_this_python(tmp_path: Path) -> None:
-    code, checks = _doctor(tmp_path, "")
+    code, checks, _ = doctor(_pipeline(tmp_path, ""))
     assert code == 0, checks
     assert checks["Spark master"]["detail"].startswith("local[*]")
     python = checks[f"executors' Python {sys.executable}"]
@@ -41,12 +34,13 @@ def test_doctor_passes_a_local_master_with_this_python(tmp_path: Path) -> None:
 
 def test_doctor_fails_a_master_that_does_not_answer_and_a_python_without_cdcflow(tmp_path: Path) -> None:
     other = shutil.which("python3", path="/usr/bin:/usr/local/bin")
-    if other is None or subprocess.run([other, "-c", "import cdcflow"], capture_output=True).returncode == 0:
+    found = subprocess.run([other, "-c", "import cdcflow"], capture_output=True, check=False) if other else None
+    if found is None or found.returncode == 0:
         pytest.skip("needs an interpreter without cdcflow")
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code, checks = _doctor(tmp_path, f", master: 'spark://127.0.0.1:{port}', python: {other}")
+    code, checks, _ = doctor(_pipeline(tmp_path, f", master: 'spark://127.0.0.1:{port}', python: {other}"))
     assert code == 1
     master = checks[f"Spark master 127.0.0.1:{port} reachable"]
     assert master["status"] == "fail" and "ConnectionRefusedError" in master["detail"], master
