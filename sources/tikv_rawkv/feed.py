@@ -279,7 +279,13 @@ class EventFeed:
             return uncovered is None
 
     def _register_regions(self, task: _Resubscribe, regions: list[RegionInfo]) -> None:
-        """Registers each region's part of the task's span on a stream to its leader's store."""
+        """Registers each region's part of the task's span on a stream to its leader's store,
+        in key order, moving the task's start past each one registered: the task keeps only
+        what is not subscribed yet. A registration that fails half-way (PD cannot name a store)
+        leaves the rest pending, and the retry subscribes only that, never a region twice.
+        Every part of a partition's span is so either pending or subscribed, never both: the
+        guarantee TiKV-CDC gets from its RegionRangeLock (tikv/migration cdc/pkg/regionspan,
+        client.go 633)."""
         with self._lock:
             for region in regions:
                 self.regions.insert(region)
@@ -317,6 +323,8 @@ class EventFeed:
                         kv_api=cdcpb_pb2.ChangeDataRequest.RawKV,
                     )
                 )
+                if end:
+                    task.start = end
 
     def _request_key(self, region_key: bytes) -> bytes:
         if not region_key or self.codec.api_version == 1:

@@ -114,6 +114,10 @@ def pd_handler(cluster: Cluster, member_id: int) -> grpc.GenericRpcHandler:
             )
 
     def get_store(request: pdpb_pb2.GetStoreRequest, context: Any) -> Message:
+        with cluster.lock:
+            if cluster.take_injected(request.store_id, "get_store_unavailable"):
+                # the call fails in transit, as when PD's leader steps down mid-call
+                context.abort(grpc.StatusCode.UNAVAILABLE, "injected: PD unreachable")
         address = cluster.store_addresses.get(request.store_id)
         if address is None:  # grpc_service.go:790-800 (a purged store too, once removed)
             return pdpb_pb2.GetStoreResponse(
@@ -537,14 +541,14 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
             int(args["to"]), float(args.get("election_s", 0.0)), float(args.get("heartbeats_after_s", 0.0))
         )
         return None
-    if command == "pd_members":
-        with cluster.lock:
-            return {"leader": cluster.pd_leader, "urls": {str(m): u for m, u in cluster.pd_urls.items()}}
-    if command == "release_old_leader":
     if command == "pd_stop_member":
         return cluster.pd_stop_member(
             int(args["member"]), float(args.get("election_s", 0.0)), float(args.get("heartbeats_after_s", 0.0))
         )
+    if command == "pd_members":
+        with cluster.lock:
+            return {"leader": cluster.pd_leader, "urls": {str(m): u for m, u in cluster.pd_urls.items()}}
+    if command == "release_old_leader":
         return cluster.release_old_leader(int(args["region_id"]))
     if command == "add_store":
         store_id = cluster.add_store()
@@ -570,10 +574,6 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
             float(args.get("pd_heartbeat_s", 0.0)),
         )
         return None
-    if command == "regions":
-        with cluster.lock:
-            return [
-                {
     if command == "demote_to_learner":
         cluster.demote_to_learner(int(args["region_id"]), int(args["store_id"]))
         return None
@@ -583,6 +583,10 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
     if command == "pd_requests":
         with cluster.lock:
             return dict(cluster.pd_requests)
+    if command == "regions":
+        with cluster.lock:
+            return [
+                {
                     "id": r.id,
                     "start": r.start.hex(),
                     "end": r.end.hex(),
@@ -594,6 +598,7 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
             ]
     if command == "inject":
         # kinds: not_leader, epoch_not_match, server_is_busy, feed_busy, stream_break, key_error,
+        # get_store_unavailable (PD's GetStore of store_id fails UNAVAILABLE),
         # region_error (args "variant": an errorpb.Error field name, "" for a bare error),
         # pd_error (args "error_type": a pdpb.ErrorType number)
         with cluster.lock:
@@ -601,6 +606,11 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
             cluster.injected_pd_error_type = int(args.get("error_type", cluster.injected_pd_error_type))
         cluster.inject(args["kind"], args.get("store_id"), int(args.get("count", 1)))
         return None
+    if command == "injected":
+        with cluster.lock:  # what is left of each injection: kind or store:kind -> count
+            return {
+                (f"{store}:{kind}" if store is not None else kind): n for (store, kind), n in cluster.injected.items()
+            }
     if command == "inject_row":
         cluster.inject_row(
             cdcpb_pb2.Event.Row(
