@@ -212,8 +212,6 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
             self.pd, self.codec, self._on_rows, on_rows_outside_span=self._outside_span.inc, safety_ts=self._safety
         )
 
-    def close(self) -> None:
-        if self._feed is not None:
     def _default_start_ts(self) -> int:
         """``start_ts``, else PD's now less the safety interval. Under API V2 a store stamps a
         write from its cache of PD timestamps, allocated up to causal-ts alloc-ahead-buffer (3 s)
@@ -224,6 +222,8 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
             return self.config.start_ts
         return max(0, self.pd.get_ts() - self._safety)
 
+    def close(self) -> None:
+        if self._feed is not None:
             self._feed.close()
             self._feed = None
         for partition_feed in self._feeds.values():
