@@ -82,14 +82,16 @@ from typing import Literal
 from pydantic import Field
 
 from cdcflow.config import ResolvedPath
-from cdcflow.contract import Offset, Partition, PluginConfig, PluginContext, Rejected, Source
+from cdcflow.contract import DataLossHeadroom, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
 from cdcflow.errors import SourceUnavailableError
 from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
 from cdcflow.metrics import source_counter
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.pd import PDClient
 from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
+from cdcflow.sources.tikv_rawkv import prerequisites
 from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, FeedRefusedError, RowRejectedError
 from cdcflow.sources.tikv_rawkv.feed import EventFeed
 from cdcflow.sources.tikv_rawkv.layout import PartitionLayout
@@ -232,6 +234,31 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self.pd.close()
         if self._owns_spill_dir and self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        if self._layout is not None:  # at start, just opened: one PD call
+            return prerequisites.check_store_versions(self.pd)
+        try:  # cdcflow doctor: PD and a store asked here, nothing written
+            self.pd.connect()
+            return [
+                *prerequisites.check_store_versions(self.pd),
+                prerequisites.check_api_version(self.pd, self.config, self.start_key or b"\0", scope.timeout_s),
+                *prerequisites.check_gc(self.pd, self.config, scope.committed_offsets),
+            ]
+        except TiKVClientError as exc:
+            raise SourceUnavailableError(f"TiKV source {self.context.pipeline}: {exc}") from exc
+        finally:
+            self.pd.close()
+
+    def data_loss_headroom(self, partition: Partition, committed: Offset) -> DataLossHeadroom | None:
+        """The GC TTL less the checkpoint's age: once the pipeline stops, its service GC safepoint
+        (checkpoint - 1) lives ``gc_ttl_s``, after which GC may pass the checkpoint (TiCDC's rule,
+        :mod:`.prerequisites`)."""
+        age_s = max(0.0, time.time() - ts_to_us(int(committed["ts"])) / 1e6)
+        detail = (
+            f"the service GC safepoint lives gc_ttl_s = {self.config.gc_ttl_s} s, the checkpoint is {age_s:.0f} s old"
+        )
+        return DataLossHeadroom(self.config.gc_ttl_s - age_s, "gc_safepoint", detail)
 
     # --- the contract --------------------------------------------------------------------------
 

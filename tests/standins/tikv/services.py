@@ -133,7 +133,11 @@ def pd_handler(cluster: Cluster, member_id: int) -> grpc.GenericRpcHandler:
     def get_all_stores(request: pdpb_pb2.GetAllStoresRequest, context: Any) -> Message:
         return pdpb_pb2.GetAllStoresResponse(
             header=header(),
-            stores=[metapb_pb2.Store(id=s, address=a) for s, a in sorted(cluster.store_addresses.items())],
+            # Each store's version as TiKV reports it to PD (PutStore), which GetAllStores passes on.
+            stores=[
+                metapb_pb2.Store(id=s, address=a, version=str(cluster.tikv_version))
+                for s, a in sorted(cluster.store_addresses.items())
+            ],
         )
 
     # Regions come from PD's own tree (pd_view.py), which lags the stores: holes after a split,
