@@ -29,6 +29,8 @@ from pydantic import Field
 from cdcflow.contract import Checkpoint, CheckpointStoreConfig, FencingCheckpointStore
 from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError
 from cdcflow.kafka_client import KafkaClientConfig
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
+from cdcflow.sinks.kafka.prerequisites import check_checkpoint_topic
 
 __all__ = ["KafkaCheckpointConfig", "KafkaCheckpointStore"]
 
@@ -80,6 +82,10 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         self.config.kafka.check_reachable(
             self.config.bootstrap_servers, timeout_s, self.context.field_path or "checkpoint"
         )
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        # At start, open() has created the topic compacted if it was missing; the rest is doctor's.
+        return check_checkpoint_topic(self.config, self.context.pipeline, scope) if scope.thorough else ()
 
     def open(self) -> None:
         self._claims: dict[int, _Claim] = {}

@@ -30,8 +30,10 @@ from cdcflow.errors import (
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 from cdcflow.pipeline import DEAD_LETTER_STAGE_HEADER
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.schemas import DecimalHandling
 from cdcflow.sinks.kafka.exceptions import TombstoneWithheldError
+from cdcflow.sinks.kafka.prerequisites import check_sink_topics
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
 
@@ -200,6 +202,11 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def check_reachable(self, timeout_s: float) -> None:
         self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "sink")
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        if not scope.thorough:  # the first write tells soon enough
+            return ()
+        return [*check_sink_topics(self.config, scope), *self.converter.check_prerequisites(scope)]
 
     def write(self, records: Sequence[Record]) -> list[Rejected]:
         producer = self._producer

@@ -30,8 +30,10 @@ from cdcflow.contract import (
 from cdcflow.converters import JsonConverter, converter_from_fields, converter_plugin_sections
 from cdcflow.errors import ConverterError, SourceDataError, SourceUnavailableError, TransientError
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
+from cdcflow.kafka_admin import view_of
 from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 from cdcflow.native import native_module
+from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.schemas import UNTYPED_NULL
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
@@ -109,6 +111,22 @@ class KafkaSource(Source[KafkaSourceConfig]):
 
     def check_reachable(self, timeout_s: float) -> None:
         self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "source")
+
+    def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
+        """Each topic exists (a consumer subscribed to a missing one waits without a word), and the
+        converter's registry answers."""
+        if not scope.thorough:
+            return ()
+        view = view_of(self.config.kafka, self.config.bootstrap_servers, self.config.topics, scope.timeout_s)
+        results = []
+        for topic, found in view.topics.items():
+            if found is None:
+                results.append(
+                    CheckResult.fail(f"topic {topic}", "no such topic", f"create {topic}, or correct source.topics")
+                )
+            else:
+                results.append(CheckResult.ok(f"topic {topic}", f"{found.partitions} partition(s)"))
+        return [*results, *self.converter.check_prerequisites(scope)]
 
     @property
     def consumer(self) -> Consumer:
