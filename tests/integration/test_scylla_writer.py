@@ -8,12 +8,13 @@ import datetime
 import random
 import struct
 import uuid
+from pathlib import Path
 from typing import Any
 
 from cdcflow.sources.scylla_cdc.table_options import CdcOptions, SchemaTablesLookup
 from tests.integration.scylla_helpers import DesignStreams, scylla_writer
 from tests.standins.scylla.comparator import clustering_sort_key
-from tests.standins.scylla.split import DeleteRow, Insert
+from tests.standins.scylla.split import Add, DeleteRow, Insert
 from tests.standins.scylla.writer import ScyllaCdcWriter
 
 __all__ = ["scylla_writer"]  # the fixture, for pytest
@@ -277,3 +278,32 @@ def test_log_rows_of_one_write_follow_the_clustering_order(
     node_order = [r[0] for r in cassandra_session.execute(f"SELECT ck FROM {table} WHERE pk = 1")]
     rows = [r for r in log_rows(cassandra_session, table) if r["cdc$operation"] == 2]
     assert [r["ck"] for r in sorted(rows, key=lambda r: r["cdc$batch_seq_no"])] == node_order == [3, 2, 1]
+
+
+def test_list_cells_are_logged_under_the_keys_the_base_table_gave_them(
+    cassandra_session: Any, cdc_raw_dir: Path, keyspace: str
+) -> None:
+    # cdc/log.cc logs a list element under its base cell's key (one mutation); the base table here
+    # is Cassandra's, whose coordinator picks the keys. The witness: Cassandra's own DELETE l[0]
+    # tombstones the first element's key, which its commit log shows as the removed element.
+    from tests.integration.commitlog_helpers import wait_for_changes
+    from tests.standins.scylla.writer import SimulatedKeyspaces
+
+    writer = ScyllaCdcWriter(cassandra_session, SimulatedKeyspaces.prefixed(keyspace), base_commit_log=cdc_raw_dir)
+    writer.create_metadata_tables()
+    try:
+        writer.bootstrap(vnodes=2, timestamp_us=writer.coordinator_now_us() - 10_000_000)
+        table = f"{keyspace}.t"
+        writer.create_table(keyspace, "t", [("id", "int")], [], [("l", "list<int>")])
+        writer.update(table, {"id": 1}, {"l": Add([5, 6])})
+        [row] = [r for r in log_rows(cassandra_session, table) if r.get("l")]
+        first = min(row["l"], key=lambda k: (k.time, k.clock_seq))
+        assert row["l"][first] == 5
+        cassandra_session.execute(f"DELETE l[0] FROM {table} WHERE id = 1")
+        changes = wait_for_changes(
+            cdc_raw_dir, cassandra_session, keyspace, lambda found: any(c.removed.get("l") for c in found)
+        )
+        [removed] = [c.removed["l"] for c in changes if c.removed.get("l")]
+        assert removed == [str(first)]
+    finally:
+        writer.drop_keyspaces()

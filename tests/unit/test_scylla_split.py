@@ -8,11 +8,11 @@ record's ``cdc$time`` relative to the statement's timestamp."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any
 
 import pytest
 
-from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
 from tests.standins.scylla.split import (
     Add,
     DeleteColumns,
@@ -32,6 +32,26 @@ from tests.standins.scylla.split import (
 )
 
 T = 1_700_000_000_000_000
+
+
+def list_key(micros: int, sequence: int, node: int = 0) -> uuid.UUID:
+    """The key ScyllaDB gives a list element it appends (scylladb ``cql3/lists.cc`` 154-157,
+    ``utils/UUID_gen.hh`` 190-227): a version-1 UUID of the write's time plus the sequence's top 3
+    bits in 100 ns units, clock sequence the low 14 bits with 0x80 flipped, variant 10, the node."""
+    intervals = micros * 10 + 0x01B21DD213814000 + ((sequence >> 14) & 0b111)
+    clock_sequence = ((sequence & 0x3FFF) ^ 0x80) | 0x8000
+    return uuid.UUID(
+        fields=(
+            intervals & 0xFFFFFFFF,
+            (intervals >> 32) & 0xFFFF,
+            ((intervals >> 48) & 0x0FFF) | 0x1000,
+            clock_sequence >> 8,
+            clock_sequence & 0xFF,
+            node,
+        )
+    )
+
+
 # t (pk int, ck int, s int static, v int, w int, m map<int,int>, st set<int>, l list<int>, u ut,
 #    PRIMARY KEY (pk, ck)), ut (a int, b text) not frozen
 T1 = TableShape(
@@ -153,7 +173,7 @@ CASES: list[tuple[str, list[Operation], int | None, list[tuple[int, list[dict[st
         "19 appended list elements, keyed by timeuuid",
         [Update(K, {"l": Add([7])})],
         None,
-        [(0, [op(1, ck=0, l={timeuuid_at(T, 0): 7})])],
+        [(0, [op(1, ck=0, l={list_key(T, 0): 7})])],
     ),
     ("20 a field set", [Update(K, {"u": SetFields({"a": 1})})], None, [(0, [op(1, ck=0, u=(1, None))])]),
     (
@@ -330,3 +350,11 @@ def test_delta_keys_logs_deltas_of_keys_operation_and_ttl_and_whole_images() -> 
     assert logged(write, shape, ttl=5) == [
         (0, [op(1, ttl=5), op(1, ck=0), op(1, ck=0, ttl=5), op(9, s=2), op(9, ck=0, v=1)]),
     ]
+
+
+def test_list_elements_appended_in_one_write_take_scylladb_s_keys_in_append_order() -> None:
+    # One sequence across the write's statements (query_options::next_list_append_seq).
+    operations: list[Operation] = [Update(K, {"l": Add([5, 6])}), Update(K, {"l": Add([7])})]
+    [(_, [row])] = logged(operations)
+    assert row["l"] == {list_key(T, 0): 5, list_key(T, 1): 6, list_key(T, 2): 7}
+    assert [row["l"][k] for k in sorted(row["l"], key=lambda k: (k.time, k.clock_seq))] == [5, 6, 7]

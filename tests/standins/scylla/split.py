@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
-from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
 from tests.standins.scylla.comparator import clustering_sort_key, compare_prefixes, compare_values
 
 __all__ = [
@@ -50,6 +49,7 @@ __all__ = [
     "DeleteRow",
     "ImageState",
     "Insert",
+    "ListKeys",
     "LogRecord",
     "Mutation",
     "Operation",
@@ -63,10 +63,29 @@ __all__ = [
     "load_state",
     "log_records",
     "preimage_select",
+    "scylla_list_key",
 ]
 
 Row = dict[str, Any]
 Key = tuple[Any, ...]
+ListKeys = Mapping[tuple[Key | None, str], Sequence[uuid.UUID]]  # (row key, column) -> its new cells' keys
+
+_GREGORIAN_OFFSET = 0x01B21DD213814000  # 100 ns intervals from 1582-10-15 to 1970-01-01
+
+
+def scylla_list_key(micros: int, sequence: int, node: int) -> uuid.UUID:
+    """The key ScyllaDB gives the ``sequence``-th list element a statement appends at ``micros``:
+    ``cql3/lists.cc`` lines 154-157 and ``utils/UUID_gen.hh`` lines 190-227
+    (``get_time_UUID_bytes_from_micros_and_submicros``): the write's time plus the sequence's
+    high 3 bits in 100 ns units, then the sequence's low 14 bits (sign bit flipped) as clock
+    sequence, and the node's spoofed 48-bit node id."""
+    if not 0 <= sequence < 1 << 17:
+        raise ValueError("Too many list values per single CQL statement or batch")
+    intervals = micros * 10 + _GREGORIAN_OFFSET + ((sequence >> 14) & 0b111)
+    high = (intervals & 0xFFFFFFFF) << 32 | ((intervals >> 32) & 0xFFFF) << 16 | (intervals >> 48) & 0x0FFF | 0x1000
+    clock_sequence = (sequence & 0x3FFF) ^ 0x80
+    low = ((clock_sequence | 0x8000) << 48) | (node & 0xFFFFFFFFFFFF)
+    return uuid.UUID(int=(high << 64) | low)
 
 
 # --- what a base write does to one column -------------------------------------------------------
@@ -280,11 +299,16 @@ def _later(a: int | None, b: int) -> int:
 class _Builder:
     """The cells of base statements (``cql3`` setters, adders, deleters) merged into a mutation."""
 
-    def __init__(self, shape: TableShape, default_ts: int, default_ttl: int | None) -> None:
+    def __init__(
+        self, shape: TableShape, default_ts: int, default_ttl: int | None, list_keys: ListKeys | None, node: int
+    ) -> None:
         self.shape = shape
         self.default_ts = default_ts
         self.default_ttl = default_ttl
         self.mutation: Mutation | None = None
+        self.node = node
+        self.list_sequence = 0  # query_options::next_list_append_seq(), across the write's statements
+        self.list_keys = {where: list(keys) for where, keys in (list_keys or {}).items()}
 
     def add(self, op: Operation) -> None:
         ts = op.timestamp_us if op.timestamp_us is not None else self.default_ts
@@ -313,17 +337,17 @@ class _Builder:
                     row.marker = marker
                 elif row.marker[0] == ts and row.marker != marker:
                     raise ValueError("two row markers at one timestamp in one write are not simulated")
-                self._assign(row, regular, ts, ttl)
+                self._assign(row, regular, ts, ttl, self._key(op.row))
             elif regular:
                 raise ValueError(f"an INSERT of regular columns {sorted(regular)} needs the whole primary key")
-            self._assign(mutation.static, static, ts, ttl)
+            self._assign(mutation.static, static, ts, ttl, None)
         elif isinstance(op, Update):
             mutation = self._partition(op.key)
             static = {n: v for n, v in op.values.items() if n in shape.static}
             regular = {n: v for n, v in op.values.items() if n not in shape.static}
             if regular:
-                self._assign(self._row(mutation, op.key), regular, ts, ttl)
-            self._assign(mutation.static, static, ts, ttl)
+                self._assign(self._row(mutation, op.key), regular, ts, ttl, self._key(op.key))
+            self._assign(mutation.static, static, ts, ttl, None)
         else:
             mutation = self._partition(op.key)
             for name in op.columns:
@@ -364,7 +388,10 @@ class _Builder:
             return
         mutation.ranges.append(RangeTombstone(start, start_inclusive, end, end_inclusive, ts))
 
-    def _assign(self, row: RowChange, values: Mapping[str, Any], ts: int, ttl: int) -> None:
+    def _key(self, source: Mapping[str, Any]) -> Key:
+        return tuple(source[n] for n in self.shape.clustering)
+
+    def _assign(self, row: RowChange, values: Mapping[str, Any], ts: int, ttl: int, key: Key | None) -> None:
         for name, change in values.items():
             kind = self.shape.columns[name]
             if kind == "atomic":
@@ -373,7 +400,7 @@ class _Builder:
                 continue
             multi = row.multi.setdefault(name, MultiCell())
             if isinstance(change, Add):
-                for path, value in self._paths(name, kind, change.elements, ts):
+                for path, value in self._paths(name, kind, change.elements, ts, key):
                     _merge_cell(multi.cells, path, Cell(ts, ttl, value), name)
             elif isinstance(change, Remove):
                 if kind not in ("set", "map"):
@@ -390,11 +417,13 @@ class _Builder:
                 # (update_parameters::make_tombstone_just_before in lists/maps/sets/user_types).
                 value = change.value if isinstance(change, Overwrite) else change
                 multi.tombstone = _later(multi.tombstone, ts - 1)
-                for path, element in self._paths(name, kind, value, ts):
+                for path, element in self._paths(name, kind, value, ts, key):
                     _merge_cell(multi.cells, path, Cell(ts, ttl, element), name)
 
-    def _paths(self, name: str, kind: ColumnKind, value: Any, ts: int) -> Iterator[tuple[Any, Any]]:
-        """A collection or user-type value as (path, element) cells; nulls make no cell."""
+    def _paths(self, name: str, kind: ColumnKind, value: Any, ts: int, key: Key | None) -> Iterator[tuple[Any, Any]]:
+        """A collection or user-type value as (path, element) cells; nulls make no cell. A list's
+        cells are keyed as the base table keys them when ``list_keys`` says (the keys its
+        coordinator chose), else as ScyllaDB's coordinator makes them."""
         if value is None:
             return
         if kind == "set":
@@ -402,8 +431,13 @@ class _Builder:
         elif kind == "map":
             yield from dict(value).items()
         elif kind == "list":
-            # ScyllaDB keys list cells by timeuuids it makes at the write's time.
-            yield from ((timeuuid_at(ts, index), element) for index, element in enumerate(value))
+            taken = self.list_keys.get((key, name))
+            for element in value:
+                if taken:
+                    yield taken.pop(0), element
+                else:
+                    yield scylla_list_key(ts, self.list_sequence, self.node), element
+                    self.list_sequence += 1
         else:
             fields = self.shape.udt_fields[name]
             items = value.items() if isinstance(value, Mapping) else zip(fields, value, strict=False)
@@ -413,10 +447,18 @@ class _Builder:
 
 
 def build_mutation(
-    shape: TableShape, operations: Sequence[Operation], timestamp_us: int, ttl_s: int | None
+    shape: TableShape,
+    operations: Sequence[Operation],
+    timestamp_us: int,
+    ttl_s: int | None,
+    *,
+    list_keys: ListKeys | None = None,
+    node: int = 0,
 ) -> Mutation:
-    """The mutation ScyllaDB's coordinator makes of a batch of ``operations`` on one partition."""
-    builder = _Builder(shape, timestamp_us, ttl_s)
+    """The mutation ScyllaDB's coordinator makes of a batch of ``operations`` on one partition
+    (``node``: its spoofed node id, in the keys of list cells it makes; ``list_keys``: the keys
+    the base table gave each row's list cells, which take their place)."""
+    builder = _Builder(shape, timestamp_us, ttl_s, list_keys, node)
     for op in operations:
         builder.add(op)
     if builder.mutation is None:

@@ -23,17 +23,24 @@ behaviour with the upstream file it follows.
 Point a consumer at it (``generations_keyspace``/``tablets_keyspace``/``schema_keyspace`` naming
 the keyspaces used here) to test it against every case of the design without a ScyllaDB cluster.
 
+List elements are logged under the keys ScyllaDB's coordinator makes (the write's time and a
+sequence: ``cql3/lists.cc``), or, given the node's ``cdc_raw`` folder (``base_commit_log``), under
+the keys the base table holds, read back from its commit log (:mod:`.base_list_keys`), as ScyllaDB
+logs the base mutation's own cells.
+
 Not simulated: removing list elements (Cassandra cannot address them by timeuuid), pre/post-images
 of non-frozen lists, counters, LWT, Alternator.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from cdcflow.sources.scylla_cdc.log_events import DELETED_ELEMENTS_PREFIX, DELETED_PREFIX
@@ -41,6 +48,7 @@ from cdcflow.sources.scylla_cdc.log_reader import LOG_SUFFIX
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 from cdcflow.sources.scylla_cdc.timeuuids import timeuuid_at
 from cdcflow.sources.scylla_cdc.tokens import partition_token
+from tests.standins.scylla.base_list_keys import read_list_keys
 from tests.standins.scylla.errors import WriteRejectedError
 from tests.standins.scylla.generations import (
     DEFAULT_GENERATION_LEEWAY_US,
@@ -212,6 +220,7 @@ class ScyllaCdcWriter:
         seed: int | None = None,
         clock: Callable[[], float] = time.time,
         client_clock_offset_s: float = 0.0,
+        base_commit_log: Path | None = None,
     ) -> None:
         self.session = session
         self.keyspaces = keyspaces
@@ -223,6 +232,10 @@ class ScyllaCdcWriter:
         self.rng = random.Random(seed)
         self.clock = clock
         self.client_clock_offset_s = client_clock_offset_s
+        # With the node's cdc_raw folder, list cells are logged under the keys the base table gave
+        # them (read back from its commit log: base_list_keys); without, as ScyllaDB makes keys.
+        self.base_commit_log = base_commit_log
+        self.node_id = random.Random(seed).getrandbits(48)  # UUID_gen::spoof_node, in list cells' keys
         self.metadata = CdcMetadata(generation_leeway_us=generation_leeway_us)
         self.ring: list[int] = []
         self._tables: dict[str, _Table] = {}
@@ -527,6 +540,12 @@ class ScyllaCdcWriter:
         )
         self._tables[spec.qualified] = spec
         self._store_cdc_options(spec)
+        if self.base_commit_log is not None and any(
+            _kind(type_text, self._user_types[keyspace]) == "list" for type_text in spec.columns.values()
+        ):
+            # Cassandra's own CDC flag: the base table's segments reach cdc_raw, where its list
+            # cells' keys are read back (base_list_keys)
+            self.session.execute(f"ALTER TABLE {spec.qualified} WITH cdc = true")
         if tablets is not None:
             # Stream sets are keyed by the *log* table's id (``cdc/log.cc`` lines 183-191:
             # on_before_allocate_tablet_map() acts only for is_log_schema(s) and passes s.id()), and
@@ -811,14 +830,20 @@ class ScyllaCdcWriter:
         spec = self._tables[table]
         stamp = timestamp_us if timestamp_us is not None else self.client_timestamp_us()
         shape = self._shape(spec)
-        mutation = build_mutation(shape, operations, stamp, ttl_s)
+        mutation = build_mutation(shape, operations, stamp, ttl_s, node=self.node_id)
         select = preimage_select(shape, mutation)
         state = self._read_state(spec, mutation, select) if select is not None else ImageState()
-        records = log_records(shape, mutation, state, system_originated=system_originated)
-        for record in records:
+        for record in log_records(shape, mutation, copy.deepcopy(state), system_originated=system_originated):
             # transformer::begin_timestamp() asks for each record's stream: a refusal fails the write.
             self._check_write(spec, record.ts)
         self._apply(spec, operations, stamp, ttl_s)
+        appended = _list_cells(shape, mutation)
+        if appended and self.base_commit_log is not None:
+            found = read_list_keys(
+                self.session, self.base_commit_log, spec.keyspace, spec.name, mutation.partition_key, appended
+            )
+            mutation = build_mutation(shape, operations, stamp, ttl_s, list_keys=found, node=self.node_id)
+        records = log_records(shape, mutation, state, system_originated=system_originated)
         if not spec.enabled:
             return stamp
         token = self.token_of(table, mutation.partition_key)
@@ -1051,6 +1076,20 @@ class ScyllaCdcWriter:
             )
             batch.add(statement, [columns[n] for n in names] + [spec.ttl_s, stamp])
         return batch, None
+
+
+def _list_cells(shape: TableShape, mutation: Mutation) -> dict[tuple[Any, str, int], int]:
+    """How many live cells each row's non-frozen lists get, by (row key, column, timestamp)."""
+    counts: dict[tuple[Any, str, int], int] = {}
+    rows = [(None, mutation.static), *mutation.rows.items()]
+    for key, row in rows:
+        for name, multi in row.multi.items():
+            if shape.columns[name] != "list":
+                continue
+            for cell in multi.cells.values():
+                if cell.live:
+                    counts[(key, name, cell.ts)] = counts.get((key, name, cell.ts), 0) + 1
+    return counts
 
 
 def _micros(value: Any) -> int:
