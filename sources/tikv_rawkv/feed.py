@@ -85,6 +85,8 @@ class _Subscription:
     request_start: bytes = b""  # the same span as request keys, to filter rows cheaply
     request_end: bytes = b""
     initialized: bool = False
+    store_resolved_ts: int = 0  # the last resolved-ts TiKV sent, as sent
+    advanced_at: float = 0.0  # monotonic time of INITIALIZED or of the last resolved-ts that moved it
 
 
 @dataclass
@@ -148,9 +150,14 @@ class EventFeed:
         retry_delay_s: float = 0.2,
         on_rows_outside_span: Callable[[int], object] = lambda count: None,
         safety_ts: int = 0,
+        stuck_region_s: float = 60.0,
+        on_stuck_region: Callable[[int], object] = lambda count: None,
     ) -> None:
         self.pd = pd
         self.safety_ts = safety_ts  # taken off every resolved-ts TiKV sends (see the module docstring)
+        self.stuck_region_s = stuck_region_s
+        self.on_stuck_region = on_stuck_region  # how many stuck regions were subscribed again
+        self._stuck_checked_at = time.monotonic()
         self.codec = codec
         self.on_rows = on_rows
         self.on_rows_outside_span = on_rows_outside_span  # how many scan rows of others' keys were dropped
@@ -184,19 +191,10 @@ class EventFeed:
         with self._lock:
             self._generation[partition_id] = self._generation.get(partition_id, 0) + 1
             self._pending = [p for p in self._pending if p.partition_id != partition_id]
-            for request_id, subscription in list(self._subscriptions.items()):
+            for subscription in list(self._subscriptions.values()):
                 if subscription.partition_id == partition_id:
                     self._forget(subscription)
-                    stream = subscription.stream
-                    if stream.alive:
-                        stream.requests.put(
-                            cdcpb_pb2.ChangeDataRequest(
-                                header=self._header(),
-                                region_id=subscription.region.id,
-                                request_id=request_id,
-                                deregister=cdcpb_pb2.ChangeDataRequest.Deregister(),
-                            )
-                        )
+                    self._deregister(subscription)
 
     def resolved_ts(self, partition_id: str) -> int | None:
         """The partition's resolved-ts, less the safety interval: the minimum over its
@@ -228,6 +226,9 @@ class EventFeed:
             self._wake.wait(self.retry_delay_s)
             self._wake.clear()
             now = time.monotonic()
+            if now - self._stuck_checked_at >= min(1.0, self.stuck_region_s / 4):
+                self._stuck_checked_at = now
+                self._reconnect_stuck_regions(now)
             with self._lock:
                 due = [p for p in self._pending if p.not_before <= now]
             for task in due:
@@ -277,6 +278,44 @@ class EventFeed:
                 task.start = uncovered
                 task.not_before = time.monotonic() + task.next_scan_delay_s()
             return uncovered is None
+
+    def _reconnect_stuck_regions(self, now: float) -> None:
+        """Subscribes again every region whose resolved-ts has not moved for ``stuck_region_s``
+        since its catch-up scan ended: its store stopped sending for it without an error (an old
+        leader that keeps a subscription it no longer serves, a lost message), and the
+        partition would stall behind it for ever. TiKV-CDC reconnects after ``reconnectInterval``
+        without a resolved-ts (tikv/migration cdc/cdc/kv/region_worker.go 336-350, client.go 90).
+        The region is deregistered where it was and its span subscribed again through PD."""
+        with self._lock:
+            stuck = [
+                s for s in self._subscriptions.values() if s.initialized and now - s.advanced_at > self.stuck_region_s
+            ]
+            for subscription in stuck:
+                self._forget(subscription)
+                self._deregister(subscription)
+                self.regions.invalidate(subscription.region.id)
+                self._retry_span(
+                    subscription,
+                    0.0,
+                    f"region {subscription.region.id}: no resolved-ts for {now - subscription.advanced_at:.0f}s "
+                    f"(stuck_region_s {self.stuck_region_s:g})",
+                )
+        if stuck:
+            log.warning("%d regions sent no resolved-ts for %gs: subscribed again", len(stuck), self.stuck_region_s)
+            self.on_stuck_region(len(stuck))
+
+    def _deregister(self, subscription: _Subscription) -> None:
+        """Tells the subscription's store to stop sending for it."""
+        stream = subscription.stream
+        if stream.alive:
+            stream.requests.put(
+                cdcpb_pb2.ChangeDataRequest(
+                    header=self._header(),
+                    region_id=subscription.region.id,
+                    request_id=subscription.request_id,
+                    deregister=cdcpb_pb2.ChangeDataRequest.Deregister(),
+                )
+            )
 
     def _register_regions(self, task: _Resubscribe, regions: list[RegionInfo]) -> None:
         """Registers each region's part of the task's span on a stream to its leader's store,
@@ -446,8 +485,12 @@ class EventFeed:
     def _advance(self, subscription: _Subscription, ts: int) -> None:
         # Before INITIALIZED, the incremental scan is still running: its resolved-ts means nothing.
         # Taken less the safety interval (the module docstring: a resolved-ts from an old leader).
+        if not subscription.initialized or ts <= subscription.store_resolved_ts:
+            return
+        subscription.store_resolved_ts = ts
+        subscription.advanced_at = time.monotonic()
         safe = ts - self.safety_ts
-        if subscription.initialized and safe > subscription.resolved_ts:
+        if safe > subscription.resolved_ts:
             subscription.resolved_ts = safe
 
     def _handle_error(self, subscription: _Subscription, error: cdcpb_pb2.Error) -> None:
@@ -516,6 +559,7 @@ class EventFeed:
             row_type = row.type
             if row_type == _INITIALIZED:
                 subscription.initialized = True
+                subscription.advanced_at = time.monotonic()  # the stuck-region clock starts here
                 continue
             key = row.key
             if key < start or (end and key >= end):

@@ -125,6 +125,12 @@ class TiKVRawKVSourceConfig(PluginConfig):
         description="taken off every resolved-ts TiKV sends, for the watermark and for where a region is "
         "subscribed again: an old leader can resolve past the new leader's first writes (tikv/migration#193)",
     )
+    stuck_region_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a region whose resolved-ts has not moved this long is subscribed again "
+        "(metric tikv_stuck_region_reconnect)",
+    )
     sorter_memory_mb: int = Field(default=256, ge=1, description="rows held in memory per partition before spilling")
     spill_dir: ResolvedPath | None = Field(default=None, description="where sorted runs spill; default a temp folder")
     gc_ttl_s: int = Field(default=86_400, ge=60, description="TTL of the PD service GC safepoint")
@@ -182,6 +188,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self._late = source_counter(context.pipeline, "tikv_late_row")
         self._rejected = source_counter(context.pipeline, "tikv_rejected_row")
         self._outside_span = source_counter(context.pipeline, "tikv_scan_row_outside_span")
+        self._stuck_regions = source_counter(context.pipeline, "tikv_stuck_region_reconnect")
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -211,7 +218,13 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
             self._spill_dir = Path(tempfile.mkdtemp(prefix="cdcflow-tikv-sorter-"))
         self._owns_spill_dir = True
         self._feed = EventFeed(
-            self.pd, self.codec, self._on_rows, on_rows_outside_span=self._outside_span.inc, safety_ts=self._safety
+            self.pd,
+            self.codec,
+            self._on_rows,
+            on_rows_outside_span=self._outside_span.inc,
+            safety_ts=self._safety,
+            stuck_region_s=self.config.stuck_region_s,
+            on_stuck_region=self._stuck_regions.inc,
         )
 
     def _default_start_ts(self) -> int:

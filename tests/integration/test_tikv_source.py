@@ -13,6 +13,7 @@ import pytest
 from cdcflow.contract import Offset, Partition, PluginContext, Rejected
 from cdcflow.errors import SourceUnavailableError
 from cdcflow.events import ChangeEvent, Op
+from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.sources.tikv_client import KeyCodec, RawKVClient
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, encode_memcomparable
 from cdcflow.sources.tikv_rawkv.exceptions import FeedRefusedError, RowRejectedError
@@ -591,3 +592,37 @@ def test_a_span_whose_registration_failed_half_way_is_not_subscribed_twice(sourc
         assert sorted(subscribed) == sorted({r["id"] for r in cluster.control("regions")}), "a region subscribed twice"
         got = {r.key["key"]: r.after["value"] for r in reader.records if isinstance(r, ChangeEvent) and r.after}
         assert got == {start + b"a": b"left", start + b"x": b"right"}
+
+
+def test_a_region_whose_resolved_ts_stops_is_subscribed_again(upstream: TiKVCluster, source_for: object) -> None:
+    # An old leader that keeps a subscription after the leadership moved sends it nothing more:
+    # no rows, no resolved-ts, no error. The partition would stall behind it for ever; TiKV-CDC
+    # reconnects a region without resolved-ts for reconnectInterval (region_worker.go 336-350).
+    start, end = key_range("stuck")
+    source: TiKVRawKVSource = source_for(start, end, stuck_region_s=2.0)  # type: ignore[operator]
+    reader = _following(upstream, source)
+    region = _region_holding(upstream, start + b"k")
+    new_leader = region["leader_store"] % len(region["stores"]) + 1
+    reconnects = _counted(source, "tikv_stuck_region_reconnect")
+    upstream.control("transfer_leader", region_id=region["id"], store_id=new_leader, linger=True)
+    try:
+        upstream.kv.put(start + b"k", b"written while the old leader is silent")
+        after_ts = upstream.pd_client.get_ts()
+        wait_until(lambda: _passed(reader, after_ts, upstream), 30, "the partition to pass the write")
+        got = {r.key["key"]: r.after["value"] for r in reader.records if isinstance(r, ChangeEvent) and r.after}
+        assert got == {start + b"k": b"written while the old leader is silent"}
+        assert _counted(source, "tikv_stuck_region_reconnect") > reconnects
+    finally:
+        upstream.control("release_old_leader", region_id=region["id"])
+
+
+def _passed(reader: _Reader, ts: int, cluster: TiKVCluster | None = None) -> bool:
+    """Whether every partition's offset reached ``ts`` (polling once first with ``cluster``)."""
+    if cluster is not None:
+        reader.poll(cluster)
+    return all(int(offset["ts"]) >= ts for offset in reader.offsets.values())
+
+
+def _counted(source: TiKVRawKVSource, what: str) -> float:
+    labels = {"pipeline": source.context.pipeline, "what": what}
+    return METRICS_REGISTRY.get_sample_value("cdcflow_source_counted_total", labels) or 0.0
