@@ -15,8 +15,7 @@
     ├── MetadataTablesMissingError (ConfigError)    no CDC description tables in the named keyspace
     ├── UnknownCdcTableError (ConfigError)          a configured table has no CDC log table
     ├── KeysOnlyDeltaError (ConfigError)            a table logs keys alone and no post-image
-    ├── StreamsPerQueryError (ConfigError)          the cluster refuses a query naming that many streams
-    └── WriteRejectedError                          the writer refuses a write, as ScyllaDB would
+    └── StreamsPerQueryError (ConfigError)          the cluster refuses a query naming that many streams
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ __all__ = [
     "StreamIdError",
     "StreamsPerQueryError",
     "UnknownCdcTableError",
-    "WriteRejectedError",
 ]
 
 
@@ -168,8 +166,3 @@ class StreamsPerQueryError(ScyllaCdcError, ConfigError):
             f"{where}: the cluster refuses a query of {streams} streams (its limit on partition keys per "
             f"query); set max_streams_per_query to {bound}. The cluster answered: {answer}"
         )
-
-
-class WriteRejectedError(ScyllaCdcError):
-    """A base write ScyllaDB would refuse: its timestamp is outside the generation leeway, or it
-    falls into a generation whose data is not known yet."""
