@@ -24,6 +24,7 @@ from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_
 from cdcflow.contract import FencingCheckpointStore, NestedPluginSection, PluginConfig
 from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError, closest_name
 from cdcflow.redaction import contains_secret, remember_secret_fields
+from cdcflow.transactions import TransactionalSinkConfig, TransactionalStoreConfig, exactly_once_requested
 
 if TYPE_CHECKING:
     from cdcflow.group.config import GroupConfig
@@ -290,6 +291,7 @@ def parse_pipeline(
     group = None
     if engine is not None:
         problems += _engine_problems(engine, sink, dead_letter, checkpoint, lines)
+        problems += _delivery_problems(engine, sink, dead_letter, checkpoint, lines)
         if engine.group is not None:
             group, found = _resolve_group(name, engine, checkpoint, lines, context)
             problems += found
@@ -373,6 +375,73 @@ def _engine_problems(
                 lines.get(("checkpoint", "type")),
             )
         )
+    return problems
+
+
+def _delivery_problems(
+    engine: EngineConfig,
+    sink: ResolvedPlugin | None,
+    dead_letter: ResolvedPlugin | None,
+    checkpoint: ResolvedPlugin | None,
+    lines: Mapping[FieldPath, int],
+) -> list[FieldProblem]:
+    """``sink.delivery: exactly_once`` commits records and checkpoints in one transaction of one
+    system (:mod:`cdcflow.transactions`): the store and a dead-letter sink of that kind must be
+    on the same cluster, and the engine must be the worker."""
+    if sink is None or not exactly_once_requested(sink.config):
+        return []
+    assert isinstance(sink.config, TransactionalSinkConfig)
+    domain = sink.config.transaction_domain()
+    where: FieldPath = ("sink", "delivery")
+    problems = []
+    if engine.type == "spark":
+        problems.append(
+            FieldProblem(
+                dotted(where),
+                "at_least_once with engine.type spark: Spark runs the sink in its tasks, outside the checkpoint "
+                "store's transactions, and its file checkpoint (where a micro-batch's offsets are) cannot join a "
+                "Kafka transaction, so a batch re-run after a crash writes its records again (docs/delivery.md)",
+                "'exactly_once'",
+                lines.get(where),
+            )
+        )
+    if checkpoint is not None:
+        store_config = checkpoint.config
+        if not isinstance(store_config, TransactionalStoreConfig) or store_config.transaction_domain().system != (
+            domain.system
+        ):
+            if engine.type != "spark":  # there the file store is required and the delivery refused
+                problems.append(
+                    FieldProblem(
+                        "checkpoint.type",
+                        f"a checkpoint store that commits in the sink's transactions ({domain.system}) with "
+                        "sink.delivery exactly_once",
+                        repr(store_config.type),
+                        lines.get(("checkpoint", "type"), lines.get(("checkpoint",), lines.get(where))),
+                    )
+                )
+        elif not store_config.transaction_domain().shared_with(domain):
+            problems.append(
+                FieldProblem(
+                    "checkpoint.bootstrap_servers",
+                    f"the sink's cluster with sink.delivery exactly_once (records and checkpoints are one "
+                    f"transaction): a broker of {domain.describe()}",
+                    ", ".join(sorted(store_config.transaction_domain().addresses)),
+                    lines.get(("checkpoint", "bootstrap_servers"), lines.get(("checkpoint",))),
+                )
+            )
+    if dead_letter is not None and isinstance(dead_letter.config, TransactionalSinkConfig):
+        dead_domain = dead_letter.config.transaction_domain()
+        if dead_domain.system == domain.system and not dead_domain.shared_with(domain):
+            problems.append(
+                FieldProblem(
+                    "errors.dead_letter.bootstrap_servers",
+                    f"the sink's cluster with sink.delivery exactly_once (dead letters join the records' "
+                    f"transaction): a broker of {domain.describe()}",
+                    ", ".join(sorted(dead_domain.addresses)),
+                    lines.get(("errors", "dead_letter", "bootstrap_servers"), lines.get(("errors", "dead_letter"))),
+                )
+            )
     return problems
 
 

@@ -28,6 +28,7 @@ by type, never by parsing messages. No error's text shows a secret a pipeline fi
     │   ├── SinkUnavailableError       (transient)
     │   ├── SinkDeliveryError          (transient) a flush could not make everything durable
     │   ├── RecordRejectedError        the sink refuses one record for good
+    │   ├── TransactionFencedError     another process took over the transaction a sink wrote into
     │   └── DeadLetterRefusedError     the dead-letter destination refused records (nowhere else to go)
     ├── ConverterError
     │   └── SchemaRegistryError
@@ -97,6 +98,7 @@ __all__ = [
     "SourceError",
     "SourceUnavailableError",
     "StartupCheckError",
+    "TransactionFencedError",
     "TransformError",
     "TransientError",
     "UnknownPartitionError",
@@ -290,6 +292,12 @@ class SinkDeliveryError(SinkError, TransientError):
 
 class RecordRejectedError(SinkError):
     """The sink refuses one record permanently (too large, not encodable, ...)."""
+
+
+class TransactionFencedError(SinkError):
+    """Exactly-once delivery: another process claimed the transactions this one wrote into (a
+    worker group gave its bucket to another member, or a second process runs the pipeline). What
+    this one wrote since its last commit is aborted; it must not write for them again."""
 
 
 class DeadLetterRefusedError(SinkError):

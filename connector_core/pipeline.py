@@ -3,7 +3,9 @@
 For each owned partition: ``end = latest_offset``, ``read(start, end]``, transform, ``sink.write``.
 At each checkpoint: ``sink.flush()``, then (and only then) commit the offsets, then tell the source.
 A crash anywhere replays from the last committed offsets; a transient failure does the same in
-process after a backoff. Duplicates are possible, losses are not.
+process after a backoff. Duplicates are possible, losses are not, unless the sink and the store
+share transactions (``delivery: exactly_once``, :mod:`cdcflow.transactions`): then an interval's
+records are committed with its checkpoint, and a replay's duplicates never become visible.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cdcflow.contract import (
     Checkpoint,
     CheckpointStore,
     DataLossHeadroom,
+    FencingCheckpointStore,
     Offset,
     Partition,
     PluginContext,
@@ -34,8 +37,10 @@ from cdcflow.contract import (
 )
 from cdcflow.errors import (
     CdcflowError,
+    ConfigError,
     EngineUnsupportedError,
     StartupCheckError,
+    TransactionFencedError,
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Record
@@ -44,6 +49,13 @@ from cdcflow.prerequisites import PrerequisiteScope, refuse_unmet_prerequisites
 from cdcflow.record_errors import DEAD_LETTER_STAGE_HEADER, RecordFailedError, RejectedRecordRouter, dead_letter_record
 from cdcflow.retry import Backoff
 from cdcflow.succession import SuccessionGate
+from cdcflow.transactions import (
+    TransactionalSink,
+    TransactionalStore,
+    TransactionRouting,
+    exactly_once_requested,
+    fenced_out_of_the_pipeline,
+)
 
 __all__ = [
     "DEAD_LETTER_STAGE_HEADER",
@@ -265,6 +277,8 @@ class PipelineRunner:
         self._succession = SuccessionGate(self.source, _committed_offsets_in(self.store))
         self._headroom_measured_at = float("-inf")
         self._headroom_warned_at: dict[str, float] = {}
+        # delivery: exactly_once: each interval's records go into the transaction its checkpoint commits.
+        self._transactions = self._transaction_routing()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -356,6 +370,10 @@ class PipelineRunner:
         self._states.clear()
         self._committed_this_run = False
         self._last_refresh_at = float("-inf")
+        if self._transactions is not None:
+            # What was written is in transactions that must never commit: end them, and read the
+            # checkpoints back at the next claim (a commit that failed may have gone through).
+            self._transactions.forget_all()
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -379,6 +397,8 @@ class PipelineRunner:
 
     def _load_checkpoints(self) -> dict[str, Checkpoint]:
         """The checkpoints the run starts from."""
+        if self._transactions is not None:
+            return self._claim_own_unit()
         return self.store.load()
 
     def _between_reads(self) -> None:
@@ -394,11 +414,69 @@ class PipelineRunner:
 
     def _before_starting(self, partitions: dict[str, Partition]) -> None:
         """Called with owned partitions that are about to get state (their checkpoints are needed)."""
+        if self._transactions is not None and not self._transactions.store.claimed():
+            self._committed = self._claim_own_unit()  # after a failure: what is committed, read back
+            for pid, checkpoint in self._committed.items():
+                self._durable_until_us[pid] = checkpoint.durable_until_us()
 
     def _commit(self, changed: dict[str, Checkpoint]) -> dict[str, Checkpoint]:
         """Make ``changed`` durable; returns what was committed."""
+        if self._transactions is not None:
+            committed, fenced = self._transactions.commit(changed)
+            if fenced:
+                self._fenced(fenced)
+            return committed
         self.store.commit(changed)
         return changed
+
+    def _fenced(self, units: frozenset[int]) -> None:
+        """Another process claimed these transaction units: nothing of theirs may be written again."""
+        raise fenced_out_of_the_pipeline(self.spec.name, units)
+
+    # --- exactly once --------------------------------------------------------------------------
+
+    def _transaction_routing(self) -> TransactionRouting | None:
+        if not exactly_once_requested(self.sink.config):
+            return None
+        store, sink = self.store, self.sink
+        if not (isinstance(store, FencingCheckpointStore) and isinstance(store, TransactionalStore)):
+            raise ConfigError(
+                f"{self.spec.file}: sink.delivery exactly_once needs a checkpoint store that commits in the "
+                f"sink's transactions (kafka); checkpoint.type is {store.config.type!r}"
+            )
+        assert isinstance(sink, TransactionalSink)
+        dead_letter = self.dead_letter if isinstance(self.dead_letter, TransactionalSink) else None
+        return TransactionRouting(sink, store, dead_letter, self._transaction_unit)
+
+    def _transaction_unit(self, partition_id: str) -> int:
+        """The transaction unit a partition's records go into: without a group, this process's
+        (its worker index: one producer and one transaction per interval, as a Kafka Connect task
+        has, rather than one per partition, which thousands of partitions would make thousands of)."""
+        return self.assignment.index if isinstance(self.assignment, HashAssignment) else 0
+
+    def _claim_own_unit(self) -> dict[str, Checkpoint]:
+        """Fence the previous run (it ends what it left open), then read what is committed."""
+        assert self._transactions is not None
+        unit = self._transaction_unit("")
+        return self._transactions.store.claim({unit}, lambda partition_id: unit)
+
+    def _flush_sinks(self) -> None:
+        """Every record written so far delivered, and the dead letters of those refused; with
+        exactly once, into the open transaction of each unit written since the last checkpoint."""
+        if self._transactions is None:
+            self._handle_rejected(self.sink.flush())
+            self._rejected_records.flush()
+            return
+        fenced = set()
+        for unit in sorted(self._transactions.written):
+            try:
+                self._transactions.enter(unit)
+                self._handle_rejected(self.sink.flush())
+                self._rejected_records.flush()
+            except TransactionFencedError:
+                fenced.add(unit)
+        if fenced:
+            self._fenced(frozenset(fenced))
 
     def _drained(self) -> bool:
         return self.source.bounded and all(s.finished for s in self._states.values())
@@ -452,7 +530,15 @@ class PipelineRunner:
             if news:
                 state.caught_up = False  # before writing: a sink that blocks shows as lag
                 started = self.clock()
-                records = self._deliver_range(state.partition, start, end)
+                if self._transactions is not None:
+                    try:
+                        self._transactions.enter_partition(state.partition.id)
+                        records = self._deliver_range(state.partition, start, end)
+                    except TransactionFencedError:
+                        self._fenced(frozenset({self._transaction_unit(state.partition.id)}))
+                        break  # its partitions are gone (a group member), or the run ends
+                else:
+                    records = self._deliver_range(state.partition, start, end)
                 self._read_sizing.delivered(records, self.clock() - started)
                 state.uncommitted_records += records
                 state.position = end
@@ -557,8 +643,7 @@ class PipelineRunner:
         pipeline_watermark = self._pipeline_watermark()
         if pipeline_watermark is not None:
             self.sink.on_watermark(pipeline_watermark)
-        self._handle_rejected(self.sink.flush())
-        self._rejected_records.flush()
+        self._flush_sinks()
         now_us = int(self.clock() * 1_000_000)
         changed = {
             pid: Checkpoint(dict(s.position), s.watermark_us, now_us, s.caught_up)

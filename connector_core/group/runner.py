@@ -14,6 +14,11 @@ and, for a revoke, waits until the delivery thread has done it between two reads
 
 A commit the store reports as fenced means another worker owns the bucket now: its partitions are
 dropped the same way, whatever the coordinator has said so far.
+
+With ``delivery: exactly_once`` a bucket is also a transaction unit (:mod:`cdcflow.transactions`):
+its records since the last checkpoint are in the open transaction of its producer, which a revoke
+commits with the checkpoints and a drop (lose, fenced) aborts; the new owner's claim fences that
+producer, so a zombie's records never become visible.
 """
 
 from __future__ import annotations
@@ -178,7 +183,28 @@ class GroupPipelineRunner(PipelineRunner):
             self._loaded |= needed
             log.info("pipeline %s: claimed buckets %s (%d checkpoints)", self.spec.name, sorted(needed), len(loaded))
 
+    def _transaction_unit(self, partition_id: str) -> int:
+        return self.buckets.bucket_of(partition_id)
+
+    def _fenced(self, units: frozenset[int]) -> None:
+        log.warning(
+            "pipeline %s: buckets %s were claimed by another worker: their open transactions are fenced, "
+            "dropping them without a commit",
+            self.spec.name,
+            sorted(units),
+        )
+        self._drop(units & self.buckets.owned)
+        self.on_report()
+
+    def _rewind_to_committed(self) -> None:
+        super()._rewind_to_committed()
+        if self._transactions is not None:
+            # Every claim was given up with its open transaction: claim again, and read back.
+            self._loaded.clear()
+
     def _commit(self, changed: dict[str, Checkpoint]) -> dict[str, Checkpoint]:
+        if self._transactions is not None:
+            return super()._commit(changed)
         by_bucket: dict[int, dict[str, Checkpoint | None]] = {}
         for pid, checkpoint in changed.items():
             by_bucket.setdefault(self.buckets.bucket_of(pid), {})[pid] = checkpoint
@@ -266,7 +292,10 @@ class GroupPipelineRunner(PipelineRunner):
             del self._committed[pid]
         for pid in [pid for pid in self._durable_until_us if self.buckets.bucket_of(pid) in buckets]:
             del self._durable_until_us[pid]  # another worker's lag to report now
-        self.fencing.release(buckets)
+        if self._transactions is not None:
+            self._transactions.forget(buckets)  # aborts what is open (refused as fenced for a zombie)
+        else:
+            self.fencing.release(buckets)
         self._loaded -= buckets
         self.buckets.owned -= buckets
         self.metrics.partitions_owned.set(len(self._states))

@@ -8,6 +8,11 @@ bucket's own producer, ``transactional.id = cdcflow-<pipeline>-b<bucket>``. Clai
 initialises that transactional id, which is Kafka's fence: the previous owner's producer is dead
 from then on (its next commit fails with ``_FENCED``), and a transaction it left open is aborted
 before the new owner reads the checkpoints. Every load reads ``read_committed``.
+
+With a ``kafka`` sink's ``delivery: exactly_once`` (:mod:`cdcflow.transactions`), each bucket's
+producer is built by the sink (its settings, the same transactional id) and lent to it: the
+bucket's records and its checkpoints are one transaction, begun at the bucket's first write of an
+interval and committed here. A pipeline without a group is one bucket (``-b<worker index>``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from confluent_kafka.cimpl import NewTopic
 from pydantic import Field
 
 from cdcflow.contract import Checkpoint, CheckpointStoreConfig, FencingCheckpointStore
-from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError
+from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError, ConfigError, TransactionFencedError
 from cdcflow.kafka_client import KafkaClientConfig
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.sinks.kafka.prerequisites import check_checkpoint_topic
+from cdcflow.sinks.kafka.sink import ProducerLane, kafka_domain
+from cdcflow.transactions import TransactionDomain
 
 __all__ = ["KafkaCheckpointConfig", "KafkaCheckpointStore"]
 
@@ -39,6 +46,9 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVA
 # The broker aborts a dead producer's transaction only at its next timeout sweep, up to this long
 # after the transaction timed out (transaction.abort.timed.out.transaction.cleanup.interval.ms).
 _ABORT_SWEEP_S = 10.0
+# How long a release waits for its abort: a broker that does not answer aborts the transaction
+# itself (transaction_timeout_s), and so does the bucket's next claim.
+_ABORT_TIMEOUT_S = 3.0
 
 
 class KafkaCheckpointConfig(CheckpointStoreConfig):
@@ -54,18 +64,26 @@ class KafkaCheckpointConfig(CheckpointStoreConfig):
         default=30.0,
         ge=1,
         le=900,
-        description="worker groups: the broker aborts a checkpoint transaction left open this long (a worker "
+        description="worker groups and exactly_once: the broker aborts a transaction left open this long (a worker "
         "that died mid-commit); until then it hides later checkpoints in its partition of the topic",
     )
+
+    def transaction_domain(self) -> TransactionDomain:
+        return kafka_domain(self.bootstrap_servers)
 
 
 @dataclass
 class _Claim:
-    """A bucket this store holds: its transactional producer, and whether a failed commit left a
-    transaction to abort before the next one."""
+    """A bucket this store holds: its transactional producer (a sink's lane with exactly_once),
+    and whether a failed commit left a transaction to abort before the next one."""
 
     producer: Producer
+    lane: ProducerLane | None = None
     needs_abort: bool = False
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.lane is not None and self.lane.in_transaction
 
 
 class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
@@ -74,6 +92,8 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
 
     _producer: Producer | None = None
     _admin: AdminClient | None = None
+    _lane_factory: Callable[[str, float], ProducerLane] | None = None
+    _cluster_checked = False
 
     def _settings(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return self.config.kafka.librdkafka_settings(self.config.bootstrap_servers, extra)
@@ -266,6 +286,33 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
     def claimed(self) -> frozenset[int]:
         return frozenset(self._claims)
 
+    def make_lanes_with(self, factory: Callable[[str, float], ProducerLane]) -> None:
+        """Exactly once: each claimed bucket's producer is ``factory``'s (a sink's lane), and
+        :meth:`commit_claimed` commits the records written into it with the checkpoints."""
+        self._lane_factory = factory
+
+    def transaction_lane(self, unit: int) -> ProducerLane:
+        claim = self._claims.get(unit)
+        if claim is None or claim.lane is None:
+            raise ValueError(f"transaction_lane({unit}): the bucket is not claimed with a lane")
+        if not claim.lane.in_transaction:
+            try:
+                if claim.needs_abort:
+                    claim.producer.abort_transaction(self.config.timeout_s)
+                    claim.needs_abort = False
+                claim.producer.begin_transaction()
+            except KafkaException as exc:
+                raise self._transaction_failure(unit, exc) from exc
+            claim.lane.in_transaction = True
+        return claim.lane
+
+    def _transaction_failure(self, bucket: int, exc: KafkaException) -> Exception:
+        error: KafkaError = exc.args[0]
+        if error.code() in _FENCED_CODES or error.fatal():
+            self.release([bucket])
+            return TransactionFencedError(f"bucket {bucket}: {error.str()}: another process claimed it")
+        return CheckpointUnavailableError(f"offsets topic {self.config.topic}: bucket {bucket}: {error.str()}")
+
     def claim(self, buckets: Collection[int], bucket_of: Callable[[str], int]) -> dict[str, Checkpoint]:
         new = sorted(set(buckets) - set(self._claims))
         if new:
@@ -273,8 +320,11 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
                 results = list(pool.map(self._fence, new))
             failures = [r for r in results if isinstance(r, BaseException)]
             for bucket, result in zip(new, results, strict=True):
-                if isinstance(result, Producer):
-                    self._claims[bucket] = _Claim(result)
+                if isinstance(result, _Claim):
+                    self._claims[bucket] = result
+            mismatch = next((f for f in failures if isinstance(f, ConfigError)), None)
+            if mismatch is not None:
+                raise mismatch
             if failures:
                 raise CheckpointUnavailableError(
                     f"offsets topic {self.config.topic}: cannot claim {len(failures)} bucket(s): {failures[0]}"
@@ -282,30 +332,55 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         wanted = set(buckets)
         return self._load(lambda partition_id: bucket_of(partition_id) in wanted)
 
-    def _fence(self, bucket: int) -> Producer | BaseException:
+    def _fence(self, bucket: int) -> _Claim | BaseException:
         """The bucket's transactional producer, initialised: from now on the previous one is fenced,
         and its open transaction, if any, is aborted."""
-        producer = Producer(
-            self._settings(
-                {
-                    "transactional.id": self.transactional_id(bucket),
-                    "transaction.timeout.ms": int(self.config.transaction_timeout_s * 1000),
-                    "acks": "all",
-                    "linger.ms": 0,
-                }
-            )
-        )
+        lane = None
         try:
+            if self._lane_factory is not None:
+                lane = self._lane_factory(self.transactional_id(bucket), self.config.transaction_timeout_s)
+                producer = lane.producer
+                self._check_same_cluster(producer)
+            else:
+                producer = Producer(
+                    self._settings(
+                        {
+                            "transactional.id": self.transactional_id(bucket),
+                            "transaction.timeout.ms": int(self.config.transaction_timeout_s * 1000),
+                            "acks": "all",
+                            "linger.ms": 0,
+                        }
+                    )
+                )
             producer.init_transactions(self.config.timeout_s)
-        except KafkaException as exc:
+        except Exception as exc:  # Kafka's, or a sink's lane that cannot be built: the caller raises
             return exc
-        return producer
+        return _Claim(producer, lane)
+
+    def _check_same_cluster(self, producer: Producer) -> None:
+        """A lane writes the checkpoints to the sink's cluster, and loading reads this store's: one
+        cluster, or a restart would not find them."""
+        if self._cluster_checked:
+            return
+        assert self._admin is not None, "open() first"
+        try:
+            ours = self._admin.list_topics(timeout=self.config.timeout_s).cluster_id
+            theirs = producer.list_topics(timeout=self.config.timeout_s).cluster_id
+        except KafkaException as exc:
+            raise CheckpointUnavailableError(f"cannot read the Kafka cluster's id: {exc}") from exc
+        if ours != theirs:
+            raise ConfigError(
+                f"{self.context.pipeline_file}: checkpoint.bootstrap_servers ({self.config.bootstrap_servers}, "
+                f"cluster {ours}) and sink.bootstrap_servers (cluster {theirs}) are different Kafka clusters: "
+                "delivery: exactly_once commits the records and their checkpoint in one transaction, on one cluster"
+            )
+        self._cluster_checked = True
 
     def commit_claimed(self, checkpoints: Mapping[int, Mapping[str, Checkpoint | None]]) -> frozenset[int]:
         unclaimed = set(checkpoints) - set(self._claims)
         if unclaimed:
             raise ValueError(f"commit_claimed for buckets {sorted(unclaimed)} that are not claimed")
-        work = [(bucket, values) for bucket, values in checkpoints.items() if values]
+        work = [(b, values) for b, values in checkpoints.items() if values or self._claims[b].in_transaction]
         if not work:
             return frozenset()
         with ThreadPoolExecutor(max_workers=min(16, len(work)), thread_name_prefix="commit") as pool:
@@ -321,13 +396,14 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         claim = self._claims[bucket]
         producer = claim.producer
         try:
-            if claim.needs_abort:
-                producer.abort_transaction(self.config.timeout_s)
-                claim.needs_abort = False
-            producer.begin_transaction()
+            if not claim.in_transaction:
+                if claim.needs_abort:
+                    producer.abort_transaction(self.config.timeout_s)
+                    claim.needs_abort = False
+                producer.begin_transaction()
             for partition_id, checkpoint in values.items():
                 producer.produce(self.config.topic, key=self._key(partition_id), value=self._value(checkpoint))
-            producer.commit_transaction(self.config.timeout_s)
+            self._commit_transaction(producer)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() in _FENCED_CODES or error.fatal():
@@ -338,15 +414,54 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
             # The transaction may still be open: abort it before the next one begins.
             claim.needs_abort = True
             return CheckpointUnavailableError(f"offsets topic {self.config.topic}: bucket {bucket}: {error.str()}")
+        finally:
+            if claim.lane is not None:
+                claim.lane.in_transaction = False
         return "committed"
+
+    def _commit_transaction(self, producer: Producer) -> None:
+        """Commit, calling again while librdkafka says the commit may still go through: a timed
+        out commit's outcome is unknown until a retry returns (librdkafka's commit_transaction)."""
+        deadline = time.monotonic() + self.config.transaction_timeout_s
+        while True:
+            try:
+                producer.commit_transaction(self.config.timeout_s)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if not error.retriable() or error.txn_requires_abort() or time.monotonic() > deadline:
+                    raise
 
     def release(self, buckets: Collection[int]) -> None:
         for bucket in buckets:
             claim = getattr(self, "_claims", {}).pop(bucket, None)
             if claim is not None:
+                if claim.in_transaction:
+                    self._abort_open_transaction(bucket, claim)
                 try:
                     with warnings.catch_warnings():  # a fenced producer warns that it cannot abort
                         warnings.simplefilter("ignore", RuntimeWarning)
                         claim.producer.close()
                 except Exception as exc:  # it is dropped either way
                     self.context.logger.debug("closing the producer of bucket %d: %s", bucket, exc)
+
+    def _abort_open_transaction(self, bucket: int, claim: _Claim) -> None:
+        """End a bucket's open transaction before its claim goes: nothing written in it becomes
+        visible. A zombie's abort is refused as fenced: the new owner's claim aborted it already."""
+        assert claim.lane is not None
+        claim.lane.in_transaction = False
+        claim.lane.forget()
+        try:
+            claim.producer.abort_transaction(min(self.config.timeout_s, _ABORT_TIMEOUT_S))
+            self.context.logger.info("bucket %d: open transaction aborted", bucket)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in _FENCED_CODES or error.fatal():
+                self.context.logger.warning(
+                    "bucket %d: its open transaction was fenced (%s): another process claimed the bucket and "
+                    "aborted it",
+                    bucket,
+                    error.str(),
+                )
+            else:  # the broker aborts it transaction_timeout_s after it began, or the next claim does
+                self.context.logger.warning("bucket %d: aborting its open transaction failed: %s", bucket, error.str())

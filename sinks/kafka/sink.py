@@ -25,6 +25,7 @@ from cdcflow.errors import (
     RecordRejectedError,
     SinkDeliveryError,
     SinkUnavailableError,
+    TransactionFencedError,
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
@@ -32,10 +33,11 @@ from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 from cdcflow.pipeline import DEAD_LETTER_STAGE_HEADER
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.schemas import DecimalHandling
-from cdcflow.sinks.kafka.exceptions import TombstoneWithheldError
+from cdcflow.sinks.kafka.exceptions import RecordRefusedInTransactionError, TombstoneWithheldError
 from cdcflow.sinks.kafka.prerequisites import check_sink_topics
+from cdcflow.transactions import Delivery, TransactionDomain
 
-__all__ = ["KafkaSink", "KafkaSinkConfig"]
+__all__ = ["KafkaSink", "KafkaSinkConfig", "ProducerLane", "kafka_domain"]
 
 TOMBSTONE_HEADERS: tuple[tuple[str, str | bytes | None], ...] = ((TOMBSTONE_HEADER, "after-delete"),)
 
@@ -90,6 +92,15 @@ class KafkaSinkConfig(PluginConfig):
     producer: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="extra librdkafka producer settings (worker engine and Spark tasks)"
     )
+    delivery: Delivery = Field(
+        default="at_least_once",
+        description="exactly_once: each checkpoint interval's records and its checkpoint in one Kafka "
+        "transaction (needs checkpoint type kafka on the same cluster; read_committed consumers see each "
+        "change once); at_least_once: an idempotent producer, a crash replays what followed the last checkpoint",
+    )
+
+    def transaction_domain(self) -> TransactionDomain:
+        return kafka_domain(self.bootstrap_servers)
 
     @classmethod
     def nested_plugin_sections(cls, section: Mapping[str, Any]) -> list[NestedPluginSection]:
@@ -136,6 +147,52 @@ class _PendingTombstone:
             self.refused = _refused_message(message)
 
 
+@dataclass(eq=False)
+class ProducerLane:
+    """A producer and what its deliveries reported since the last flush: the sink's own, or with
+    ``delivery: exactly_once`` one a checkpoint store lends for a transaction unit (a bucket),
+    which the store opens, commits and aborts (:mod:`cdcflow.transactions`). Every sink writing
+    into a lane (the pipeline's, and a Kafka dead-letter sink) shares what it holds."""
+
+    transactional: bool = False
+    producer: Producer = field(init=False)
+    rejected: list[Rejected] = field(default_factory=list)
+    undelivered: list[KafkaError] = field(default_factory=list)
+    # Tombstones waiting for flush, by (topic, key), in the order of their deletes; one per
+    # topic and key (a later delete of the key is held behind the first).
+    pending: dict[tuple[str, bytes | None], _PendingTombstone] = field(default_factory=dict)
+    # What the messages held behind pending tombstones take in memory.
+    held_bytes: int = 0
+    in_transaction: bool = False  # the store's: a transaction is begun and not yet ended
+    refused_in_transaction: KafkaError | None = None
+
+    def on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        """The producer's failure reports (``delivery.report.only.error``)."""
+        if error is None:
+            return
+        if error.code() not in _RECORD_IS_AT_FAULT:
+            self.undelivered.append(error)
+        elif self.transactional:
+            # librdkafka fails the whole produce request, and the transaction with it: the
+            # record cannot be set aside inside it (see RecordRefusedInTransactionError).
+            self.refused_in_transaction = self.refused_in_transaction or error
+            self.undelivered.append(error)
+        else:
+            self.rejected.append(Rejected(_refused_message(message), RecordRejectedError(error.str()), "sink"))
+
+    def forget(self) -> None:
+        self.rejected.clear()
+        self.undelivered.clear()
+        self.pending.clear()
+        self.held_bytes = 0
+        self.refused_in_transaction = None
+
+
+def kafka_domain(bootstrap_servers: str) -> TransactionDomain:
+    """A Kafka cluster as a transaction domain: its bootstrap addresses."""
+    return TransactionDomain("kafka", frozenset(a.strip() for a in bootstrap_servers.split(",") if a.strip()))
+
+
 class KafkaSink(Sink[KafkaSinkConfig]):
     """``kafka``: topic ``<cluster>.<keyspace>.<table>`` by default (``route`` renames it), key =
     the primary key, value = the converter's encoding, a tombstone after each delete; delivery is
@@ -154,18 +211,52 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             subject_name_strategy=config.subject_name_strategy,
             decimal_handling=config.decimal_handling,
         )
-        self._producer: Producer | None = None
-        self._rejected: list[Rejected] = []
-        self._undelivered: list[KafkaError] = []
-        # Tombstones waiting for flush, by (topic, key), in the order of their deletes; one per
-        # topic and key (a later delete of the key is held behind the first).
-        self._pending: dict[tuple[str, bytes | None], _PendingTombstone] = {}
-        # What the messages held behind pending tombstones take in memory, and the most they may
-        # take before the tombstones are written early (see _write_tombstones_early).
-        self._held_bytes = 0
+        # The producer written into and its delivery state: the sink's own (at least once), or the
+        # lane of the transaction unit being written (exactly once; see write_into).
+        self._lane: ProducerLane | None = None
+        # The most the messages held behind pending tombstones may take before the tombstones are
+        # written early (see _write_tombstones_early).
         self._held_bytes_limit = config.buffer_max_kbytes * 1024
 
-    def _settings(self) -> dict[str, Any]:
+    # The lane's state under the names the write path uses.
+    @property
+    def _producer(self) -> Producer | None:
+        return None if self._lane is None else self._lane.producer
+
+    @property
+    def _rejected(self) -> list[Rejected]:
+        return self._current_lane().rejected
+
+    @_rejected.setter
+    def _rejected(self, value: list[Rejected]) -> None:
+        self._current_lane().rejected = value
+
+    @property
+    def _undelivered(self) -> list[KafkaError]:
+        return self._current_lane().undelivered
+
+    @property
+    def _pending(self) -> dict[tuple[str, bytes | None], _PendingTombstone]:
+        return self._current_lane().pending
+
+    @_pending.setter
+    def _pending(self, value: dict[tuple[str, bytes | None], _PendingTombstone]) -> None:
+        self._current_lane().pending = value
+
+    @property
+    def _held_bytes(self) -> int:
+        return self._current_lane().held_bytes
+
+    @_held_bytes.setter
+    def _held_bytes(self, value: int) -> None:
+        self._current_lane().held_bytes = value
+
+    def _current_lane(self) -> ProducerLane:
+        lane = self._lane
+        assert lane is not None, "open() first (with delivery: exactly_once, write_into() first)"
+        return lane
+
+    def _settings(self, on_delivery: Any) -> dict[str, Any]:
         return self.config.kafka.librdkafka_settings(
             self.config.bootstrap_servers,
             {
@@ -187,18 +278,49 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 # confluent-kafka-python src/confluent_kafka/src/confluent_kafka.c,
                 # producer_conf_set_special, and Producer.c, dr_msg_cb.)
                 "delivery.report.only.error": True,
-                "on_delivery": self._on_delivery,
+                "on_delivery": on_delivery,
                 **self.config.producer,
             },
         )
 
     def open(self) -> None:
+        if self.config.delivery == "exactly_once":
+            return  # it writes into the lanes the checkpoint store lends (write_into)
+        self._lane = self._own_lane()
+
+    def _own_lane(self) -> ProducerLane:
+        lane = ProducerLane()
         try:
-            self._producer = Producer(self._settings())
+            lane.producer = Producer(self._settings(lane.on_delivery))
         except KafkaException as exc:
             raise SinkUnavailableError(
                 f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}"
             ) from exc
+        return lane
+
+    # --- exactly once (cdcflow.transactions.TransactionalSink) ----------------------------------
+
+    def new_transaction_lane(self, transactional_id: str, timeout_s: float) -> ProducerLane:
+        """A transactional producer with this sink's settings, for a checkpoint store to fence
+        with and to run the transactions of one unit in."""
+        timeout_ms = int(timeout_s * 1000)
+        lane = ProducerLane(transactional=True)
+        settings = self._settings(lane.on_delivery)
+        settings["transactional.id"] = transactional_id
+        settings["transaction.timeout.ms"] = timeout_ms
+        # librdkafka refuses a message timeout past the transaction's: a record still undelivered
+        # then fails the flush, and the transaction is aborted.
+        settings["message.timeout.ms"] = min(int(settings["message.timeout.ms"]), timeout_ms)
+        try:
+            lane.producer = Producer(settings)
+        except KafkaException as exc:
+            raise SinkUnavailableError(
+                f"cannot create a transactional Kafka producer for {self.config.bootstrap_servers}: {exc}"
+            ) from exc
+        return lane
+
+    def write_into(self, lane: ProducerLane) -> None:
+        self._lane = lane
 
     def check_reachable(self, timeout_s: float) -> None:
         self.config.kafka.check_reachable(self.config.bootstrap_servers, timeout_s, self.context.field_path or "sink")
@@ -350,14 +472,6 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                     self._replace_producer()
                 raise SinkUnavailableError(f"Kafka refused a record for {topic}: {exc}") from exc
 
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            return
-        if error.code() in _RECORD_IS_AT_FAULT:
-            self._rejected.append(Rejected(_refused_message(message), RecordRejectedError(error.str()), "sink"))
-        else:
-            self._undelivered.append(error)
-
     def _write_tombstones(self, producer: Producer) -> None:
         """Rounds until no tombstone is pending: flush the producer (every delivery report of what
         was produced is then served, so each pending tombstone's delete is known taken or
@@ -412,6 +526,16 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def _raise_if_undelivered(self) -> None:
         if self._undelivered:
+            refused = self._current_lane().refused_in_transaction
+            if refused is not None:
+                self._forget_unflushed()
+                raise RecordRefusedInTransactionError(
+                    f"Kafka refused a record inside a transaction ({refused.str()}): librdkafka fails the whole "
+                    "produce request and the transaction with it, so with delivery: exactly_once the record cannot go "
+                    "to the dead letters; set sink.producer.message.max.bytes no larger than the topic's "
+                    "max.message.bytes, so that the producer refuses such a record before sending it (it then goes "
+                    "to the dead letters)"
+                )
             count, first = len(self._undelivered), self._undelivered[0]
             if any(e.fatal() for e in self._undelivered):
                 self._replace_producer()
@@ -429,27 +553,31 @@ class KafkaSink(Sink[KafkaSinkConfig]):
     def _forget_unflushed(self) -> None:
         # A failed flush commits nothing: pending tombstones and held messages are written again
         # with their deletes when the pipeline replays from its checkpoint.
-        self._rejected.clear()
-        self._undelivered.clear()
-        self._pending.clear()
-        self._held_bytes = 0
+        self._current_lane().forget()
 
     def _replace_producer(self) -> None:
         # An idempotent producer that hit a fatal error (a broken sequence) accepts nothing more;
         # a new one starts a new producer id, and the pipeline replays from its checkpoint. The
         # old one's reports never come: its pending tombstones are written again with their deletes.
+        lane = self._current_lane()
+        lane.forget()
+        if lane.transactional:
+            # A transactional producer's fatal error is its fence (or as final): the store that
+            # lent it claims the unit anew, with a new producer, or another process has it now.
+            raise TransactionFencedError(
+                f"the transactional producer writing to {self.config.bootstrap_servers} is fenced"
+            )
         log.warning("Kafka producer hit a fatal error; creating a new one")
-        self._pending.clear()
-        self._held_bytes = 0
-        self._producer = Producer(self._settings())
+        self._lane = self._own_lane()
 
     def close(self) -> None:
-        if self._producer is not None:
+        lane, self._lane = self._lane, None
+        if lane is not None and not lane.transactional:
             # Whatever is still queued, held or pending was never acknowledged to the pipeline,
-            # so it will be replayed; a short flush just avoids needless duplicates.
-            self._producer.flush(5.0)
-            self._producer = None
-            self._forget_unflushed()
+            # so it will be replayed; a short flush just avoids needless duplicates. (A lane a
+            # store lent is the store's to end.)
+            lane.producer.flush(5.0)
+            lane.forget()
 
 
 def _held_size(message: _Outgoing) -> int:

@@ -321,3 +321,51 @@ def test_dead_letter_takes_a_sink_or_none_only(tmp_path: Path, registry: PluginR
     [problem] = problems_of(file, registry)
     assert problem.startswith(f"{file}: line 4: field errors.dead_letter: expected a valid dictionary or 'none'")
     assert problem.endswith("found 'nil'")
+
+
+# --- sink.delivery: exactly_once needs a store in the sink's transactions -------------------
+
+EXACTLY_ONCE = """\
+name: p
+source: {type: datagen}
+sink: {type: kafka, bootstrap_servers: 'a:9092,b:9092', delivery: exactly_once}
+"""
+
+
+def test_exactly_once_needs_the_kafka_checkpoint_store(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, EXACTLY_ONCE + "checkpoint: {type: file, path: ck}\n")
+    [problem] = problems_of(file, registry)
+    assert problem == (
+        f"{file}: line 4: field checkpoint.type: expected a checkpoint store that commits in the sink's "
+        "transactions (kafka) with sink.delivery exactly_once, found 'file'"
+    )
+
+
+def test_exactly_once_needs_the_checkpoint_store_on_the_sinks_cluster(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, EXACTLY_ONCE + "checkpoint: {type: kafka, bootstrap_servers: 'c:9092'}\n")
+    [problem] = problems_of(file, registry)
+    assert problem.startswith(f"{file}: line 4: field checkpoint.bootstrap_servers: expected the sink's cluster")
+    assert problem.endswith("a broker of kafka at a:9092, b:9092, found c:9092")
+    # One broker in common is the same cluster (the run checks the cluster's id).
+    same = write(tmp_path, EXACTLY_ONCE + "checkpoint: {type: kafka, bootstrap_servers: 'b:9092'}\n", "same.yaml")
+    assert load_pipeline(same, registry, environ={}).sink.config.delivery == "exactly_once"
+
+
+def test_exactly_once_dead_letters_into_kafka_join_the_transaction_on_the_same_cluster(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    file = write(
+        tmp_path,
+        EXACTLY_ONCE + "checkpoint: {type: kafka, bootstrap_servers: 'a:9092'}\n"
+        "errors: {tolerance: all, dead_letter: {type: kafka, bootstrap_servers: 'd:9092', topic: dlq}}\n",
+    )
+    [problem] = problems_of(file, registry)
+    assert problem.startswith(f"{file}: line 5: field errors.dead_letter.bootstrap_servers: expected the sink's")
+    assert "dead letters join the records' transaction" in problem and problem.endswith("found d:9092")
+
+
+def test_exactly_once_is_refused_on_spark_with_the_reason(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(tmp_path, EXACTLY_ONCE + "checkpoint: {type: file, path: ck}\nengine: {type: spark}\n")
+    [problem] = problems_of(file, registry)
+    assert problem.startswith(f"{file}: line 3: field sink.delivery: expected at_least_once with engine.type spark")
+    assert "a batch re-run after a crash writes its records again" in problem and problem.endswith("'exactly_once'")
