@@ -13,8 +13,17 @@ from typing import Any
 import pytest
 
 from cdcflow.contract import Checkpoint, PluginContext
-from cdcflow.sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
-from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, start_worker, topics_with_prefix
+from cdcflow.plugins import PluginRegistry
+from cdcflow.sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore, KafkaSink, KafkaSinkConfig
+from tests.integration.group_helpers import committed_history
+from tests.integration.kafka_helpers import (
+    datagen,
+    event_id,
+    read_topics,
+    run_cdcflow,
+    start_worker,
+    topics_with_prefix,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -79,6 +88,72 @@ def test_a_settled_load_does_not_wait_on_a_commit_left_open(kafka_bootstrap: str
     finally:
         reader.close()
         dead.abort_transaction(30)
+
+
+def _in_bucket_0(partition_id: str) -> int:
+    return 0
+
+
+def test_a_second_owner_fences_the_first_and_checkpoints_never_go_back(kafka_bootstrap: str, topic_prefix: str) -> None:
+    """The real store's fence (issue 24, item 5c): a claim by a second owner refuses the first
+    owner's next commit, and what a reader loads only ever moves forward."""
+    topic, pipeline = f"{topic_prefix}-offsets", f"fence-{topic_prefix}"
+    first, second = store(kafka_bootstrap, topic, pipeline), store(kafka_bootstrap, topic, pipeline)
+    try:
+        assert first.claim({0}, _in_bucket_0) == {}
+        assert first.commit_claimed({0: {"p/0": Checkpoint({"seq": 5}, 50, 100)}}) == frozenset()
+        assert second.claim({0}, _in_bucket_0) == {"p/0": Checkpoint({"seq": 5}, 50, 100)}
+        # The first owner was frozen while the second took over: what it commits now is refused.
+        assert first.commit_claimed({0: {"p/0": Checkpoint({"seq": 3}, 30, 200)}}) == frozenset({0})
+        assert first.claimed() == frozenset()
+        assert second.load() == {"p/0": Checkpoint({"seq": 5}, 50, 100)}
+        assert second.commit_claimed({0: {"p/0": Checkpoint({"seq": 9}, 90, 300)}}) == frozenset()
+        assert store(kafka_bootstrap, topic, pipeline).load() == {"p/0": Checkpoint({"seq": 9}, 90, 300)}
+        assert committed_history(kafka_bootstrap, pipeline, topic) == {"p/0": [5, 9]}
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_claim_aborts_the_records_the_previous_owner_wrote_in_its_open_transaction(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """Exactly once: records written into a bucket's open transaction by an owner that is then
+    fenced never become visible to a read_committed reader, and its commit of them is refused."""
+    topic, pipeline, out = f"{topic_prefix}-offsets", f"fence-{topic_prefix}", f"{topic_prefix}.out"
+    source = datagen({"count": 100, "partitions": 1, "op_mix": {"c": 0.5, "u": 0.5}})
+    events = [source.event(0, seq, 1_000_000 + seq) for seq in range(1, 101)]
+    owners = []
+    for _ in range(2):
+        sink = KafkaSink(
+            KafkaSinkConfig(type="kafka", bootstrap_servers=kafka_bootstrap, topic=out, delivery="exactly_once"),
+            PluginContext(pipeline, tmp_path / "p.yaml", factory=PluginRegistry.from_entry_points()),
+        )
+        sink.open()
+        owner = store(kafka_bootstrap, topic, pipeline)
+        owner.make_lanes_with(sink.new_transaction_lane)
+        owners.append((sink, owner))
+    (first_sink, first), (second_sink, second) = owners
+    try:
+        first.claim({0}, _in_bucket_0)
+        first_sink.write_into(first.transaction_lane(0))
+        assert first_sink.write(events[:60]) == [] and first_sink.flush() == []  # delivered, not committed
+        assert len(read_topics(kafka_bootstrap, [out], client={"isolation.level": "read_uncommitted"})) == 60
+
+        assert second.claim({0}, _in_bucket_0) == {}  # fences the first owner, aborting its transaction
+        assert first.commit_claimed({0: {"p/0": Checkpoint({"seq": 60}, 60, 100)}}) == frozenset({0})
+        second_sink.write_into(second.transaction_lane(0))
+        assert second_sink.write(events) == [] and second_sink.flush() == []
+        assert second.commit_claimed({0: {"p/0": Checkpoint({"seq": 100}, 100, 200)}}) == frozenset()
+
+        seen = [json.loads(r.value)["payload"] for r in read_topics(kafka_bootstrap, [out]) if r.value is not None]
+        positions = sorted(json.loads(p["source"]["position"])["seq"] for p in seen)
+        assert positions == list(range(1, 101))  # each once: none of the first owner's 60
+        assert store(kafka_bootstrap, topic, pipeline).load() == {"p/0": Checkpoint({"seq": 100}, 100, 200)}
+    finally:
+        for sink, owner in owners:
+            sink.close()
+            owner.close()
 
 
 def test_pipeline_resumes_from_kafka_checkpoints_and_dead_letters_go_to_a_topic(
