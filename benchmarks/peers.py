@@ -16,6 +16,11 @@ line ``ratio: X.XX`` (cdcflow ÷ peer, higher is better). Each starts the servic
         kafka -> the delta sink's mirror on the spark engine vs a plain Structured Streaming job
         doing foreachBatch + MERGE by hand on the same topic (what a user writes today): each
         micro-batch deduplicated by key, then MERGE (delete, update all, insert all).
+    python benchmarks/peers.py debezium [--rows 200000] [--accounts 20000] [--rate 500]
+        cassandra_commitlog -> kafka vs Debezium's Cassandra 5 connector (JVM, from Maven Central
+        by scripts/debezium.sh) on a Cassandra node of the benchmark's own, the same tables and
+        broker: an orders backlog, a backlog with collections, a user type and decimals, a live
+        run with write -> Kafka latency; every change compared (benchmarks/debezium_peer.py).
 
 ``--core python`` runs cdcflow's pure-Python core instead of the compiled one (CDCFLOW_PURE_PYTHON).
 """
@@ -35,6 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,43 +84,54 @@ _ORDERS = """CREATE TABLE {keyspace}.orders (
 _STATUSES = ["placed", "paid", "packed", "shipped", "delivered", "returned"]
 
 
-def _write_orders(session: Any, keyspace: str, rows: int) -> None:
+def _order_rows(rows: int, seed: int = 7) -> Iterator[tuple[Any, ...]]:
+    """The orders' rows, in the column order of ``INSERT_ORDER``."""
     import datetime as dt
     import random
     from decimal import Decimal
 
-    from cassandra.concurrent import execute_concurrent_with_args
-
-    insert = session.prepare(
-        f"INSERT INTO {keyspace}.orders (customer_id, order_id, status, currency, total, items, express,"
-        " created_at, updated_at, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    )
-    rng = random.Random(7)
+    rng = random.Random(seed)
     customers = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(rows // 20 + 1)]
     words = ["express", "gift", "wrap", "please", "leave", "at", "the", "door", "call", "before", "delivery"]
     now = dt.datetime(2026, 11, 1)
-    batch = []
     for number in range(rows):
         created = now + dt.timedelta(seconds=number)
-        batch.append(
-            (
-                rng.choice(customers),
-                uuid.uuid1(),
-                rng.choice(_STATUSES),
-                rng.choice(["EUR", "USD", "GBP"]),
-                Decimal(rng.randrange(100, 10_000_000)).scaleb(-2),
-                rng.randrange(1, 20),
-                rng.random() < 0.2,
-                created,
-                created + dt.timedelta(minutes=rng.randrange(0, 600)),
-                " ".join(rng.choices(words, k=rng.randrange(6, 16))),
-            )
+        yield (
+            rng.choice(customers),
+            uuid.uuid1(),
+            rng.choice(_STATUSES),
+            rng.choice(["EUR", "USD", "GBP"]),
+            Decimal(rng.randrange(100, 10_000_000)).scaleb(-2),
+            rng.randrange(1, 20),
+            rng.random() < 0.2,
+            created,
+            created + dt.timedelta(minutes=rng.randrange(0, 600)),
+            " ".join(rng.choices(words, k=rng.randrange(6, 16))),
         )
+
+
+INSERT_ORDER = (
+    "INSERT INTO {keyspace}.orders (customer_id, order_id, status, currency, total, items, express,"
+    " created_at, updated_at, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _write_orders(session: Any, keyspace: str, rows: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Writes ``rows`` orders; returns their primary keys."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    insert = session.prepare(INSERT_ORDER.format(keyspace=keyspace))
+    keys: list[tuple[uuid.UUID, uuid.UUID]] = []
+    batch = []
+    for row in _order_rows(rows):
+        batch.append(row)
+        keys.append((row[0], row[1]))
         if len(batch) == 2000:
             execute_concurrent_with_args(session, insert, batch, concurrency=64)
             batch = []
     if batch:
         execute_concurrent_with_args(session, insert, batch, concurrency=64)
+    return keys
 
 
 def _table_rows(data: bytes, path: Path, catalog: Any, table_id: str) -> int:
@@ -369,8 +386,24 @@ def _sink_settings() -> dict[str, Any]:
 
     context = PluginContext("peer", Path("peer.yaml"), factory=PluginRegistry.from_entry_points())
     config = KafkaSinkConfig.model_validate({"type": "kafka", "bootstrap_servers": _BOOTSTRAP})
-    settings: dict[str, Any] = KafkaSink(config, context)._settings()
+    # The settings take the delivery callback of the lane producing with them: the peers need none.
+    settings: dict[str, Any] = KafkaSink(config, context)._settings(None)
     return settings
+
+
+def _java_producer_settings() -> dict[str, str]:
+    """The kafka sink's producer settings in the Java client's names, for the JVM peers; batches as
+    large as librdkafka's (its batch.size default, 1,000,000 bytes, against Java's 16 KB)."""
+    settings = _sink_settings()
+    return {
+        "acks": str(settings["acks"]),
+        "enable.idempotence": str(settings["enable.idempotence"]).lower(),
+        "max.in.flight.requests.per.connection": str(settings["max.in.flight.requests.per.connection"]),
+        "compression.type": str(settings["compression.type"]),
+        "linger.ms": str(settings["linger.ms"]),
+        "batch.size": "1000000",
+        "buffer.memory": str(int(settings["queue.buffering.max.kbytes"]) * 1024),
+    }
 
 
 def _kafka_cdcflow(args: argparse.Namespace) -> None:
@@ -493,13 +526,7 @@ def _producer_performance(prefix: str, events: int, samples: list[tuple[bytes, b
             str(payloads),
             "--producer-props",
             f"bootstrap.servers={_BOOTSTRAP}",
-            "acks=all",
-            "enable.idempotence=true",
-            "max.in.flight.requests.per.connection=1",
-            "compression.type=lz4",
-            "linger.ms=5",
-            "batch.size=1000000",
-            "buffer.memory=67108864",
+            *(f"{name}={value}" for name, value in _java_producer_settings().items()),
         ],
         capture_output=True,
         text=True,
@@ -919,6 +946,12 @@ def delta(args: argparse.Namespace) -> None:
     _ratio(ours_steady, peer_steady)
 
 
+def debezium(args: argparse.Namespace) -> None:
+    import debezium_peer  # beside this file
+
+    debezium_peer.run(args)
+
+
 def _core_name() -> str:
     from cdcflow.native import native_module
 
@@ -958,6 +991,26 @@ def main() -> None:
     mirror.add_argument("--master", default="local[2]")
     mirror.add_argument("--per-batch", type=int, default=5_000, help="records per micro-batch (both jobs)")
     mirror.set_defaults(run=delta)
+    agent = commands.add_parser("debezium")
+    agent.add_argument("--rows", type=int, default=200_000, help="orders inserted in the first backlog")
+    agent.add_argument("--updates", type=int, default=20_000, help="orders updated after them")
+    agent.add_argument("--deletes", type=int, default=4_000, help="orders deleted after them")
+    agent.add_argument("--accounts", type=int, default=20_000, help="changes of the accounts table (second backlog)")
+    agent.add_argument("--rate", type=float, default=500, help="orders inserted per second in the live run")
+    agent.add_argument("--live-s", type=float, default=60, help="how long the live run's measured writes last")
+    agent.add_argument("--warmup-s", type=float, default=15, help="live writes before the measured ones")
+    agent.add_argument(
+        "--decimals", choices=["string", "precise"], default="string", help="decimal.handling.mode, both sides"
+    )
+    agent.add_argument("--poll-ms", type=int, default=200, help="Debezium's idle polls (cdcflow's poll_interval_ms)")
+    agent.add_argument(
+        "--offset-flush-ms", type=int, default=1000, help="Debezium's offset.flush.interval.ms (0: its default)"
+    )
+    agent.add_argument("--idle-s", type=float, default=20, help="a backlog ends after this long without a record")
+    agent.add_argument("--node-host", default="127.0.0.31", help="the benchmark's own Cassandra node")
+    agent.add_argument("--node-jmx-port", type=int, default=7331)
+    agent.add_argument("--keep-node", action="store_true", help="leave the node and the work folder afterwards")
+    agent.set_defaults(run=debezium)
     delta_plain = commands.add_parser("_delta_plain")
     for name in ("--topic", "--out", "--checkpoint", "--master"):
         delta_plain.add_argument(name, required=True)
