@@ -6,9 +6,12 @@ the rule is tested without Spark. What it applies:
 
 * a change carrying some columns sets only those (absent is not null: a column absent from the
   change's ``after`` keeps its value; one present as null becomes null);
-* changes apply in order of their source timestamp, then their read order; a change older than
-  the row it would touch (its timestamp below the row's, or equal and a different change) is
-  skipped, so a replayed or late change never overwrites a newer one;
+* changes apply in source order: a key's changes from one source partition in their read order
+  (their position there), changes from several partitions (a key that moved: a new CDC
+  generation, a region split, another replica) by their source timestamp; a change that is not
+  later than the row it would touch, by the same rule against the row's stamp (the partition,
+  micro-batch and timestamp of its last change), is skipped, so a replayed or late change never
+  overwrites a newer one;
 * a delete removes the row; an insert after it in the same batch starts a fresh row;
 * Cassandra's partition-level changes: a partition delete removes the partition's rows (and its
   static values), a range delete the rows its clustering bounds hold (each unless the row is newer),
@@ -41,15 +44,16 @@ __all__ = [
     "fold_partition",
 ]
 
-STAMP_COLUMNS = ("_cdc_ts_us", "_cdc_partition", "_cdc_position")
+STAMP_COLUMNS = ("_cdc_ts_us", "_cdc_partition", "_cdc_position", "_cdc_batch")
 """What each mirror row keeps of the last change applied to it: its source timestamp, partition
-and position there."""
+and position there, and the micro-batch that wrote it (read order across batches)."""
 STATIC_STAMP = "_cdc_static_ts_us"
 """The source timestamp of a partition's static values (a table with static columns only)."""
 ACTION = "__action"
 """``upsert`` or ``delete``: what the MERGE does with a row the fold returns."""
 CHANGE_META = (
     "__kind",
+    "__batch",
     "__ord",
     "__op",
     "__ts",
@@ -89,27 +93,45 @@ class MirrorLayout:
         return tuple(c for c in self.key if c not in self.partition_key)
 
 
+@dataclass(frozen=True)
+class _Stamp:
+    """Where a change stands in source order: its source partition, the micro-batch and read order
+    it came in, its source timestamp. Within one partition read order decides, across partitions
+    the timestamp (then read order). A row loaded from the table has no read order in its batch."""
+
+    partition: str | None
+    batch: int
+    order: int
+    ts: int
+    position: str | None = None
+
+    @classmethod
+    def of(cls, change: Mapping[str, Any]) -> _Stamp:
+        return cls(change["__partition"], change["__batch"], change["__ord"], change["__ts"], change["__position"])
+
+    def later_than(self, other: _Stamp) -> bool:
+        read_order = (self.batch, self.order) > (other.batch, other.order)
+        if self.partition == other.partition:
+            return read_order
+        return self.ts > other.ts or (self.ts == other.ts and read_order)
+
+
+_NOTHING = _Stamp(None, -1, -1, -(2**63))
+_LAST = 2**63  # the read order of a stored row within the batch that wrote it: after all of it
+
+
 @dataclass
 class _Row:
     values: dict[str, Any]
-    ts: int
-    partition: str | None
-    position: str | None
+    stamp: _Stamp
     dirty: bool = False
-
-    def newer(self, change: Mapping[str, Any]) -> bool:
-        """Whether ``change`` may change this row: later, or as late and not the change it last took."""
-        ts = change["__ts"]
-        if ts != self.ts:
-            return bool(ts > self.ts)
-        return (change["__partition"], change["__position"]) != (self.partition, self.position)
 
 
 @dataclass
 class _Partition:
     rows: dict[tuple[Any, ...], _Row]
     static_values: dict[str, Any]
-    static_ts: int | None
+    static_stamp: _Stamp
     static_dirty: bool = False
     held: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)  # keys the table holds now
     partition_values: dict[str, Any] = field(default_factory=dict)  # the partition key's values
@@ -119,9 +141,11 @@ def fold_partition(
     layout: MirrorLayout, state: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """The rows to upsert and delete (``__action``) so that the table's rows of one partition,
-    ``state``, become what ``changes`` (sorted by ``__ts`` then ``__ord``) make of them."""
+    ``state``, become what ``changes`` make of them."""
     part = _load(layout, state)
-    for change in sorted(changes, key=lambda c: (c["__ts"], c["__ord"])):
+    one_partition = len({c["__partition"] for c in changes}) == 1
+    ordered = sorted(changes, key=lambda c: c["__ord"] if one_partition else (c["__ts"], c["__ord"]))
+    for change in ordered:
         part.partition_values = part.partition_values or {c: change.get(c) for c in layout.partition_key}
         if _is_partition_level(layout, change):
             _apply_partition_change(layout, part, change)
@@ -137,7 +161,7 @@ def _row_key(layout: MirrorLayout, values: Mapping[str, Any]) -> tuple[Any, ...]
 def _load(layout: MirrorLayout, state: Sequence[Mapping[str, Any]]) -> _Partition:
     rows: dict[tuple[Any, ...], _Row] = {}
     static_values: dict[str, Any] = {}
-    static_ts: int | None = None
+    static_stamp = _NOTHING
     held: dict[tuple[Any, ...], dict[str, Any]] = {}
     for stored in state:
         key = _row_key(layout, stored)
@@ -146,13 +170,14 @@ def _load(layout: MirrorLayout, state: Sequence[Mapping[str, Any]]) -> _Partitio
         if layout.static:
             static_values = {c: values.pop(c, None) for c in layout.static}
             static_ts = stored.get(STATIC_STAMP)
+            static_stamp = _NOTHING if static_ts is None else _Stamp(None, -1, -1, static_ts)
         if layout.clustering and all(stored.get(c) is None for c in layout.clustering):
             continue  # the partition's static values alone: not a row of its own
-        rows[key] = _Row(
-            values, stored.get(STAMP_COLUMNS[0]) or 0, stored.get(STAMP_COLUMNS[1]), stored.get(STAMP_COLUMNS[2])
-        )
+        ts, partition, position, batch = (stored.get(c) for c in STAMP_COLUMNS)
+        # Whatever a batch changed it read before writing the row: a change of the same batch is a re-run.
+        rows[key] = _Row(values, _Stamp(partition, -1 if batch is None else batch, _LAST, ts or 0, position))
     partition_values = {c: state[0].get(c) for c in layout.partition_key} if state else {}
-    return _Partition(rows, static_values, static_ts, held=held, partition_values=partition_values)
+    return _Partition(rows, static_values, static_stamp, held=held, partition_values=partition_values)
 
 
 def _is_partition_level(layout: MirrorLayout, change: Mapping[str, Any]) -> bool:
@@ -172,48 +197,51 @@ def _headers(change: Mapping[str, Any]) -> dict[str, str]:
 def _apply_row_change(layout: MirrorLayout, part: _Partition, change: Mapping[str, Any]) -> None:
     key = _row_key(layout, change)
     row = part.rows.get(key)
+    stamp = _Stamp.of(change)
     if change["__op"] == "d":
         # A tombstone wins a tie with the write it meets (Cassandra's rule).
-        if row is not None and (change["__ts"] >= row.ts):
+        if row is not None and not row.stamp.later_than(stamp):
             del part.rows[key]
         return
-    if row is not None and not row.newer(change):
+    if row is not None and not stamp.later_than(row.stamp):
         return
     if row is None:
-        row = part.rows[key] = _Row({c: None for c in layout.columns if c not in layout.static}, 0, None, None)
+        row = part.rows[key] = _Row({c: None for c in layout.columns if c not in layout.static}, _NOTHING)
     after = json.loads(change["__after"]) if change["__after"] else {}
     _set_columns(layout, row.values, change, after, _headers(change), skip=set(layout.static))
     for name in layout.key:
         row.values[name] = change.get(name)
-    row.ts, row.partition, row.position = change["__ts"], change["__partition"], change["__position"]
+    row.stamp = stamp
     row.dirty = True
 
 
 def _apply_partition_change(layout: MirrorLayout, part: _Partition, change: Mapping[str, Any]) -> None:
-    ts = change["__ts"]
+    stamp = _Stamp.of(change)
     headers = _headers(change)
     if change["__op"] == "d":
         deletion = headers.get("cdc.deletion", "partition")
         if deletion == "range":
             bounds = json.loads(headers["cdc.range"])
-            doomed = [k for k, r in part.rows.items() if r.ts <= ts and _in_range(layout, r.values, bounds)]
+            doomed = [
+                k for k, r in part.rows.items() if not r.stamp.later_than(stamp) and _in_range(layout, r.values, bounds)
+            ]
         else:
-            doomed = [k for k, r in part.rows.items() if r.ts <= ts]
-            if part.static_ts is None or part.static_ts <= ts:
+            doomed = [k for k, r in part.rows.items() if not r.stamp.later_than(stamp)]
+            if not part.static_stamp.later_than(stamp):
                 if any(v is not None for v in part.static_values.values()):
                     part.static_dirty = True
                 part.static_values = {c: None for c in layout.static}
-                part.static_ts = ts
+                part.static_stamp = stamp
         for key in doomed:
             del part.rows[key]
         return
-    if part.static_ts is not None and ts < part.static_ts:
+    if not stamp.later_than(part.static_stamp):
         return  # an older static write than the values the partition holds
     after = json.loads(change["__after"]) if change["__after"] else {}
     values = {c: part.static_values.get(c) for c in layout.static}
     _set_columns(layout, values, change, after, headers, only=set(layout.static))
     part.static_values = values
-    part.static_ts = ts
+    part.static_stamp = stamp
     part.static_dirty = True
 
 
@@ -351,14 +379,14 @@ def _output(layout: MirrorLayout, part: _Partition) -> list[dict[str, Any]]:
     for key, row in part.rows.items():
         written.add(key)
         if row.dirty or part.static_dirty or key not in part.held:
-            out.append(_emitted(layout, row.values, row.ts, row.partition, row.position, static, part.static_ts))
+            out.append(_emitted(layout, row.values, row.stamp, static, part.static_stamp))
     if layout.static and not part.rows and has_static:
         # A partition with static values and no row: one row without clustering values.
         keyless = {c: None for c in layout.columns} | part.partition_values
         key = _row_key(layout, keyless)
         written.add(key)
         if part.static_dirty or key not in part.held:
-            out.append(_emitted(layout, keyless, part.static_ts or 0, None, None, static, part.static_ts))
+            out.append(_emitted(layout, keyless, part.static_stamp, static, part.static_stamp))
     for key, values in part.held.items():
         if key not in written:
             out.append({**values, ACTION: "delete"})
@@ -368,16 +396,14 @@ def _output(layout: MirrorLayout, part: _Partition) -> list[dict[str, Any]]:
 def _emitted(
     layout: MirrorLayout,
     values: Mapping[str, Any],
-    ts: int,
-    partition: str | None,
-    position: str | None,
+    stamp: _Stamp,
     static: Mapping[str, Any],
-    static_ts: int | None,
+    static_stamp: _Stamp,
 ) -> dict[str, Any]:
     row = {c: values.get(c) for c in layout.columns}
     row.update(static)
-    row[STAMP_COLUMNS[0]], row[STAMP_COLUMNS[1]], row[STAMP_COLUMNS[2]] = ts, partition, position
+    row.update(zip(STAMP_COLUMNS, (stamp.ts, stamp.partition, stamp.position, stamp.batch), strict=True))
     if layout.static:
-        row[STATIC_STAMP] = static_ts
+        row[STATIC_STAMP] = None if static_stamp is _NOTHING else static_stamp.ts
     row[ACTION] = "upsert"
     return row

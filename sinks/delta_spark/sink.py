@@ -401,6 +401,7 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
         values = self._typed_values(rows, image, destination, _number_columns_of(current))
         meta = [
             F.lit(CHANGE).alias("__kind"),
+            F.lit(batch_id).cast("bigint").alias("__batch"),
             F.col("__ord"),
             F.col("op").alias("__op"),
             F.col("source_ts_us").alias("__ts"),
@@ -416,6 +417,7 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
             StructField(STAMP_COLUMNS[0], LongType()),
             StructField(STAMP_COLUMNS[1], StringType()),
             StructField(STAMP_COLUMNS[2], StringType()),
+            StructField(STAMP_COLUMNS[3], LongType()),
         ]
         if layout.static:
             stamps.append(StructField(STATIC_STAMP, LongType()))
@@ -460,9 +462,11 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
     def _merge_last_changes(
         self, session: Any, changes: Any, table: Any, layout: MirrorLayout, path: str, batch_id: int
     ) -> None:
-        """The mirror of a batch whose changes all carry whole rows: each key's last change (by
-        source timestamp, then read order) decides, and the MERGE itself keeps a row whose stamp
-        is newer. No read of the table before the MERGE, no Python."""
+        """The mirror of a batch whose changes all carry whole rows: each key's last change in
+        source order decides (read order when they all come from one source partition, else the
+        source timestamp), and the MERGE itself keeps a row whose stamp is later
+        (:class:`~cdcflow.sinks.delta_spark.mirror` has the rule). No read of the table before the
+        MERGE, no Python."""
         from pyspark.sql import functions as F  # noqa: N812
 
         values = [F.col(f"`{f.name}`") for f in table.fields if f.name not in STAMP_COLUMNS]
@@ -470,22 +474,36 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
             F.col("__ts").alias(STAMP_COLUMNS[0]),
             F.col("__partition").alias(STAMP_COLUMNS[1]),
             F.col("__position").alias(STAMP_COLUMNS[2]),
+            F.lit(batch_id).cast("bigint").alias(STAMP_COLUMNS[3]),
         ]
         action = F.when(F.col("__op") == "d", "delete").otherwise("upsert").alias(ACTION)
-        order = F.struct(F.col("__ts"), F.col("__ord")).alias("__order")
-        rows = changes.select(*values, *stamps, action, order)
-        last_values = F.struct(*[F.col(f"`{n}`") for n in rows.columns if n != "__order"])
+        rows = changes.select(*values, *stamps, action, F.col("__ts"), F.col("__ord"))
+        last_values = F.struct(*[F.col(f"`{n}`") for n in rows.columns if not n.startswith("__")])
         last = (
             rows.groupBy(*[F.col(f"`{c}`") for c in layout.key])
-            .agg(F.max_by(last_values, F.col("__order")).alias("__last"))
+            .agg(
+                F.max_by(last_values, F.col("__ord")).alias("__by_read_order"),
+                F.max_by(last_values, F.struct(F.col("__ts"), F.col("__ord"))).alias("__by_time"),
+                F.count_distinct(F.col(f"`{STAMP_COLUMNS[1]}`")).alias("__partitions"),
+            )
+            .select(
+                F.when(F.col("__partitions") > 1, F.col("__by_time"))
+                .otherwise(F.col("__by_read_order"))
+                .alias("__last")
+            )
             .select("__last.*")
         )
-        ts, partition, position = (f"`{c}`" for c in STAMP_COLUMNS)
-        newer = (
-            f"(s.{ts} > t.{ts} OR (s.{ts} = t.{ts} AND NOT (s.{partition} <=> t.{partition} "
-            f"AND s.{position} <=> t.{position})))"
+        ts, partition, _, batch = (f"`{c}`" for c in STAMP_COLUMNS)
+        same_partition = f"s.{partition} <=> t.{partition}"
+        held_batch = f"coalesce(t.{batch}, -1)"
+        later = (
+            f"(({same_partition}) AND s.{batch} > {held_batch}) OR (NOT ({same_partition}) AND "
+            f"(s.{ts} > t.{ts} OR (s.{ts} = t.{ts} AND s.{batch} > {held_batch})))"
         )
-        self._merge(session, last, table, layout, path, batch_id, f"s.{ts} >= t.{ts}", newer)
+        not_earlier = (
+            f"(({same_partition}) AND s.{batch} >= {held_batch}) OR (NOT ({same_partition}) AND s.{ts} >= t.{ts})"
+        )
+        self._merge(session, last, table, layout, path, batch_id, f"({not_earlier})", f"({later})")
 
     def _merge(
         self,

@@ -21,17 +21,26 @@ CLUSTERED = MirrorLayout(
 
 
 def change(
-    op: str, key: dict[str, Any], after: dict[str, Any] | None, ts: int, n: int, system: str = "test", **headers: Any
+    op: str,
+    key: dict[str, Any],
+    after: dict[str, Any] | None,
+    ts: int,
+    n: int,
+    system: str = "test",
+    partition: str = "p0",
+    batch: int = 9,
+    **headers: Any,
 ) -> dict[str, Any]:
     """A change row as the sink hands it to the fold: typed values (here the JSON's), metadata."""
     typed = {**key, **(after or {})}
     return {
         **typed,
         "__kind": 1,
+        "__batch": batch,
         "__ord": n,
         "__op": op,
         "__ts": ts,
-        "__partition": "p0",
+        "__partition": partition,
         "__position": json.dumps({"n": n}),
         "__system": system,
         "__key": json.dumps(key),
@@ -41,8 +50,17 @@ def change(
     }
 
 
-def stored(values: dict[str, Any], ts: int, n: int = 0) -> dict[str, Any]:
-    return {**values, "_cdc_ts_us": ts, "_cdc_partition": "p0", "_cdc_position": json.dumps({"n": n}), "__kind": 0}
+def stored(values: dict[str, Any], ts: int, n: int = 0, batch: int = 1, partition: str = "p0") -> dict[str, Any]:
+    """A row as the table holds it, written by micro-batch ``batch`` from ``partition``."""
+    position = json.dumps({"n": n})
+    return {
+        **values,
+        "_cdc_ts_us": ts,
+        "_cdc_partition": partition,
+        "_cdc_position": position,
+        "_cdc_batch": batch,
+        "__kind": 0,
+    }
 
 
 def upserts(out: list[dict[str, Any]], *columns: str) -> list[dict[str, Any]]:
@@ -56,12 +74,16 @@ def test_a_change_of_some_columns_keeps_the_others_and_a_null_is_a_null() -> Non
 
 
 def test_an_older_or_replayed_change_never_overwrites_a_newer_row() -> None:
-    state = [stored({"id": 1, "a": "new", "b": 2}, ts=200, n=5)]
-    late = change("u", {"id": 1}, {"a": "old", "b": 1}, ts=100, n=1)
-    replayed = {**change("u", {"id": 1}, {"a": "new", "b": 2}, ts=200, n=5)}
+    state = [stored({"id": 1, "a": "new", "b": 2}, ts=200, n=5, batch=3)]
+    # From another partition (another replica, the key's old CDC generation): older by its time.
+    late = change("u", {"id": 1}, {"a": "old", "b": 1}, ts=100, n=1, partition="p1")
+    # The batch that wrote the row, run again: not later in its partition's read order.
+    replayed = change("u", {"id": 1}, {"a": "again", "b": 3}, ts=250, n=5, batch=3)
     assert fold_partition(ROW, state, [late, replayed]) == []
-    older_delete = change("d", {"id": 1}, None, ts=150, n=2)
+    older_delete = change("d", {"id": 1}, None, ts=150, n=2, partition="p1")
     assert fold_partition(ROW, state, [older_delete]) == []
+    newer = change("u", {"id": 1}, {"b": 4}, ts=120, n=1, batch=4)  # later in p0, whatever its clock says
+    assert upserts(fold_partition(ROW, state, [newer]), "a", "b") == [{"a": "new", "b": 4}]
 
 
 def test_a_delete_then_an_insert_in_one_batch_ends_as_the_insert_alone() -> None:
@@ -70,17 +92,25 @@ def test_a_delete_then_an_insert_in_one_batch_ends_as_the_insert_alone() -> None
     assert upserts(fold_partition(ROW, state, changes), "id", "a", "b") == [{"id": 1, "a": "y", "b": None}]
 
 
-def test_changes_apply_in_source_time_order_then_read_order() -> None:
-    changes = [
-        change("u", {"id": 1}, {"a": "second"}, ts=200, n=1),
-        change("c", {"id": 1}, {"a": "first", "b": 1}, ts=100, n=2),
-        change("u", {"id": 1}, {"b": 2}, ts=200, n=3),
+def test_one_partitions_changes_apply_in_read_order_and_several_partitions_by_time() -> None:
+    one = [
+        change("c", {"id": 1}, {"a": "first", "b": 1}, ts=200, n=1),
+        change("u", {"id": 1}, {"a": "second"}, ts=100, n=2),  # a clock that went back: position decides
+        change("u", {"id": 1}, {"b": 2}, ts=150, n=3),
     ]
-    assert upserts(fold_partition(ROW, [], changes), "a", "b") == [{"a": "second", "b": 2}]
+    assert upserts(fold_partition(ROW, [], one), "a", "b") == [{"a": "second", "b": 2}]
+    moved = [
+        change("u", {"id": 1}, {"a": "second"}, ts=200, n=1, partition="new-generation"),
+        change("c", {"id": 1}, {"a": "first", "b": 1}, ts=100, n=2, partition="old-generation"),
+        change("u", {"id": 1}, {"b": 2}, ts=200, n=3, partition="new-generation"),
+    ]
+    assert upserts(fold_partition(ROW, [], moved), "a", "b") == [{"a": "second", "b": 2}]
 
 
 def test_a_range_delete_removes_the_rows_in_its_bounds_that_are_not_newer() -> None:
-    state = [stored({"pk": 1, "ck": ck, "v": f"v{ck}"}, ts=100 if ck != 3 else 900) for ck in range(1, 6)]
+    # Row 3 was last written from another replica at a later time than the delete.
+    state = [stored({"pk": 1, "ck": ck, "v": f"v{ck}"}, ts=100) for ck in (1, 2, 4, 5)]
+    state.append(stored({"pk": 1, "ck": 3, "v": "v3"}, ts=900, partition="node2"))
     bounds = {"start": {"ck": 2}, "start_inclusive": True, "end": {"ck": 4}, "end_inclusive": False}
     out = fold_partition(
         CLUSTERED, state, [change("d", {"pk": 1}, None, ts=500, n=1, cdc_deletion="range", cdc_range=bounds)]
