@@ -2,8 +2,8 @@
 
 A delete is followed by a tombstone (the same key, a null value) unless ``tombstones_on_delete`` is
 off, so a compacted topic forgets deleted keys (Debezium's relational connectors do the same).
-The tombstone is written once the broker took the delete, never before: it waits for ``flush``
-(:class:`_PendingTombstone`), when every delivery report of the interval is in; a delete the
+The tombstone is written once the broker took the delete, never before: it waits for a flush of
+the producer (:class:`_PendingTombstone`), after which every delivery report is in; a delete the
 broker refused goes to the dead letters with its tombstone, and the topic keeps the key.
 """
 
@@ -48,6 +48,14 @@ _TOMBSTONE_HEADER_LIST: Headers = list(TOMBSTONE_HEADERS)  # what produce() take
 # What a held message takes besides its bytes: its _Outgoing (88 bytes, sys.getsizeof on CPython
 # 3.11) and its slot in the held list; it counts when many small messages are held.
 _HELD_MESSAGE_OVERHEAD = 96
+
+# Past this many bytes of held messages, a write ends by writing the pending tombstones (and what
+# waits behind them) instead of leaving them to the checkpoint. A held message costs several times
+# a plain one (kept alive, produced later from Python), and the longer the wait the more messages
+# find their key's tombstone pending: datagen -> kafka (json, 10,000 keys) went from 8.2 to 7.4 us of
+# main-thread CPU an event (10% deletes, 1 KB) and from 10.8 to 8.1 (50% deletes, 256 B) with 64 MiB
+# -> 256 KiB, the wall time spent in these flushes falling too (docs/kafka-sink.md).
+_HELD_BYTES_BEFORE_TOMBSTONES = 256 * 1024
 
 log = logging.getLogger("cdcflow.sinks.kafka")
 
@@ -126,12 +134,13 @@ class _Outgoing:
 
 @dataclass(slots=True)
 class _PendingTombstone:
-    """The tombstone of a keyed delete produced since the last flush. It is written by ``flush``,
-    once a flush of the producer has served every delivery report of the interval: if none came
-    for the delete, the broker took it; if one did, the delete and this tombstone go to the dead
-    letters together. Every later message of the same topic and key waits in ``held``, in write
-    order, and is produced right after the tombstone: none may reach Kafka before it, or
-    compaction would keep the tombstone and drop the key's newer value."""
+    """The tombstone of a keyed delete, written once a flush of the producer has served every
+    delivery report (at the checkpoint's ``flush``, or at the end of a write once messages wait
+    behind pending tombstones): if none came for the delete, the broker took it; if one did, the
+    delete and this tombstone go to the dead letters together. Every later message of the same
+    topic and key waits in ``held``, in write order, and is produced right after the tombstone:
+    none may reach Kafka before it, or compaction would keep the tombstone and drop the key's
+    newer value."""
 
     topic: str
     key: bytes | None
@@ -158,7 +167,7 @@ class ProducerLane:
     producer: Producer = field(init=False)
     rejected: list[Rejected] = field(default_factory=list)
     undelivered: list[KafkaError] = field(default_factory=list)
-    # Tombstones waiting for flush, by (topic, key), in the order of their deletes; one per
+    # Tombstones waiting for a flush of the producer, by (topic, key), in the order of their deletes; one per
     # topic and key (a later delete of the key is held behind the first).
     pending: dict[tuple[str, bytes | None], _PendingTombstone] = field(default_factory=dict)
     # What the messages held behind pending tombstones take in memory.
@@ -214,9 +223,6 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         # The producer written into and its delivery state: the sink's own (at least once), or the
         # lane of the transaction unit being written (exactly once; see write_into).
         self._lane: ProducerLane | None = None
-        # The most the messages held behind pending tombstones may take before the tombstones are
-        # written early (see _write_tombstones_early).
-        self._held_bytes_limit = config.buffer_max_kbytes * 1024
 
     # The lane's state under the names the write path uses.
     @property
@@ -334,7 +340,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         producer = self._producer
         assert producer is not None, "open() first"
         rejected: list[Rejected] = []
-        fixed_topic = self.config.topic
+        fixed_topic, pending = self.config.topic, self._pending
         for record in records:
             topic = fixed_topic or record.destination()
             try:
@@ -347,7 +353,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 continue
             headers: Headers | None = list(record.headers.items()) if record.headers else None
             tombstone_follows = value is not None and self._wants_tombstone(record)
-            if not self._produced_at_once(producer, topic, key, value, headers, tombstone_follows):
+            waits = bool(pending) and (topic, key) in pending
+            if waits or not self._produced_at_once(producer, topic, key, value, headers, tombstone_follows):
                 self._send(producer, _Outgoing(topic, key, value, headers, record, -1, tombstone_follows), rejected)
         producer.poll(0)
         self._write_tombstones_early(producer)
@@ -373,15 +380,16 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 continue  # the encoder's tombstone after the delete before it: flush writes it
             topic, key, event_headers = topics[tables[index]], keys[index], headers[index]
             tombstone_follows = index < last and values[index + 1] is None
-            if not tombstone_follows and not (pending and (topic, key) in pending):
-                # Most messages: _produced_at_once's plain case, without a call per message.
-                try:
-                    produce(topic, value=value, key=key, headers=event_headers)
+            if not (pending and (topic, key) in pending):
+                if not tombstone_follows:
+                    # Most messages: _produced_at_once's plain case, without a call per message.
+                    try:
+                        produce(topic, value=value, key=key, headers=event_headers)
+                        continue
+                    except (BufferError, KafkaException):
+                        pass
+                elif produced_at_once(producer, topic, key, value, event_headers, tombstone_follows):
                     continue
-                except (BufferError, KafkaException):
-                    pass
-            elif produced_at_once(producer, topic, key, value, event_headers, tombstone_follows):
-                continue
             message = _Outgoing(topic, key, value, event_headers, batch, events[index], tombstone_follows)
             self._send(producer, message, rejected)
         producer.poll(0)
@@ -408,16 +416,13 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         tombstone_follows: bool,
     ) -> bool:
         """The common case, kept short: produce a message whose topic and key have no pending
-        tombstone (a delete's pending in turn); False if it must go through :meth:`_send`
-        instead (it is held, the producer's buffer is full, or Kafka refused it at once)."""
-        pending = self._pending
-        if pending and (topic, key) in pending:
-            return False
+        tombstone (a delete's pends in turn); False if it must go through :meth:`_send` instead
+        (the producer's buffer is full, or Kafka refused it at once)."""
         try:
             if tombstone_follows:
                 tombstone = _PendingTombstone(topic, key)
                 producer.produce(topic, value=value, key=key, headers=headers, on_delivery=tombstone.on_delivery)
-                pending[(topic, key)] = tombstone
+                self._pending[(topic, key)] = tombstone
             else:
                 producer.produce(topic, value=value, key=key, headers=headers)
         except (BufferError, KafkaException):
@@ -482,45 +487,71 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         while True:
             while producer.flush(1.0) > 0:
                 pass  # librdkafka retries until message.timeout.ms; each report lands in a callback
-            if not self._pending or self._undelivered:
+            if self._undelivered:
                 return
-            undelivered = [
-                t.error
-                for t in self._pending.values()
-                if t.error is not None and t.error.code() not in _RECORD_IS_AT_FAULT
-            ]
-            if undelivered:
-                # Not delivered in time (or fenced...): whether the broker has the delete is not
-                # known, so its tombstone is not written; nor any other, since the flush fails.
-                self._undelivered.extend(undelivered)
+            if not self._pending:
+                self._held_bytes = 0
+                return
+            if self._deletes_undelivered():
                 return
             self._release_pending(producer)
 
+    def _deletes_undelivered(self) -> bool:
+        """Whether a pending tombstone's delete failed in a way that fails the flush: not delivered
+        in time (or fenced...), so whether the broker has it is not known, and its tombstone is not
+        written, nor any other; or refused inside a transaction, which dooms the transaction. (A
+        delete's own callback took its report, so the lane's on_delivery did not see it.)"""
+        lane = self._current_lane()
+        for tombstone in lane.pending.values():
+            error = tombstone.error
+            if error is None:
+                continue
+            if error.code() not in _RECORD_IS_AT_FAULT:
+                lane.undelivered.append(error)
+            elif lane.transactional:
+                lane.refused_in_transaction = lane.refused_in_transaction or error
+                lane.undelivered.append(error)
+        return bool(lane.undelivered)
+
     def _release_pending(self, producer: Producer) -> None:
         """One round's writes, in the order of the deletes: each tombstone (or, for a delete Kafka
-        refused, the delete's and the tombstone's dead letters), then what was held behind it."""
+        refused, the delete's and the tombstone's dead letters), then what was held behind it, up
+        to a held delete, whose tombstone pends in turn with the rest held behind it."""
         pending, self._pending = self._pending, {}
-        self._held_bytes = 0
-        rejected = self._rejected
+        rejected, produce = self._rejected, producer.produce
         for tombstone in pending.values():
             topic, key, error = tombstone.topic, tombstone.key, tombstone.error
             if error is None:
-                refusal = self._produce(producer, topic, key, None, _TOMBSTONE_HEADER_LIST)
-                if refusal is not None:
-                    dead_letter = _tombstone_dead_letter(topic, key, _kafka_source(topic, None))
-                    rejected.append(Rejected(dead_letter, RecordRejectedError(refusal.str()), "sink"))
+                try:
+                    produce(topic, key=key, headers=_TOMBSTONE_HEADER_LIST)
+                except (BufferError, KafkaException):
+                    refusal = self._produce(producer, topic, key, None, _TOMBSTONE_HEADER_LIST)
+                    if refusal is not None:
+                        dead_letter = _tombstone_dead_letter(topic, key, _kafka_source(topic, None))
+                        rejected.append(Rejected(dead_letter, RecordRejectedError(refusal.str()), "sink"))
             else:
                 assert tombstone.refused is not None
                 rejected.append(Rejected(tombstone.refused, RecordRejectedError(error.str()), "sink"))
                 rejected.append(_withheld_tombstone(topic, key, tombstone.refused.source, error))
-            for message in tombstone.held:
-                self._send(producer, message, rejected)  # a held delete pends in turn, the rest behind it
+            held = tombstone.held
+            for position, message in enumerate(held):
+                if message.tombstone_follows:
+                    self._send(producer, message, rejected)
+                    next_tombstone = self._pending.get((topic, key))
+                    if next_tombstone is not None:
+                        next_tombstone.held = held[position + 1 :]
+                        break
+                    continue
+                try:
+                    produce(topic, value=message.value, key=key, headers=message.headers)
+                except (BufferError, KafkaException):
+                    self._send(producer, message, rejected)
 
     def _write_tombstones_early(self, producer: Producer) -> None:
-        """Held messages live outside the producer's buffer: once they take as much memory as that
-        buffer may (``buffer_max_kbytes``), the tombstones are written now rather than at the
-        checkpoint, so memory stays bounded however long the checkpoint interval."""
-        if self._held_bytes > self._held_bytes_limit:
+        """Once the held messages pass _HELD_BYTES_BEFORE_TOMBSTONES, the tombstones are written now
+        rather than at the checkpoint: held messages cost CPU, and memory outside the producer's
+        buffer, which stays bounded so however long the checkpoint interval."""
+        if self._held_bytes > _HELD_BYTES_BEFORE_TOMBSTONES:
             self._write_tombstones(producer)
             self._raise_if_undelivered()
 
