@@ -478,7 +478,7 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
         ]
         action = F.when(F.col("__op") == "d", "delete").otherwise("upsert").alias(ACTION)
         rows = changes.select(*values, *stamps, action, F.col("__ts"), F.col("__ord"))
-        last_values = F.struct(*[F.col(f"`{n}`") for n in rows.columns if not n.startswith("__")])
+        last_values = F.struct(*[F.col(f"`{n}`") for n in rows.columns if n not in ("__ts", "__ord")])
         last = (
             rows.groupBy(*[F.col(f"`{c}`") for c in layout.key])
             .agg(
