@@ -223,7 +223,7 @@ def _cdcflow_parse(segments: list[Path], catalog: Any, table_id: str, rounds: in
 
 
 def _java_peer(
-    segments: list[Path], keyspace: str, table_id: str, cql: str, warmups: int, rounds: int
+    segments: list[Path], keyspace: str, table_id: str, cql: str, types: list[str], warmups: int, rounds: int
 ) -> tuple[float, float, int]:
     libs = CACHE / f"cassandra-{_version('cassandra', 'cassandra.version')}" / "libs"
     classpath = f"{libs}/*"
@@ -254,6 +254,7 @@ def _java_peer(
         keyspace,
         table_id,
         cql,
+        ";".join(types),
         str(warmups),
         str(rounds),
         *map(str, segments),
@@ -275,9 +276,13 @@ def _quiet_logback(work: Path) -> Path:
     return path
 
 
-def _write_segments(rows: int, into: Path) -> None:
-    """Writes ``rows`` orders on the node and saves the segments holding them, with the schema
-    (``schema.json``) and the table (``table.json``: keyspace, id, CQL), into ``into``."""
+def _write_segments(rows: int, into: Path, table_name: str = "orders") -> None:
+    """Writes ``rows`` changes of ``table_name`` on the node (orders: inserts; accounts: the
+    collections, user type and decimals workload of benchmarks/debezium_peer.py) and saves the
+    segments holding them, with the schema (``schema.json``) and the table (``table.json``:
+    keyspace, id, CQL, its user types' CQL), into ``into``."""
+    import debezium_peer  # beside this file
+
     from cdcflow.sources.cassandra_commitlog.cluster import connect
     from cdcflow.sources.cassandra_commitlog.schema import load_schema_catalog
 
@@ -289,21 +294,27 @@ def _write_segments(rows: int, into: Path) -> None:
         session.execute(
             f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
         )
-        cql = _ORDERS.format(keyspace=keyspace)
-        session.execute(cql)
-        print(f"writing {rows:,} rows into {keyspace}.orders on the Cassandra node ...")
+        types = [debezium_peer.ADDRESS_TYPE.format(keyspace=keyspace)] if table_name == "accounts" else []
+        cql = (debezium_peer.ACCOUNTS if table_name == "accounts" else _ORDERS).format(keyspace=keyspace)
+        for statement in [*types, cql]:
+            session.execute(statement)
+        print(f"writing {rows:,} changes into {keyspace}.{table_name} on the Cassandra node ...")
         started = time.monotonic()
-        _write_orders(session, keyspace, rows)
+        if table_name == "accounts":
+            rows = debezium_peer.write_accounts(session, keyspace, rows)[0]  # row changes made
+        else:
+            _write_orders(session, keyspace, rows)
         print(f"  written in {time.monotonic() - started:.0f} s")
         catalog = load_schema_catalog(session)
-        table = catalog.by_name(keyspace, "orders")
+        table = catalog.by_name(keyspace, table_name)
         assert table is not None
         into.mkdir(parents=True, exist_ok=True)
         # Copies: the node (and other readers of cdc_raw) may remove segments while this runs.
         for path in _segments_with_table(cdc_raw, catalog, table.table_id, rows, timeout_s=300):
             shutil.copy(path, into / path.name)
         catalog.save(into / "schema.json")
-        (into / "table.json").write_text(json.dumps({"keyspace": keyspace, "id": table.table_id, "cql": cql}))
+        description = {"keyspace": keyspace, "id": table.table_id, "cql": cql, "types": types}
+        (into / "table.json").write_text(json.dumps(description))
     finally:
         session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
         cluster.shutdown()
@@ -338,7 +349,7 @@ def commitlog(args: argparse.Namespace) -> None:
 
     folder = args.segments or Path(tempfile.mkdtemp(prefix="cdcflow-peer-commitlog-"))
     if not (folder / "table.json").exists():
-        _write_segments(args.rows, folder)
+        _write_segments(args.rows, folder, args.table)
     segments = sorted(folder.glob("CommitLog-*.log"))
     catalog = SchemaCatalog.load(folder / "schema.json")
     table = json.loads((folder / "table.json").read_text())
@@ -352,7 +363,9 @@ def commitlog(args: argparse.Namespace) -> None:
         f"cdcflow ({_core_name()}): {ours:7.1f} MB/s, {ours_cpu:7.1f} MB per CPU-second"
         f"  ({changes:,} row changes, every value decoded)"
     )
-    peer, peer_cpu, rows = _java_peer(segments, table["keyspace"], table["id"], table["cql"], args.warmups, args.rounds)
+    peer, peer_cpu, rows = _java_peer(
+        segments, table["keyspace"], table["id"], table["cql"], table.get("types", []), args.warmups, args.rounds
+    )
     print(
         f"Cassandra CommitLogReader (JVM): {peer:7.1f} MB/s, {peer_cpu:7.1f} MB per CPU-second"
         f"  ({rows:,} rows, every value composed)"
@@ -909,9 +922,13 @@ def delta(args: argparse.Namespace) -> None:
             break
         time.sleep(0.5)
     ours_wall = time.monotonic() - started
+    failed = process.poll()
     process.send_signal(signal.SIGTERM)
     process.wait(300)
     reader.join(10)
+    if failed:
+        shutil.rmtree(work, ignore_errors=True)
+        raise SystemExit(f"the cdcflow pipeline failed ({failed}):\n{''.join(lines)[-4000:]}")
     batches = [(int(e), int(ms)) for _, e, ms in _BATCH_LINE.findall("".join(lines))]
     ours_steady = _steady(batches)
     ours_rows = _delta_rows(work / "lake" / topic)
@@ -964,6 +981,12 @@ def main() -> None:
     commands = parser.add_subparsers(dest="peer", required=True)
     log = commands.add_parser("commitlog")
     log.add_argument("--rows", type=int, default=200_000)
+    log.add_argument(
+        "--table",
+        choices=["orders", "accounts"],
+        default="orders",
+        help="orders: plain rows; accounts: collections, a frozen user type, decimals, static, TTL and deletions",
+    )
     log.add_argument("--rounds", type=int, default=5)
     log.add_argument("--warmups", type=int, default=5, help="JVM rounds before the measured ones (JIT)")
     log.add_argument("--soak", type=float, help="instead: parse over and over this many seconds, printing RSS")
