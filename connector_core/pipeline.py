@@ -139,6 +139,11 @@ class _StopRequestedError(Exception):
     """Stop was requested while waiting to retry."""
 
 
+class _WritingStoppedError(Exception):
+    """The partition being written is no longer certainly this runner's (a worker group's member
+    whose session is in doubt): not one more batch."""
+
+
 class StoppedWhileRetryingError(CdcflowError):
     """A stop came while a failure was being retried: no final flush and checkpoint happened. The
     last checkpoint stands and what came after it is read again at the next start; the process
@@ -277,6 +282,7 @@ class PipelineRunner:
         self._succession = SuccessionGate(self.source, _committed_offsets_in(self.store))
         self._headroom_measured_at = float("-inf")
         self._headroom_warned_at: dict[str, float] = {}
+        self._writing_partition = ""  # the partition whose range is being delivered
         # delivery: exactly_once: each interval's records go into the transaction its checkpoint commits.
         self._transactions = self._transaction_routing()
 
@@ -481,6 +487,13 @@ class PipelineRunner:
     def _drained(self) -> bool:
         return self.source.bounded and all(s.finished for s in self._states.values())
 
+    def _before_write(self) -> None:
+        """Called before each batch is written: raise :class:`_WritingStoppedError` to write no
+        more of the range (a worker group's member that may have lost its partitions)."""
+
+    def _abandon_range(self, state: _PartitionState) -> None:
+        """A range's writes stopped part-way (:meth:`_before_write`): its position is unchanged."""
+
     def _wait(self, seconds: float) -> bool:
         """Idle for up to ``seconds``; True if stop was asked for."""
         return self.stop.wait(seconds)
@@ -530,15 +543,9 @@ class PipelineRunner:
             if news:
                 state.caught_up = False  # before writing: a sink that blocks shows as lag
                 started = self.clock()
-                if self._transactions is not None:
-                    try:
-                        self._transactions.enter_partition(state.partition.id)
-                        records = self._deliver_range(state.partition, start, end)
-                    except TransactionFencedError:
-                        self._fenced(frozenset({self._transaction_unit(state.partition.id)}))
-                        break  # its partitions are gone (a group member), or the run ends
-                else:
-                    records = self._deliver_range(state.partition, start, end)
+                records = self._deliver_owned_range(state, start, end)
+                if records is None:
+                    break  # its writes had to stop mid-range: whatever waits on the loop goes first
                 self._read_sizing.delivered(records, self.clock() - started)
                 state.uncommitted_records += records
                 state.position = end
@@ -551,6 +558,20 @@ class PipelineRunner:
                 # can outlast the interval: commit what is delivered, so a crash re-reads less.
                 self._checkpoint()
         return progressed
+
+    def _deliver_owned_range(self, state: _PartitionState, start: Offset, end: Offset) -> int | None:
+        """:meth:`_deliver_range` into the partition's transaction (exactly once); None when its
+        writes had to stop part-way, the partition's position unchanged."""
+        self._writing_partition = state.partition.id
+        try:
+            if self._transactions is not None:
+                self._transactions.enter_partition(state.partition.id)
+            return self._deliver_range(state.partition, start, end)
+        except TransactionFencedError:
+            self._fenced(frozenset({self._transaction_unit(state.partition.id)}))
+        except _WritingStoppedError:
+            self._abandon_range(state)
+        return None
 
     def _note_caught_up(self, state: _PartitionState, news: bool) -> None:
         verdict = self.source.caught_up(state.partition, state.position)
@@ -570,6 +591,7 @@ class PipelineRunner:
             return self._deliver(self.source.read(partition, start, end))
         read = 0
         for batch in batches:
+            self._before_write()
             read += len(batch)
             self.metrics.read(len(batch))
             self._deliver_batch(batch)
@@ -606,6 +628,7 @@ class PipelineRunner:
         batch_size = self.spec.engine.batch_size
         read = 0
         while batch := list(islice(records, batch_size)):
+            self._before_write()
             read += len(batch)
             self.metrics.read(len(batch))
             self._write(batch)

@@ -159,9 +159,11 @@ class FaustCoordinator(GroupCoordinator):
         config: GroupConfig,
         broker_options: dict[str, Any],
         add_routes: Callable[[Any], None],
+        client_id: str,
     ) -> None:
         self.config = config
-        self._broker_options = broker_options
+        # This member among the group's (cdcflow.group.membership).
+        self._broker_options = {**broker_options, "broker_client_id": client_id}
         self._add_routes = add_routes
         self._owned: frozenset[int] = frozenset()
         self._runtime: FaustRuntime | None = None

@@ -24,10 +24,13 @@ log = logging.getLogger("cdcflow.group")
 
 
 class KafkaCoordinator(GroupCoordinator):
-    def __init__(self, config: GroupConfig, settings: Callable[[Mapping[str, Any]], dict[str, Any]]) -> None:
+    def __init__(
+        self, config: GroupConfig, settings: Callable[[Mapping[str, Any]], dict[str, Any]], client_id: str
+    ) -> None:
         self.config = config
         extra: dict[str, Any] = {
             "group.id": config.id,
+            "client.id": client_id,  # this member among the group's (cdcflow.group.membership)
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": int(config.session_timeout_s * 1000),
             "heartbeat.interval.ms": int(config.heartbeat_interval_s * 1000),

@@ -33,7 +33,8 @@ from typing import Any, Literal
 from cdcflow.contract import Checkpoint, FencingCheckpointStore, Partition
 from cdcflow.errors import TransientError
 from cdcflow.group.control import ControlChannel, OffsetsCommand
-from cdcflow.pipeline import BucketAssignment, PipelineRunner
+from cdcflow.group.membership import MembershipWatch
+from cdcflow.pipeline import BucketAssignment, PipelineRunner, _PartitionState, _WritingStoppedError
 
 __all__ = ["GroupPipelineRunner", "OwnershipChange"]
 
@@ -58,6 +59,7 @@ class GroupPipelineRunner(PipelineRunner):
     control: ControlChannel | None = None
     member_id: str = ""
     on_report: Callable[[], None] = lambda: None  # a new snapshot worth publishing at once
+    membership: MembershipWatch | None = None  # whether the group still counts this worker in
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,6 +81,7 @@ class GroupPipelineRunner(PipelineRunner):
         self._announced: frozenset[str] = frozenset()
         self._drain_checked_at = float("-inf")
         self._last_snapshot_at = float("-inf")
+        self._holding_writes = False
         self.snapshot: dict[str, Any] = {"state": "STARTING", "buckets": [], "partitions": {}}
 
     # --- called from other threads -------------------------------------------------------------
@@ -158,6 +161,50 @@ class GroupPipelineRunner(PipelineRunner):
 
     def _interrupted(self) -> bool:
         return bool(self._requests) or self._paused()
+
+    def _before_write(self) -> None:
+        """A zombie stops writing as soon as it can know: the bucket being written is being taken
+        away (lose), or the group has not listed this worker for a session (frozen, or cut off from
+        the brokers): then it waits for the group's answer, and gives up the range if the loop is
+        wanted elsewhere meanwhile. A pending revoke does not stop a range: the bucket stays this
+        worker's until the revoke returns."""
+        bucket = self.buckets.bucket_of(self._writing_partition)
+        while True:
+            if self._losing(bucket):
+                raise _WritingStoppedError
+            if self.membership is None or self.membership.fresh():
+                if self._holding_writes:
+                    self._holding_writes = False
+                    log.info("pipeline %s: the group lists this worker again: writing", self.spec.name)
+                return
+            if self._requests or self.stop.is_set():
+                raise _WritingStoppedError
+            if not self._holding_writes:
+                self._holding_writes = True
+                log.warning(
+                    "pipeline %s: the group has not listed this worker for a session (%.0f s): holding its writes "
+                    "until it does, or its buckets are taken away",
+                    self.spec.name,
+                    self.membership.config.session_timeout_s,
+                )
+            self._wake.wait(0.1)
+            self._wake.clear()
+
+    def _losing(self, bucket: int) -> bool:
+        with self._lock:
+            return any(r.kind == "lose" and bucket in r.buckets for r in self._requests)
+
+    def _abandon_range(self, state: _PartitionState) -> None:
+        if self._transactions is None:
+            return  # at least once: the range is read again from the unchanged position
+        # What the bucket wrote since its checkpoint is in its open transaction, which must never
+        # commit now (part of a range): abort it, and restart its partitions from what is committed.
+        bucket = self.buckets.bucket_of(state.partition.id)
+        for pid in [pid for pid in self._states if self.buckets.bucket_of(pid) == bucket]:
+            del self._states[pid]
+        self._transactions.forget({bucket})
+        self._loaded.discard(bucket)
+        self._last_refresh_at = float("-inf")
 
     def _paused(self) -> bool:
         return self.control is not None and self.control.paused(self.spec.name)

@@ -35,6 +35,7 @@ from cdcflow.group.access import exposure_warnings
 from cdcflow.group.config import GroupConfig
 from cdcflow.group.control import ControlChannel, OffsetsCommand
 from cdcflow.group.coordinator import GroupCoordinator, wait_or_exit
+from cdcflow.group.membership import MembershipWatch, member_client_id
 from cdcflow.group.rest import Reply, register_routes
 from cdcflow.group.runner import GroupPipelineRunner, OwnershipChange
 from cdcflow.group.topics import ensure_topic
@@ -167,6 +168,9 @@ class GroupWorker:
         self._stores: dict[str, CheckpointStore[Any]] = {}
         self._stores_lock = threading.Lock()
         self._started_at = time.time()
+        self.membership_client_id = member_client_id(config, self.worker_id)
+        # Whether the group still counts this worker in: its delivery loops write only while it does.
+        self._membership = MembershipWatch(config, self.membership_client_id, self._settings, self._expelled)
 
     def _settings(self, extra: Mapping[str, Any]) -> dict[str, Any]:
         return kafka_settings(self.config, extra)
@@ -193,6 +197,7 @@ class GroupWorker:
                 runner_class=GroupPipelineRunner,
                 control=self.control,
                 member_id=self.worker_id,
+                membership=self._membership,
             )
             assert isinstance(runner, GroupPipelineRunner)
             runner.on_report = self._report_now.set
@@ -254,10 +259,11 @@ class GroupWorker:
         from cdcflow.group._faust import FaustCoordinator, FaustRuntime, build_app
 
         listener = _Listener(self)
+        client_id = self.membership_client_id
         coordinator: GroupCoordinator
         if self.config.coordinator == "faust":
             coordinator = FaustCoordinator(
-                self.config, faust_broker_options(self.config), lambda app: register_routes(app, self)
+                self.config, faust_broker_options(self.config), lambda app: register_routes(app, self), client_id
             )
         else:
             from cdcflow.group._kafka import KafkaCoordinator
@@ -269,9 +275,16 @@ class GroupWorker:
                 "group-rest",
             )
             self._web.start()
-            coordinator = KafkaCoordinator(self.config, self._settings)
+            coordinator = KafkaCoordinator(self.config, self._settings, client_id)
         coordinator.start(listener)
+        self._membership.start()
         return coordinator
+
+    def _expelled(self) -> None:
+        """The group no longer lists this worker: every bucket it held is someone else's now."""
+        everything = frozenset(range(self.config.buckets))
+        for runner in self.runners.values():
+            runner.request("lose", everything)
 
     def _with_routes(self, app: Any) -> Any:
         register_routes(app, self)
@@ -302,6 +315,7 @@ class GroupWorker:
             self._report_now.wait(0.2)
 
     def _leave(self) -> None:
+        self._membership.stop()
         if self.coordinator is not None:
             self.coordinator.stop()
         try:

@@ -339,7 +339,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         try:
             if self._lane_factory is not None:
                 lane = self._lane_factory(self.transactional_id(bucket), self.config.transaction_timeout_s)
-                producer = lane.producer
+                producer = lane.client
                 self._check_same_cluster(producer)
             else:
                 producer = Producer(

@@ -164,7 +164,8 @@ class ProducerLane:
     into a lane (the pipeline's, and a Kafka dead-letter sink) shares what it holds."""
 
     transactional: bool = False
-    producer: Producer = field(init=False)
+    producer: Producer = field(init=False)  # what the sink writes through
+    client: Producer = field(init=False)  # the producer itself (a store's to fence, begin, commit)
     rejected: list[Rejected] = field(default_factory=list)
     undelivered: list[KafkaError] = field(default_factory=list)
     # Tombstones waiting for a flush of the producer, by (topic, key), in the order of their deletes; one per
@@ -195,6 +196,45 @@ class ProducerLane:
         self.pending.clear()
         self.held_bytes = 0
         self.refused_in_transaction = None
+
+
+class _FenceAwareProducer:
+    """A transactional producer as the sink writes through it: ``poll`` and ``flush`` raise
+    :class:`TransactionFencedError` once it is fenced. (confluent-kafka raises a fatal error from
+    inside them instead of calling ``error_cb``, and serves the delivery reports that follow with
+    that exception set, which turns it into a SystemError: Producer.c and confluent_kafka.c,
+    error_cb and dr_msg_cb.)"""
+
+    def __init__(self, client: Producer) -> None:
+        self.client = client
+        self.produce = client.produce
+
+    def poll(self, timeout: float = -1) -> int:
+        try:
+            return self.client.poll(timeout)
+        except (KafkaException, SystemError) as exc:
+            fenced = _fence_in(exc)
+            if fenced is None:
+                raise
+            raise fenced from exc
+
+    def flush(self, timeout: float = -1) -> int:
+        try:
+            return self.client.flush(timeout)
+        except (KafkaException, SystemError) as exc:
+            fenced = _fence_in(exc)
+            if fenced is None:
+                raise
+            raise fenced from exc
+
+
+def _fence_in(exc: Exception) -> TransactionFencedError | None:
+    """The fence a transactional producer's poll or flush raised (its fatal error), if it was one."""
+    kafka = exc if isinstance(exc, KafkaException) else exc.__cause__
+    error = kafka.args[0] if isinstance(kafka, KafkaException) and kafka.args else None
+    if isinstance(error, KafkaError) and error.fatal():
+        return TransactionFencedError(f"the transactional producer was fenced: {error.str()}")
+    return None
 
 
 def kafka_domain(bootstrap_servers: str) -> TransactionDomain:
@@ -297,7 +337,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
     def _own_lane(self) -> ProducerLane:
         lane = ProducerLane()
         try:
-            lane.producer = Producer(self._settings(lane.on_delivery))
+            lane.client = lane.producer = Producer(self._settings(lane.on_delivery))
         except KafkaException as exc:
             raise SinkUnavailableError(
                 f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}"
@@ -318,11 +358,12 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         # then fails the flush, and the transaction is aborted.
         settings["message.timeout.ms"] = min(int(settings["message.timeout.ms"]), timeout_ms)
         try:
-            lane.producer = Producer(settings)
+            lane.client = Producer(settings)
         except KafkaException as exc:
             raise SinkUnavailableError(
                 f"cannot create a transactional Kafka producer for {self.config.bootstrap_servers}: {exc}"
             ) from exc
+        lane.producer = _FenceAwareProducer(lane.client)  # type: ignore[assignment]
         return lane
 
     def write_into(self, lane: ProducerLane) -> None:

@@ -55,14 +55,16 @@ def datagen_group_pipeline(
     buckets: int,
     source: str,
     max_records_per_read: int = 200,
+    delivery: str = "at_least_once",
+    checkpoint: str = "interval_ms: 500, transaction_timeout_s: 10",
 ) -> Path:
     file = folder / "group.yaml"
     file.write_text(
         f"name: group-{prefix}\n"
         f"source: {{type: datagen, {source}, tables: 2, keys: 400, event_size: 16}}\n"
         f'transforms: [{{type: route, regex: "datagen\\\\.shop\\\\.(.*)", replacement: "{prefix}.$1"}}]\n'
-        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: 10}}\n"
-        f"checkpoint: {{type: kafka, bootstrap_servers: '{bootstrap}', interval_ms: 500, transaction_timeout_s: 10}}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: 10, delivery: {delivery}}}\n"
+        f"checkpoint: {{type: kafka, bootstrap_servers: '{bootstrap}', {checkpoint}}}\n"
         f"engine:\n  max_records_per_read: {max_records_per_read}\n  batch_size: 200\n"
         f"  group: {group_section(bootstrap, f'grp-{prefix}', coordinator, buckets)}\n"
     )
