@@ -42,6 +42,7 @@ release ("1.1.1"), which TiKV reads as older than 4.0.8; cdcflow sends
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
@@ -85,6 +86,7 @@ class _Subscription:
     request_start: bytes = b""  # the same span as request keys, to filter rows cheaply
     request_end: bytes = b""
     initialized: bool = False
+    sent: bool = False  # its Register went out (else it waits for its store's scans: _register_or_queue)
     store_resolved_ts: int = 0  # the last resolved-ts TiKV sent, as sent
     advanced_at: float = 0.0  # monotonic time of INITIALIZED or of the last resolved-ts that moved it
 
@@ -152,12 +154,16 @@ class EventFeed:
         safety_ts: int = 0,
         stuck_region_s: float = 60.0,
         on_stuck_region: Callable[[int], object] = lambda count: None,
+        max_initializing_per_store: int = 40,
     ) -> None:
         self.pd = pd
         self.safety_ts = safety_ts  # taken off every resolved-ts TiKV sends (see the module docstring)
         self.stuck_region_s = stuck_region_s
         self.on_stuck_region = on_stuck_region  # how many stuck regions were subscribed again
         self._stuck_checked_at = time.monotonic()
+        self.max_initializing_per_store = max_initializing_per_store
+        self._initializing: dict[int, int] = {}  # store id -> registrations sent, scan not ended
+        self._queued: dict[int, collections.deque[_Subscription]] = {}  # store id -> waiting their turn
         self.codec = codec
         self.on_rows = on_rows
         self.on_rows_outside_span = on_rows_outside_span  # how many scan rows of others' keys were dropped
@@ -293,7 +299,6 @@ class EventFeed:
             for subscription in stuck:
                 self._forget(subscription)
                 self._deregister(subscription)
-                self.regions.invalidate(subscription.region.id)
                 self._retry_span(
                     subscription,
                     0.0,
@@ -307,7 +312,7 @@ class EventFeed:
     def _deregister(self, subscription: _Subscription) -> None:
         """Tells the subscription's store to stop sending for it."""
         stream = subscription.stream
-        if stream.alive:
+        if stream.alive and subscription.sent:
             stream.requests.put(
                 cdcpb_pb2.ChangeDataRequest(
                     header=self._header(),
@@ -327,7 +332,6 @@ class EventFeed:
         client.go 633)."""
         with self._lock:
             for region in regions:
-                self.regions.insert(region)
                 start = max(region.start_key, task.start)
                 ends = [e for e in (region.end_key, task.end) if e]
                 end = min(ends) if ends else b""
@@ -349,21 +353,55 @@ class EventFeed:
                 )
                 self._subscriptions[request_id] = subscription
                 stream.regions[region.id] = subscription
-                stream.requests.put(
-                    cdcpb_pb2.ChangeDataRequest(
-                        header=self._header(),
-                        region_id=region.id,
-                        region_epoch=region.meta.region_epoch,
-                        checkpoint_ts=task.from_ts,
-                        start_key=start,
-                        end_key=end,
-                        request_id=request_id,
-                        register=cdcpb_pb2.ChangeDataRequest.Register(),
-                        kv_api=cdcpb_pb2.ChangeDataRequest.RawKV,
-                    )
-                )
+                self._register_or_queue(subscription)
                 if end:
                     task.start = end
+
+    def _register_or_queue(self, subscription: _Subscription) -> None:
+        """Sends the Register now if fewer than ``max_initializing_per_store`` registrations of
+        its store are still in their catch-up scan, else queues it until one ends (INITIALIZED,
+        or an error). TiKV-CDC does the same with 40 tokens per store (region-scan-limit,
+        tikv/migration cdc/pkg/config/server_config.go 98; token_region.go; Release on
+        INITIALIZED): a span of thousands of regions otherwise asks every store for thousands
+        of scans at once, which TiKV refuses past its incremental-scan-concurrency-limit with
+        server_is_busy (tikv/tikv components/cdc/src/endpoint.rs 853-872) and works through
+        slowly either way. A queued subscription holds its span (and the partition's
+        resolved-ts) like a sent one; it is sent from its resolved-ts, its ``from_ts``."""
+        store_id = subscription.stream.store_id
+        if self._initializing.get(store_id, 0) < self.max_initializing_per_store:
+            self._send_register(subscription)
+        else:
+            self._queued.setdefault(store_id, collections.deque()).append(subscription)
+
+    def _send_register(self, subscription: _Subscription) -> None:
+        store_id = subscription.stream.store_id
+        self._initializing[store_id] = self._initializing.get(store_id, 0) + 1
+        subscription.sent = True
+        region = subscription.region
+        subscription.stream.requests.put(
+            cdcpb_pb2.ChangeDataRequest(
+                header=self._header(),
+                region_id=region.id,
+                region_epoch=region.meta.region_epoch,
+                checkpoint_ts=subscription.resolved_ts,
+                start_key=subscription.start,
+                end_key=subscription.end,
+                request_id=subscription.request_id,
+                register=cdcpb_pb2.ChangeDataRequest.Register(),
+                kv_api=cdcpb_pb2.ChangeDataRequest.RawKV,
+            )
+        )
+
+    def _scan_ended(self, subscription: _Subscription) -> None:
+        """A sent registration left its catch-up scan (INITIALIZED, or it ended before): its
+        store may take the next queued one. Call with the lock held."""
+        store_id = subscription.stream.store_id
+        self._initializing[store_id] -= 1
+        queued = self._queued.get(store_id)
+        while queued and self._initializing[store_id] < self.max_initializing_per_store:
+            waiting = queued.popleft()
+            if waiting.request_id in self._subscriptions and waiting.stream.alive:
+                self._send_register(waiting)
 
     def _request_key(self, region_key: bytes) -> bytes:
         if not region_key or self.codec.api_version == 1:
@@ -392,6 +430,8 @@ class EventFeed:
         was already gone. Call with the lock held."""
         if self._subscriptions.pop(subscription.request_id, None) is None:
             return False
+        if subscription.sent and not subscription.initialized:
+            self._scan_ended(subscription)
         stream = subscription.stream
         if stream.regions.get(subscription.region.id) is subscription:
             del stream.regions[subscription.region.id]
@@ -490,8 +530,7 @@ class EventFeed:
         subscription.store_resolved_ts = ts
         subscription.advanced_at = time.monotonic()
         safe = ts - self.safety_ts
-        if safe > subscription.resolved_ts:
-            subscription.resolved_ts = safe
+        subscription.resolved_ts = max(subscription.resolved_ts, safe)
 
     def _handle_error(self, subscription: _Subscription, error: cdcpb_pb2.Error) -> None:
         with self._lock:
@@ -513,7 +552,6 @@ class EventFeed:
                 if hinted is not None:
                     self._retry_span(subscription, 0.0, f"{why}, led from store {hinted.leader_store_id}", hinted)
                     return
-            self.regions.invalidate(subscription.region.id)
             if kind in ("server_is_busy", "congested"):
                 delay = max(delay, 1.0)
             self._retry_span(subscription, delay, why)
@@ -558,7 +596,10 @@ class EventFeed:
         for row in rows:
             row_type = row.type
             if row_type == _INITIALIZED:
-                subscription.initialized = True
+                with self._lock:
+                    if not subscription.initialized and subscription.request_id in self._subscriptions:
+                        self._scan_ended(subscription)
+                    subscription.initialized = True
                 subscription.advanced_at = time.monotonic()  # the stuck-region clock starts here
                 continue
             key = row.key

@@ -125,6 +125,12 @@ class TiKVRawKVSourceConfig(PluginConfig):
         description="taken off every resolved-ts TiKV sends, for the watermark and for where a region is "
         "subscribed again: an old leader can resolve past the new leader's first writes (tikv/migration#193)",
     )
+    max_initializing_regions_per_store: int = Field(
+        default=40,
+        ge=1,
+        description="registrations in their catch-up scan at once per TiKV store; more wait their turn "
+        "(TiKV-CDC's region-scan-limit)",
+    )
     stuck_region_s: float = Field(
         default=60.0,
         gt=0,
@@ -225,6 +231,7 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
             safety_ts=self._safety,
             stuck_region_s=self.config.stuck_region_s,
             on_stuck_region=self._stuck_regions.inc,
+            max_initializing_per_store=self.config.max_initializing_regions_per_store,
         )
 
     def _default_start_ts(self) -> int:

@@ -626,3 +626,31 @@ def _passed(reader: _Reader, ts: int, cluster: TiKVCluster | None = None) -> boo
 def _counted(source: TiKVRawKVSource, what: str) -> float:
     labels = {"pipeline": source.context.pipeline, "what": what}
     return METRICS_REGISTRY.get_sample_value("cdcflow_source_counted_total", labels) or 0.0
+
+
+def test_at_most_40_regions_per_store_are_in_their_catch_up_scan_at_once(source_for: object) -> None:
+    # A span of 120 regions on one store: TiKV-CDC keeps at most 40 registrations per store in
+    # their catch-up scan (region-scan-limit), the next one sent when one sends INITIALIZED;
+    # TiKV refuses a registration past its incremental-scan-concurrency-limit as server_is_busy.
+    if REAL_UPSTREAM:
+        pytest.skip("splits and holds the stand-in's scans")
+    with contextlib.contextmanager(start_cluster)(None, stores=1) as cluster:
+        start, end = key_range("initlimit")
+        keys = [start + b"k%04d" % n for n in range(120)]
+        cluster.control("split_many", keys=[(b"r\x00\x00\x00" + key).hex() for key in keys[1:]])
+        cluster.control("pause_scans", paused=True)
+        try:
+            source: TiKVRawKVSource = source_for(start, end, cluster, partitions=1)  # type: ignore[operator]
+            reader = _Reader(source)
+            reader.poll(cluster)
+            feed = source._feed
+            assert feed is not None
+            wait_until(lambda: feed.subscription_count() == 120, 20, "every region of the span to be subscribed")
+            assert cluster.control("scans_pending")["now"]["1"] == 40
+        finally:
+            cluster.control("pause_scans", paused=False)
+        cluster.kv.batch_put([(key, b"v") for key in keys])
+        after_ts = cluster.pd_client.get_ts()
+        wait_until(lambda: _passed(reader, after_ts, cluster), 60, "the partition to pass the writes")
+        assert sorted(r.key["key"] for r in reader.records if isinstance(r, ChangeEvent)) == keys
+        assert cluster.control("scans_pending")["peak"]["1"] == 40

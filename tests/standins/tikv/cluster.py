@@ -250,7 +250,9 @@ class Cluster:
         self._ids = itertools.count(1000)
         peers = {s: next(self._ids) for s in store_ids}
         first = Region(next(self._ids), b"", b"", 1, 1, peers, store_ids[0])
-        self.regions: list[Region] = [first]
+        self.regions: list[Region] = [first]  # in key order
+        self._region_starts: list[bytes] = [first.start]  # the regions' starts, for bisect
+        self._regions_by_id: dict[int, Region] = {first.id: first}
         self.keys: list[bytes] = []  # sorted request keys
         self.versions: dict[bytes, list[Version]] = {}
         self.gc_safe_point = 0
@@ -269,6 +271,7 @@ class Cluster:
         # per store; one more above the limit is refused with server_is_busy.
         self.scan_concurrency_limit = scan_concurrency_limit
         self.scans_pending: dict[int, int] = dict.fromkeys(store_ids, 0)
+        self.scans_pending_peak: dict[int, int] = dict.fromkeys(store_ids, 0)  # the most at once, for tests
         # errors.rs:104-108, delegate.rs:212: events a stream has not taken above the sink memory
         # quota end the subscription they were for with ``congested``.
         self.sink_memory_quota = sink_memory_quota
@@ -372,13 +375,29 @@ class Cluster:
     # --- regions ---------------------------------------------------------------------------
 
     def region_of(self, region_key: bytes) -> Region:
-        for region in self.regions:
-            if region.contains(region_key):
-                return region
+        index = bisect.bisect_right(self._region_starts, region_key) - 1
+        if index >= 0 and self.regions[index].contains(region_key):
+            return self.regions[index]
         raise AssertionError(f"no region holds {region_key.hex()}")
 
     def region_by_id(self, region_id: int) -> Region | None:
-        return next((r for r in self.regions if r.id == region_id), None)
+        return self._regions_by_id.get(region_id)
+
+    def split_many(self, request_keys: list[bytes], spread_leaders: bool = False) -> int:
+        """Splits at every key (as :meth:`split`, each half reporting to PD at once), for a
+        cluster of many regions; ``spread_leaders``: the regions' leaders are then spread over
+        the stores in turn, as PD's balance-leader scheduler would (each store renews its
+        timestamp cache once, as a leadership landing on it does). Returns the region count."""
+        with self.lock:
+            for key in sorted(set(request_keys)):
+                self.split(key)
+            if spread_leaders:
+                for index, region in enumerate(self.regions):
+                    region.leader_store = self.store_ids[index % len(self.store_ids)]
+                    self._heartbeat(region)
+                for store_id in self.store_ids:
+                    self.providers[store_id].flush()
+            return len(self.regions)
 
     def split(self, request_key: bytes, hole_s: float = 0.0, first: str = "left") -> list[int]:
         """Splits the region holding ``request_key`` there; returns the two region ids, left
@@ -403,10 +422,12 @@ class Cluster:
                 {s: next(self._ids) for s in old.peers},
                 old.leader_store,
             )
+            index = bisect.bisect_right(self._region_starts, at) - 1  # old's place: left takes it
             old.start = at
             old.version += 1
-            self.regions.append(left)
-            self.regions.sort(key=lambda r: r.start)
+            self.regions.insert(index, left)
+            self._region_starts.insert(index + 1, at)
+            self._regions_by_id[left.id] = left
             if hole_s > 0:
                 reported, held = (left, old) if first == "left" else (old, left)
                 self._heartbeat(reported)
@@ -427,7 +448,10 @@ class Cluster:
             right = self.region_of(left.end)
             left.end = right.end
             left.version = max(left.version, right.version) + 1
-            self.regions.remove(right)
+            index = bisect.bisect_left(self._region_starts, right.start)
+            del self.regions[index]
+            del self._region_starts[index]
+            del self._regions_by_id[right.id]
             self.lingering.pop(right.id, None)
             # raftstore pd.rs:2175-2181: a merge renews the causal timestamps of the store that
             # leads the merged region, so its next write is above the source region's.
@@ -829,7 +853,9 @@ class Cluster:
             # Live rows flow from now on (DownstreamState Initializing: ready_for_change_events),
             # resolved-ts only once the scan has finished (Normal: ready_for_advancing_ts).
             connection.subscriptions.append(subscription)
-            self.scans_pending[connection.store_id] = self.scans_pending.get(connection.store_id, 0) + 1
+            store = connection.store_id
+            pending = self.scans_pending[store] = self.scans_pending.get(store, 0) + 1
+            self.scans_pending_peak[store] = max(self.scans_pending_peak.get(store, 0), pending)
             threading.Thread(
                 target=self._incremental_scan,
                 args=(subscription, int(request.checkpoint_ts)),

@@ -48,30 +48,36 @@ class RegionTree:
     def __init__(self) -> None:
         self._starts: list[bytes] = []
         self._regions: list[PDRegion] = []
+        self._by_id: dict[int, PDRegion] = {}
 
     def put(self, region: PDRegion) -> None:
         """A heartbeat. A stale one (an older epoch than the region PD holds, same id) is
         ignored, as PD's ``PreCheckPutRegion`` refuses it; otherwise every overlapping region is
         deleted and this one inserted (region_tree.go:171-191)."""
-        held = next((r for r in self._regions if r.meta.id == region.meta.id), None)
+        held = self._by_id.get(region.meta.id)
         if held is not None:
             old, new = held.meta.region_epoch, region.meta.region_epoch
             if new.version < old.version or new.conf_ver < old.conf_ver:
                 return
-        keep = [
-            r
-            for r in self._regions
-            if r.meta.id != region.meta.id
-            and not ((not region.end or r.start < region.end) and (not r.end or region.start < r.end))
-        ]
-        keep.append(region)
-        keep.sort(key=lambda r: r.start)
-        self._regions = keep
-        self._starts = [r.start for r in keep]
+            self.remove(held.meta.id)
+        # The regions it overlaps lie together in start order: from the one holding its start
+        # (or the first after it) to the last starting before its end.
+        low = bisect.bisect_right(self._starts, region.start) - 1
+        if low < 0 or not self._regions[low].holds(region.start):
+            low = bisect.bisect_left(self._starts, region.start)
+        high = bisect.bisect_left(self._starts, region.end) if region.end else len(self._regions)
+        for overlapped in self._regions[low:high]:
+            del self._by_id[overlapped.meta.id]
+        self._regions[low:high] = [region]
+        self._starts[low:high] = [region.start]
+        self._by_id[region.meta.id] = region
 
     def remove(self, region_id: int) -> None:
-        self._regions = [r for r in self._regions if r.meta.id != region_id]
-        self._starts = [r.start for r in self._regions]
+        region = self._by_id.pop(region_id, None)
+        if region is not None:
+            index = bisect.bisect_left(self._starts, region.start)  # starts are distinct: no overlaps
+            del self._regions[index]
+            del self._starts[index]
 
     def get_by_key(self, key: bytes) -> PDRegion | None:
         index = bisect.bisect_right(self._starts, key) - 1
@@ -80,7 +86,7 @@ class RegionTree:
         return None
 
     def get_by_id(self, region_id: int) -> PDRegion | None:
-        return next((r for r in self._regions if r.meta.id == region_id), None)
+        return self._by_id.get(region_id)
 
     def scan(self, start: bytes, end: bytes, limit: int) -> list[PDRegion]:
         """``RegionsInfo.ScanRegions``: from the region holding ``start`` (or the first after
@@ -100,6 +106,7 @@ class RegionTree:
     def forget_leaders(self) -> None:
         """A new PD leader's view: every region as loaded from storage, without its leader."""
         self._regions = [PDRegion(r.meta, None) for r in self._regions]
+        self._by_id = {r.meta.id: r for r in self._regions}
 
     def all(self) -> list[PDRegion]:
         return list(self._regions)

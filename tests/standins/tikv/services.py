@@ -527,6 +527,12 @@ def _control(cluster: Cluster, command: str, args: dict[str, Any]) -> Any:
     if command == "split":
         # hole_s > 0: PD hears of the "first" half only, for that long (pd_view.py)
         return cluster.split(bytes.fromhex(args["key"]), float(args.get("hole_s", 0.0)), str(args.get("first", "left")))
+    if command == "split_many":
+        keys = [bytes.fromhex(k) for k in args["keys"]]
+        return cluster.split_many(keys, bool(args.get("spread_leaders", False)))
+    if command == "scans_pending":
+        with cluster.lock:  # per store: registrations whose incremental scan has not ended, now and at most
+            return {"now": dict(cluster.scans_pending), "peak": dict(cluster.scans_pending_peak)}
     if command == "report_heartbeats":
         return cluster.report_heartbeats()
     if command == "pd_regions":
