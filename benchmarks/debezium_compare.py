@@ -295,7 +295,7 @@ def _is_removal_as_value(removed: Any, debezium_value: Any, collection: str | No
     if collection == "set":
         return sorted(map(str, debezium_value or [])) == sorted(map(str, removed))
     if collection == "map":
-        return debezium_value == {str(k): None for k in removed}
+        return bool(debezium_value == {str(k): None for k in removed})
     return False
 
 

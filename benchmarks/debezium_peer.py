@@ -175,7 +175,10 @@ class Reader:
             self.process.wait(10)
 
     def tail(self) -> str:
-        return self._log_text()[-3000:]
+        """Its log's errors and their causes when it has any, else the log's end."""
+        text = self._log_text()
+        errors = [line for line in text.splitlines() if " ERROR " in line or line.startswith("Caused by")]
+        return "\n".join(line[:400] for line in errors[:8]) if errors else text[-3000:]
 
 
 class CdcflowWorker(Reader):
@@ -376,7 +379,8 @@ class Topics:
         records: list[Record] = []
         positions = [0] * self.partitions
         while any(positions[p] < ends[p] for p in range(self.partitions)):
-            for message in self.consumer.consume(5000, 1.0):
+            messages: list[Any] = self.consumer.consume(5000, 1.0)
+            for message in messages:
                 if message.error() is not None:
                     continue
                 positions[message.partition()] = message.offset() + 1
@@ -399,12 +403,14 @@ class Throughput:
     wall_s: float  # from the process's start to the broker appending its last record
     steady_s: float  # from its first record appended to its last
     cpu_s: float  # the process's CPU until its last record was appended
+    steady_cpu_s: float  # its CPU from its first record appended to its last
 
     def line(self, label: str) -> str:
         return (
-            f"{label}: {self.events:,} rows in {self.wall_s:.1f} s: {self.events / self.wall_s:9,.0f} rows/s,"
-            f" {self.events / self.cpu_s:9,.0f} rows per CPU-second (start-up included);"
-            f" {self.events / max(self.steady_s, 1e-3):9,.0f} rows/s from its first record"
+            f"{label}: {self.events:,} rows in {self.wall_s:.1f} s: {self.events / self.wall_s:,.0f} rows/s,"
+            f" {self.events / self.cpu_s:,.0f} rows per CPU-second (start-up included);"
+            f" from its first record {self.events / max(self.steady_s, 1e-3):,.0f} rows/s,"
+            f" {self.events / max(self.steady_cpu_s, 1e-3):,.0f} per CPU-second"
         )
 
 
@@ -435,9 +441,12 @@ def measure_backlog(reader: Reader, topics: Topics, topic: str, expected: int, i
         if high > low:
             firsts.append(topics.appended_at(topic, partition, low))
             lasts.append(topics.appended_at(topic, partition, high - 1))
-    last_s = max(lasts) / 1000
-    cpu = next((cpu for when, cpu in samples if when >= last_s), samples[-1][1])
-    return Throughput(count, last_s - started, last_s - min(firsts) / 1000, cpu)
+    first_s, last_s = min(firsts) / 1000, max(lasts) / 1000
+
+    def cpu_at(moment: float) -> float:  # the first sample taken at or after the moment
+        return next((cpu for when, cpu in samples if when >= moment), samples[-1][1])
+
+    return Throughput(count, last_s - started, last_s - first_s, cpu_at(last_s), cpu_at(last_s) - cpu_at(first_s))
 
 
 # --- workloads --------------------------------------------------------------------------------------
@@ -757,7 +766,8 @@ def run(args: argparse.Namespace) -> None:
         size = sum(p.stat().st_size for p in segments)
         print(f"  written in {time.monotonic() - started:.0f} s: {len(segments)} segments, {size / 1e6:.0f} MB")
         results: dict[tuple[str, str], Throughput] = {}
-        for reader, side in ((ours, "cdcflow"), (theirs, "debezium")):
+        reader_sides: list[tuple[Reader, str]] = [(ours, "cdcflow"), (theirs, "debezium")]
+        for reader, side in reader_sides:
             results[side, "orders"] = measure_backlog(reader, topics, names[side, "orders"], backlog, args.idle_s)
             reader.stop()
             print("  " + results[side, "orders"].line(_reader_name(side)) + _load())
@@ -767,7 +777,7 @@ def run(args: argparse.Namespace) -> None:
         ours_expected, theirs_expected, statement_counts = write_accounts(session, keyspace, args.accounts)
         _wait_synced(node)
         print("  " + ", ".join(f"{name} {count:,}" for name, count in statement_counts.items()))
-        for reader, side, expected in ((ours, "cdcflow", ours_expected), (theirs, "debezium", theirs_expected)):
+        for (reader, side), expected in zip(reader_sides, (ours_expected, theirs_expected), strict=True):
             results[side, "accounts"] = measure_backlog(reader, topics, names[side, "accounts"], expected, args.idle_s)
             reader.stop()
             print("  " + results[side, "accounts"].line(_reader_name(side)) + _load())
