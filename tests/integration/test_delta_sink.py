@@ -32,7 +32,7 @@ from tests.integration.conftest import REPO
 from tests.integration.delta_helpers import delta_version, read_delta, written_batches
 from tests.integration.test_spark_cluster import spark_master  # noqa: F401 - the cluster fixture
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]  # Spark and Delta on two shared cores
 
 USERS = RowSchema(
     "c.ks.users",
@@ -209,21 +209,22 @@ def assert_mirror_is_the_final_state(table: Path, expected: dict[int, dict[str, 
     assert not stale, f"{len(stale)} keys hold an older change, e.g. {sorted(stale)[:5]}"
 
 
+@pytest.mark.timeout(3600)  # a Spark pipeline of several micro-batches, on two shared cores
 def test_datagen_changes_end_as_the_state_their_change_log_implies_through_a_driver_sigkill(tmp_path: Path) -> None:
     """A bounded datagen into the mirror on local[2], its driver SIGKILLed once a batch is in the
     table, then run again to the end: the mirror is each key's last change, each batch written once."""
-    count, keys = 6_000, 400
+    count, keys = 3_000, 300  # three batches: one merged before the kill, the rest after
     file = datagen_pipeline(tmp_path, "mirror", count, keys, "local[2]", per_read=500)
     table = tmp_path / "lake" / "datagen.shop.table_0"
     process = run_pipeline(file)
     try:
-        wait_for(lambda: delta_version(table) >= 2, "a batch was merged", process)
+        wait_for(lambda: delta_version(table) >= 1 and written_batches(table), "a batch was merged", process)
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
         process.wait(60)
     killed_at = written_batches(table)
     rerun = run_pipeline(file)
-    _, err = rerun.communicate(timeout=900)
+    _, err = rerun.communicate(timeout=1800)
     assert rerun.returncode == 0, err.decode()[-3000:]
     batches = written_batches(table)
     assert batches[: len(killed_at)] == killed_at
@@ -257,6 +258,7 @@ def mirror_rows(table: Path) -> dict[tuple[Any, Any], dict[str, Any]]:
     return rows
 
 
+@pytest.mark.timeout(3600)  # a Spark pipeline of several micro-batches, on two shared cores
 def test_cassandra_deltas_mirror_the_table_as_select_shows_it(
     tmp_path: Path, cassandra_session: Any, keyspace: str, cdc_raw_dir: Path
 ) -> None:
@@ -311,6 +313,7 @@ def test_cassandra_deltas_mirror_the_table_as_select_shows_it(
         process.wait(120)
 
 
+@pytest.mark.timeout(3600)  # a Spark pipeline of several micro-batches, on two shared cores
 @pytest.mark.slow
 def test_the_mirror_on_a_standalone_cluster(tmp_path: Path, spark_master: str) -> None:  # noqa: F811
     """The same mirror with the driver, the fold and the MERGE's tasks in separate JVMs and
@@ -318,7 +321,7 @@ def test_the_mirror_on_a_standalone_cluster(tmp_path: Path, spark_master: str) -
     count, keys = 2_000, 150
     file = datagen_pipeline(tmp_path, "cluster", count, keys, spark_master, per_read=700)
     process = run_pipeline(file)
-    _, err = process.communicate(timeout=900)
+    _, err = process.communicate(timeout=1800)
     assert process.returncode == 0, err.decode()[-3000:]
     config = DatagenConfig(type="datagen", count=count, keys=keys, tables=1, partitions=2, event_size=16)
     assert_mirror_is_the_final_state(tmp_path / "lake" / "datagen.shop.table_0", datagen_final_state(config))
