@@ -1,10 +1,16 @@
-"""At-least-once under SIGKILL, zero duplicates after SIGTERM, and a broker outage survived."""
+"""At-least-once under SIGKILL, zero duplicates after SIGTERM, and a broker outage survived.
+
+Every kill lands mid-stream after the run being killed committed a checkpoint of its own, and what
+a kill replays is bounded by what one checkpoint interval delivers. The outage test stops and
+starts a broker of its own (scripts/kafka.sh under another name and ports), never the shared one.
+"""
 
 from __future__ import annotations
 
 import bisect
 import itertools
 import json
+import os
 import random
 import signal
 import subprocess
@@ -15,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import REPO
-from tests.integration.kafka_helpers import event_id, read_topics, start_worker, topics_with_prefix
+from tests.integration.kafka_helpers import event_id, read_topics, start_logged, start_worker, topics_with_prefix
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -43,34 +49,21 @@ def delivered_counts(bootstrap: str, prefix: str) -> Counter[int]:
 
 
 def test_sigkill_twenty_times_loses_nothing(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
-    count, rate = 60_000, 1500  # 40 s of source time: the 20 kills land mid-stream
+    count, rate, interval_ms = 100_000, 1500, 300  # far more than 20 short runs reach: every kill lands mid-stream
     file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, count, rate)
-    rng = random.Random(20261122)
-    kills = 0
-    while kills < 20:
-        process = start_worker(file)
-        time.sleep(rng.uniform(0.8, 2.5))  # a random moment to crash at, not a timing assertion
-        if process.poll() is not None:
-            break  # drained before this kill
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        kills += 1
+    runs = crash_runs(file, tmp_path / "ckpt", kills=20, seed=20261122, longest_s=0.6)
     final = start_worker(file)
     _, stderr = final.communicate(timeout=300)
     assert final.returncode == 0, stderr.decode()[-2000:]
 
-    counts = delivered_counts(kafka_bootstrap, topic_prefix)
+    received = read_topics(kafka_bootstrap, topics_with_prefix(kafka_bootstrap, topic_prefix))
+    payloads = [json.loads(r.value)["payload"] for r in received if r.value is not None]
+    counts = Counter(event_id(p) for p in payloads)
     missing = set(range(count)) - set(counts)
     duplicates = sum(counts.values()) - len(counts)
-    print(
-        f"\ncrash test: {kills} SIGKILLs, {count} events, 0 expected lost, {len(missing)} lost, "
-        f"{duplicates} duplicates ({duplicates / max(kills, 1):.0f} per kill)"
-    )
-    assert kills >= 20
+    print(f"\ncrash test: 20 SIGKILLs, {count} events, {len(missing)} lost, {duplicates} duplicates")
     assert not missing
-    # Each kill can replay at most what was read since the last commit: one read cycle of every
-    # partition before the checkpoint came due, and the cycle in progress.
-    assert duplicates <= kills * 2 * PARTITIONS * MAX_RECORDS_PER_READ
+    assert_each_kill_replays_about_one_interval(runs, payloads, interval_ms)
 
 
 def test_sigterm_then_restart_has_no_duplicates(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
@@ -99,41 +92,58 @@ def test_sigterm_then_restart_has_no_duplicates(tmp_path: Path, kafka_bootstrap:
     assert max(counts.values()) == 1, "a graceful stop must commit exactly what it flushed"
 
 
-def test_broker_down_for_20_seconds_mid_stream_loses_nothing(
-    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
-) -> None:
+# A broker of the outage test's own, which it stops and starts (scripts/kafka.sh takes the name and ports).
+OUTAGE_BROKER = {"KAFKA_NAME": "kafka-outage", "KAFKA_PORT": "19192", "KAFKA_CONTROLLER_PORT": "19193"}
+
+
+def outage_broker(action: str) -> None:
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "kafka.sh"), action],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **OUTAGE_BROKER},
+    )
+    assert done.returncode == 0, f"kafka.sh {action}: {done.stdout}{done.stderr}"
+
+
+def test_broker_down_for_20_seconds_mid_stream_loses_nothing(tmp_path: Path, topic_prefix: str) -> None:
     count = 30_000
-    file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, count, rate=1000)
-    process = start_worker(file)
+    bootstrap = f"127.0.0.1:{OUTAGE_BROKER['KAFKA_PORT']}"
+    outage_broker("start")
+    file = pipeline(tmp_path, topic_prefix, bootstrap, count, rate=1000)
+    process, log = start_logged(file)
     try:
-        time.sleep(4)
-        stopped = subprocess.run(
-            ["bash", str(REPO / "scripts" / "kafka.sh"), "stop"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert stopped.returncode == 0, stopped.stderr
-        time.sleep(20)
-        assert process.poll() is None, "the pipeline must wait for the broker, not exit"
-        started = subprocess.run(
-            ["bash", str(REPO / "scripts" / "kafka.sh"), "start"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert started.returncode == 0, started.stdout + started.stderr
-        _, stderr = process.communicate(timeout=300)
+        deadline = time.monotonic() + 120
+        while min(_committed_seqs(tmp_path / "ckpt").values(), default=0) == 0:  # every partition under way
+            assert process.poll() is None and time.monotonic() < deadline, "".join(log)[-3000:]
+            time.sleep(0.1)
+        outage_broker("stop")
+        down_since = time.monotonic()
+        committed_when_down = _committed_seqs(tmp_path / "ckpt")
+        while time.monotonic() - down_since < 20:
+            assert process.poll() is None, "the pipeline must wait for the broker, not exit"
+            time.sleep(0.5)
+        # The outage bit: nothing was committed while the broker was away (the flush waited for
+        # its acknowledgements), and the producer saw the broker go.
+        assert _committed_seqs(tmp_path / "ckpt") == committed_when_down
+        assert any("cdcflow.librdkafka" in line and "127.0.0.1:19192" in line for line in log), "".join(log)[-3000:]
+        outage_broker("start")
+        process.wait(timeout=300)
+        assert process.returncode == 0, "".join(log)[-2000:]
+        counts = delivered_counts(bootstrap, topic_prefix)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 0, stderr.decode()[-2000:]
-    counts = delivered_counts(kafka_bootstrap, topic_prefix)
+        outage_broker("stop")
     missing = set(range(count)) - set(counts)
-    print(f"\nbroker outage: {len(missing)} lost, {sum(counts.values()) - len(counts)} duplicates")
+    duplicates = sum(counts.values()) - len(counts)
+    print(f"\nbroker outage: {len(missing)} lost, {duplicates} duplicates")
     assert not missing
+    # The idempotent producer retries what was in flight under its own sequence numbers: at most
+    # what was read since the last checkpoint comes twice.
+    assert duplicates <= PARTITIONS * MAX_RECORDS_PER_READ
 
 
 def _committed_seqs(folder: Path) -> dict[str, int]:
@@ -145,6 +155,48 @@ def _committed_seqs(folder: Path) -> dict[str, int]:
         except (OSError, ValueError):
             continue  # replaced while read: the next look sees the new one
     return committed
+
+
+Run = tuple[float, float, dict[str, int]]  # started, killed, what was committed when it was killed
+
+
+def crash_runs(file: Path, checkpoints: Path, kills: int, seed: int, longest_s: float) -> list[Run]:
+    """``kills`` runs of ``file``, each SIGKILLed at a random moment (up to ``longest_s``) after it
+    committed a checkpoint of its own, while it still runs."""
+    runs: list[Run] = []
+    rng = random.Random(seed)
+    for number in range(kills):
+        before = sum(_committed_seqs(checkpoints).values())
+        started = time.time()
+        process = start_worker(file)
+        deadline = time.monotonic() + 120
+        while sum(_committed_seqs(checkpoints).values()) <= before:  # this run's own first checkpoint
+            assert process.poll() is None and time.monotonic() < deadline, f"no checkpoint from run {number + 1}"
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, longest_s))  # a random moment mid-stream to crash at, not a timing assertion
+        assert process.poll() is None, f"run {number + 1} ended before its kill: not mid-stream"
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        runs.append((started, time.time(), _committed_seqs(checkpoints)))
+    return runs
+
+
+def assert_each_kill_replays_about_one_interval(runs: list[Run], payloads: list[dict], interval_ms: int) -> None:  # type: ignore[type-arg]
+    """Every copy carries the time cdcflow made it (``ts_ms``), so each duplicate is charged to the
+    run that wrote it: a run's replay is what it delivered past the position it had committed when
+    it was killed. Commits come after each read once an interval has passed, and a read takes about
+    one interval: what waits uncommitted is at most about two intervals of the run's delivery."""
+    for number, (started, killed, at_kill) in enumerate(runs, 1):
+        made = sorted(p["ts_ms"] for p in payloads if started * 1000 <= p["ts_ms"] <= killed * 1000)
+        replayed = sum(
+            1
+            for p in payloads
+            if started * 1000 <= p["ts_ms"] <= killed * 1000
+            and event_id(p) // PARTITIONS + 1 > at_kill[f"datagen-{event_id(p) % PARTITIONS}"]
+        )
+        busiest = max((bisect.bisect_right(made, t + interval_ms) - i for i, t in enumerate(made)), default=0)
+        print(f"run {number}: delivered {len(made)}, busiest {interval_ms} ms {busiest}, replayed {replayed}")
+        assert replayed <= 2 * busiest + PARTITIONS * 100, (number, replayed, busiest)
 
 
 def test_a_crash_loop_moves_forward_and_each_kill_replays_at_most_one_interval(
@@ -167,20 +219,7 @@ def test_a_crash_loop_moves_forward_and_each_kill_replays_at_most_one_interval(
         f"sink: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', linger_ms: 20}}\n"
         f"checkpoint: {{type: file, path: ckpt, interval_ms: {interval_ms}}}\n"
     )
-    runs: list[tuple[float, float, dict[str, int]]] = []  # (started, killed, committed when killed)
-    rng = random.Random(20261125)
-    for _ in range(10):
-        before = sum(_committed_seqs(tmp_path / "ckpt").values())
-        started = time.time()
-        process = start_worker(file)
-        deadline = time.monotonic() + 120
-        while sum(_committed_seqs(tmp_path / "ckpt").values()) <= before:  # this run's own first checkpoint
-            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint from this run"
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 1.5))  # a random moment mid-stream to crash at, not a timing assertion
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        runs.append((started, time.time(), _committed_seqs(tmp_path / "ckpt")))
+    runs = crash_runs(file, tmp_path / "ckpt", kills=10, seed=20261125, longest_s=1.5)
     # A graceful last run: what it flushed is committed, so everything delivered is accounted for.
     final = start_worker(file)
     while sum(_committed_seqs(tmp_path / "ckpt").values()) <= sum(runs[-1][2].values()):
@@ -197,16 +236,4 @@ def test_a_crash_loop_moves_forward_and_each_kill_replays_at_most_one_interval(
     assert all(g in delivered for p, seq in committed.items() for g in range(int(p[-1]), seq * PARTITIONS, PARTITIONS))
     totals = [sum(c.values()) for _, _, c in runs]
     assert all(later > earlier for earlier, later in itertools.pairwise(totals)), totals  # the loop moves forward
-    for number, (started, killed, at_kill) in enumerate(runs, 1):
-        made = sorted(p["ts_ms"] for p in copies if started * 1000 <= p["ts_ms"] <= killed * 1000)
-        replayed = sum(
-            1
-            for p in copies
-            if started * 1000 <= p["ts_ms"] <= killed * 1000
-            and event_id(p) // PARTITIONS + 1 > at_kill[f"datagen-{event_id(p) % PARTITIONS}"]
-        )
-        busiest = max((bisect.bisect_right(made, t + interval_ms) - i for i, t in enumerate(made)), default=0)
-        print(f"run {number}: delivered {len(made)}, busiest {interval_ms} ms {busiest}, replayed {replayed}")
-        # Commits come after each read once an interval has passed, and a read takes about one
-        # interval: what waits uncommitted is at most about two intervals of the run's delivery.
-        assert replayed <= 2 * busiest + PARTITIONS * 100, (number, replayed, busiest)
+    assert_each_kill_replays_about_one_interval(runs, copies, interval_ms)
