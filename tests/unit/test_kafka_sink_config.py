@@ -20,10 +20,8 @@ def _pipeline(tmp_path: Path, sink_fields: str) -> Path:
 
 
 @pytest.mark.parametrize("tombstones", ["true", "false"])
-def test_a_producer_that_reports_failures_only_goes_with_tombstones_on_or_off(
-    tmp_path: Path, tombstones: str
-) -> None:
-    # Tombstones wait for flush, where the absence of a failure report says the delete was taken:
+def test_a_producer_that_reports_failures_only_goes_with_tombstones_on_or_off(tmp_path: Path, tombstones: str) -> None:
+    # Tombstones wait for a flush of the producer, after which no failure report means the delete was taken:
     # they need no success reports, so the setting that silences them is the user's to choose.
     registry = PluginRegistry.from_entry_points()
     fields = f"tombstones_on_delete: {tombstones}, producer: {{delivery.report.only.error: true}}"
