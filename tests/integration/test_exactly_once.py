@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from cdcflow.contract import Checkpoint, PluginContext
+from cdcflow.plugins import PluginRegistry
+from cdcflow.sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore, KafkaSink, KafkaSinkConfig
 from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, start_worker, topics_with_prefix
+from tests.integration.test_kafka_tombstones import _held_as, _one_key_events, _written_as
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -94,3 +98,41 @@ def test_every_event_once_for_a_read_committed_reader_across_five_mid_stream_sig
     assert not missing, f"{len(missing)} events lost"
     assert not duplicated, f"{len(duplicated)} events seen more than once, e.g. {sorted(duplicated.items())[:5]}"
     assert aborted > 0, "the kills left no open transaction: the test did not test anything"
+
+
+def test_deletes_and_their_tombstones_commit_together_inside_the_transaction(
+    tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """Tombstones at flush inside a transaction: the flush delivers the deletes into the open
+    transaction, writes each tombstone once its delete was taken, then what waited behind it; a
+    read_committed reader sees none of it before the commit, all of it in order after, and nothing
+    of an interval whose transaction was aborted."""
+    topic, pipeline = f"{topic_prefix}.one", f"tombstones-{topic_prefix}"
+    events = _one_key_events(40, {"c": 0.4, "u": 0.3, "d": 0.3})  # one key deleted and made again, often
+    context = PluginContext(pipeline, tmp_path / "p.yaml", factory=PluginRegistry.from_entry_points())
+    sink = KafkaSink(
+        KafkaSinkConfig(type="kafka", bootstrap_servers=kafka_bootstrap, topic=topic, delivery="exactly_once"), context
+    )
+    store = KafkaCheckpointStore(
+        KafkaCheckpointConfig(type="kafka", bootstrap_servers=kafka_bootstrap, topic=f"{topic_prefix}-offsets"), context
+    )
+    store.open()
+    sink.open()
+    store.make_lanes_with(sink.new_transaction_lane)
+    try:
+        store.claim({0}, lambda partition_id: 0)
+        sink.write_into(store.transaction_lane(0))
+        assert sink.write(events[:30]) == [] and sink.flush() == []
+        assert read_topics(kafka_bootstrap, [topic]) == []  # delivered into the open transaction only
+        assert store.commit_claimed({0: {"p": Checkpoint({"seq": 30}, None, 1)}}) == frozenset()
+        sink.write_into(store.transaction_lane(0))
+        assert sink.write(events[30:]) == [] and sink.flush() == []
+        store.release({0})  # a failure: the interval's transaction is aborted
+    finally:
+        sink.close()
+        store.close()
+    committed = read_topics(kafka_bootstrap, [topic])
+    assert _held_as(committed) == _written_as(events[:30])
+    assert sum(r.value is None for r in committed) == sum(e.op.value == "d" for e in events[:30]) > 3
+    everything = read_topics(kafka_bootstrap, [topic], client=READ_UNCOMMITTED)
+    assert _held_as(everything) == _written_as(events)  # the aborted interval is in the log, invisible
