@@ -16,6 +16,7 @@ from typing import Any
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import Offset, PluginContext
 from cdcflow.prerequisites import CheckResult, CheckStatus, PluginChecks, PrerequisiteScope, plugin_place
+from cdcflow.transactions import exactly_once_requested
 
 __all__ = ["check_pipeline", "render_checks"]
 
@@ -32,7 +33,8 @@ def check_pipeline(spec: PipelineSpec, registry: Any) -> list[PluginChecks]:
     scope = PrerequisiteScope(
         thorough=True,
         timeout_s=spec.engine.startup_timeout_s,
-        transactions=spec.group is not None,
+        # A worker group's checkpoints, and exactly-once delivery's records with them, go in transactions.
+        transactions=spec.group is not None or exactly_once_requested(spec.sink.config),
         committed_offsets=lambda: _committed_offsets(spec, registry, context),
     )
     reports = []

@@ -61,7 +61,9 @@ def test_doctor_fails_a_checkpoint_topic_that_deletes_checkpoints(
     assert fresh not in admin.list_topics(timeout=30).topics  # doctor created nothing
 
 
-def test_doctor_of_a_worker_group_checks_transactions(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
+def test_doctor_checks_transactions_for_a_worker_group_and_exactly_once(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
     offsets = f"{topic_prefix}-offsets"
     _create_topic(kafka_bootstrap, offsets, **{"cleanup.policy": "compact"})
     body = (
@@ -77,6 +79,14 @@ def test_doctor_of_a_worker_group_checks_transactions(kafka_bootstrap: str, topi
     limit = checks["checkpoint transaction_timeout_s within the broker's transaction.max.timeout.ms"]
     assert limit["status"] == "ok" and limit["detail"] == "30000 ms of at most 900000 ms", limit
     assert checks[f"topic {topic_prefix}-out"]["status"] == "ok"  # created on first write by this broker
+
+    # One process with exactly-once delivery commits in transactions too; at least once does not.
+    alone = body.split("engine:", maxsplit=1)[0]
+    exactly_once = alone.replace(f"topic: {topic_prefix}-out}}", f"topic: {topic_prefix}-out, delivery: exactly_once}}")
+    code, checks, errors = doctor(_pipeline(tmp_path, exactly_once))
+    assert code == 0 and checks["transactions available"]["status"] == "ok", (checks, errors)
+    code, checks, errors = doctor(_pipeline(tmp_path, alone))
+    assert code == 0 and "transactions available" not in checks, (checks, errors)
 
 
 def test_doctor_fails_a_sink_topic_whose_replicas_cannot_take_acks_all(
