@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,11 +102,12 @@ class Group:
     folder: Path
     members: dict[str, Member] = field(default_factory=dict)
 
-    def start(self, name: str) -> Member:
+    def start(self, name: str, wrap: Sequence[str] = ()) -> Member:
+        """A member; ``wrap`` runs it through a command (``ip netns exec NS``)."""
         port = free_port()
         log = self.folder / f"{name}.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "cdcflow.cli", "run", str(self.file)],
+            [*wrap, sys.executable, "-m", "cdcflow.cli", "run", str(self.file)],
             cwd=REPO,
             env={**os.environ, "REST_PORT": str(port)},
             stdout=subprocess.DEVNULL,
