@@ -176,7 +176,8 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self.start_key = decode_key_setting(config.start_key, config.key_encoding)
         self.end_key = decode_key_setting(config.end_key, config.key_encoding)
         self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
-        self.service_id = f"cdcflow-{context.pipeline}-w{context.worker_id}"
+        # Before per-partition service safepoints each worker kept one; released at the first refresh.
+        self._legacy_service_id: str | None = f"cdcflow-{context.pipeline}-w{context.worker_id}"
         self.schema = RowSchema(
             f"{config.cluster}.ks{config.keyspace_id}.rawkv",
             (Column("key", "blob", optional=False),),
@@ -434,22 +435,55 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
                 f"set to that backup's timestamp"
             )
 
+    def service_id(self, partition_id: str) -> str:
+        """The PD service GC safepoint that keeps a partition's changes: one per partition, so
+        whichever process commits the partition moves it, and ``cdcflow offsets reset`` removes
+        exactly the partitions it resets (:meth:`forget`)."""
+        return f"cdcflow-{self.context.pipeline}-{partition_id}"
+
     def _refresh_gc_safe_point(self) -> None:
-        """Keeps PD's GC below the oldest checkpoint this process resumes from (checkpoint - 1)."""
-        if not self._committed:
-            return
-        safe_point = max(0, min(self._committed.values()) - 1)
-        try:
-            minimum = self.pd.update_service_gc_safe_point(self.service_id, self.config.gc_ttl_s, safe_point)
-        except TiKVClientError as exc:
-            log.warning("could not refresh the service GC safepoint %s: %s", self.service_id, exc)
-            return
-        self._gc_refreshed_at = time.monotonic()
-        if minimum > safe_point:
-            raise CheckpointBehindGCSafePointError(
-                f"PD refused service GC safepoint {safe_point} for {self.service_id}: GC may already have passed "
-                f"{minimum}; the checkpoint is behind it"
-            )
+        """Keeps PD's GC below each partition's checkpoint this process resumes from (checkpoint
+        - 1), under the partition's own service id, lowest first."""
+        for partition_id, ts in sorted(self._committed.items(), key=lambda item: item[1]):
+            service_id, safe_point = self.service_id(partition_id), max(0, ts - 1)
+            try:
+                minimum = self.pd.update_service_gc_safe_point(service_id, self.config.gc_ttl_s, safe_point)
+            except TiKVClientError as exc:
+                log.warning("could not refresh the service GC safepoint %s: %s", service_id, exc)
+                return
+            if minimum > safe_point:
+                raise CheckpointBehindGCSafePointError(
+                    f"PD refused service GC safepoint {safe_point} for {service_id}: GC may already have passed "
+                    f"{minimum}; the checkpoint is behind it"
+                )
+        if self._committed:
+            self._gc_refreshed_at = time.monotonic()
+            if self._legacy_service_id is not None:
+                try:
+                    self._remove_service_safe_point(self._legacy_service_id)
+                    self._legacy_service_id = None
+                except TiKVClientError as exc:
+                    log.warning("could not remove the former service GC safepoint %s: %s", self._legacy_service_id, exc)
+
+    def forget(self, partition_ids: Sequence[str]) -> None:
+        """``cdcflow offsets reset``: the partitions' service GC safepoints are removed, so a
+        pipeline whose offsets are deleted no longer holds GC back for ``gc_ttl_s``. A partition
+        reset restarts from the partition map's start, refused if GC has passed it since."""
+        for partition_id in partition_ids:
+            self._committed.pop(partition_id, None)
+            try:
+                self._remove_service_safe_point(self.service_id(partition_id))
+            except TiKVClientError as exc:
+                raise SourceUnavailableError(
+                    f"partition {partition_id}: cannot remove its service GC safepoint {self.service_id(partition_id)} "
+                    f"({exc}); the offsets were not changed, try again"
+                ) from exc
+
+    def _remove_service_safe_point(self, service_id: str) -> None:
+        """TTL 0 removes a service safepoint, as TiKV-CDC's ``cdc cli unsafe reset`` does
+        (tikv/migration cdc/pkg/txnutil/gc/gc_service.go 76-90; PD: ``ttl <= 0`` deletes the GC
+        barrier, tikv/pd pkg/gc/gc_state_manager.go 1145-1210)."""
+        self.pd.update_service_gc_safe_point(service_id, 0, (1 << 64) - 1)
 
     # --- events --------------------------------------------------------------------------------
 

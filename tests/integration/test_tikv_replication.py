@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +28,7 @@ from tests.integration.tikv_helpers import (
     stop_worker,
     wait_until,
 )
+from tests.standins.tikv.control import REPO
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +215,46 @@ def test_an_empty_value_replicates_as_an_empty_value(
     assert downstream.kv.get(start + b"a") == b""
 
 
+def _service_safe_points(cluster: TiKVCluster, file: Path) -> dict[str, int]:
+    """The PD service GC safepoints of the pipeline in ``file`` (named after it), by service id."""
+    services = cluster.control("gc_state")["services"]
+    return {service: services[service][0] for service in services if service.startswith(f"cdcflow-{file.stem}-")}
+
+
+def test_resetting_a_pipelines_offsets_removes_its_service_safepoints(
+    upstream: TiKVCluster, downstream: TiKVCluster, tmp_path: Path
+) -> None:
+    # A pipeline's service safepoints hold GC back for gc_ttl_s (24 h by default) after it last
+    # ran. `cdcflow offsets reset` deletes its offsets: the safepoints of the partitions reset go
+    # with them (TTL 0, as TiKV-CDC's `cli unsafe reset` removes its own).
+    start, end = key_range("gcreset")
+    upstream.split(start + b"m")  # two regions: two partitions
+    file = pipeline_file(tmp_path, upstream, downstream, start, end, upstream.ts_before_writes(), gc_refresh_s=0.5)
+    worker = start_worker(file)
+    try:
+        wait_until(lambda: len(_service_safe_points(upstream, file)) == 2, 30, "a service safepoint per partition")
+    finally:
+        log = stop_worker(worker, file)
+    assert worker.returncode == 0, log
+    first, second = sorted(_service_safe_points(upstream, file))
+    partition = first.removeprefix(f"cdcflow-{file.stem}-")
+    assert _offsets_reset(file, "--partition", partition).returncode == 0
+    assert list(_service_safe_points(upstream, file)) == [second]
+    assert _offsets_reset(file).returncode == 0
+    assert _service_safe_points(upstream, file) == {}
+
+
+def _offsets_reset(file: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cdcflow.cli", "offsets", "reset", str(file), *options],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 # Last in the module: it moves the upstream's GC safepoint to now, past any later test's start.
 def test_gc_safepoint_is_kept_refreshed_and_a_start_behind_it_is_refused(
     upstream: TiKVCluster, downstream: TiKVCluster, tmp_path: Path
@@ -219,19 +262,18 @@ def test_gc_safepoint_is_kept_refreshed_and_a_start_behind_it_is_refused(
     start, end = key_range("gc")
     start_ts = upstream.ts_before_writes()
     file = pipeline_file(tmp_path, upstream, downstream, start, end, start_ts, gc_refresh_s=0.5, gc_ttl_s=600)
-    service = f"cdcflow-{file.stem}-w0"
     worker = start_worker(file)
     try:
-        wait_until(lambda: service in upstream.control("gc_state")["services"], 30, "the service safepoint")
-        first = upstream.control("gc_state")["services"][service][0]
+        wait_until(lambda: _service_safe_points(upstream, file), 30, "the service safepoints")
+        first = min(_service_safe_points(upstream, file).values())
         assert first == start_ts - 1
         upstream.kv.batch_put([(start + b"a", b"1"), (start + b"b", b"2")])
-        wait_until(lambda: upstream.control("gc_state")["services"][service][0] > first, 30, "the safepoint to move on")
+        wait_until(lambda: min(_service_safe_points(upstream, file).values()) > first, 30, "the safepoints to move on")
         wait_until(lambda: _converged(upstream, downstream, start, end), 30, "replication")
     finally:
         log = stop_worker(worker, file)
     assert worker.returncode == 0, log
-    refreshed = upstream.control("gc_state")["services"][service][0]
+    refreshed = min(_service_safe_points(upstream, file).values())
     assert start_ts <= refreshed < upstream.pd_client.get_ts()
 
     # The worker stays away longer than its TTL: GC moves past its checkpoint. A start must refuse.

@@ -363,8 +363,8 @@ def test_a_process_that_did_not_follow_a_partition_reads_the_same_ranges_and_lea
         upstream.kv.batch_put([(key, b"v%d" % round_) for key in keys], [3600] if round_ == 1 else None)
     upstream.kv.batch_delete(keys[::5])
     wait_until(lambda: reader.poll(upstream) >= 3 * len(keys) + len(keys[::5]), 30, "every write")
-    service = f"cdcflow-{planner.context.pipeline}-w0"
-    safe_point = upstream.control("gc_state")["services"][service][0]
+    safe_points = _service_safe_points(upstream, planner)
+    assert len(safe_points) == 2  # one per partition
 
     elsewhere: TiKVRawKVSource = source_for(start, end)  # type: ignore[operator]
     for partition in planner.partitions():
@@ -380,9 +380,9 @@ def test_a_process_that_did_not_follow_a_partition_reads_the_same_ranges_and_lea
         assert _as_written(list(elsewhere.read(partition, middle, finish))) == _as_written(
             [r for r in newest if r.source.extra["tikv_ts"] > middle_ts]  # type: ignore[union-attr]
         )
-        assert upstream.control("gc_state")["services"][service][0] == safe_point
+        assert _service_safe_points(upstream, planner) == safe_points
         assert _as_written(list(elsewhere.read(partition, begin, finish))) == _as_written(newest)
-    assert upstream.control("gc_state")["services"][service][0] == safe_point
+    assert _service_safe_points(upstream, planner) == safe_points
 
     # A range the cluster cannot vouch for within read_wait_s is a clear, transient error.
     impatient: TiKVRawKVSource = source_for(start, end, read_wait_s=0.5)  # type: ignore[operator]
@@ -391,6 +391,16 @@ def test_a_process_that_did_not_follow_a_partition_reads_the_same_ranges_and_lea
     beyond = {"ts": finish + (3_600_000 << LOGICAL_BITS)}
     with pytest.raises(SourceUnavailableError, match="read_wait_s"):
         list(impatient.read(partition, {"ts": finish}, beyond))
+
+
+def _service_safe_points(cluster: TiKVCluster, source: TiKVRawKVSource) -> dict[str, int]:
+    """The PD service GC safepoints ``source`` keeps, by service id."""
+    services = cluster.control("gc_state")["services"]
+    return {
+        service: services[service][0]
+        for service in services
+        if service.startswith(f"cdcflow-{source.context.pipeline}-")
+    }
 
 
 def _region_holding(cluster: TiKVCluster, user_key: bytes) -> dict[str, Any]:

@@ -1024,15 +1024,19 @@ class Cluster:
     # --- GC --------------------------------------------------------------------------------
 
     def update_service_safe_point(self, service_id: str, ttl_s: int, safe_point: int) -> int:
-        """PD's rule: a service safepoint below the GC safepoint or below the minimum of the other
-        services is not taken; the answer is the minimum in force afterwards."""
+        """PD's rule (tikv/pd pkg/gc/gc_state_manager.go 1145-1210,
+        ``CompatibleUpdateServiceGCSafePoint``: a service safepoint is a GC barrier): one below
+        the GC safepoint is not taken, and the answer is the GC safepoint that passed it;
+        ``ttl <= 0`` removes the service's (deleteGCBarrier; TiKV-CDC removes its own so).
+        Otherwise the answer is the minimum of the services in force, never above the one taken."""
         with self.lock:
             now = time.time()
             self.service_safe_points = {k: v for k, v in self.service_safe_points.items() if v[1] > now}
-            others = [v[0] for k, v in self.service_safe_points.items() if k != service_id]
             if ttl_s <= 0:
                 self.service_safe_points.pop(service_id, None)
-            elif safe_point >= self.gc_safe_point and (not others or safe_point >= min(others)):
+            elif safe_point < self.gc_safe_point:
+                return self.gc_safe_point
+            else:
                 self.service_safe_points[service_id] = (safe_point, now + ttl_s)
             updated = self._min_service_safe_point()
             return updated if updated is not None else max(safe_point, self.gc_safe_point)
