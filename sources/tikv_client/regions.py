@@ -22,7 +22,8 @@ class RegionCache:
         self.pd = pd
         self._lock = threading.Lock()
         self._starts: list[bytes] = []
-        self._regions: list[RegionInfo] = []
+        self._regions: list[RegionInfo] = []  # in key order, never overlapping
+        self._start_of: dict[int, bytes] = {}  # region id -> its start key, to find it by bisect
         self._addresses: dict[int, str] = {}
         self._channels: dict[str, grpc.Channel] = {}
 
@@ -50,40 +51,46 @@ class RegionCache:
         return region
 
     def insert(self, region: RegionInfo) -> None:
-        """Remembers ``region``, dropping the cached regions it overlaps (they are older)."""
+        """Remembers ``region``, dropping the cached regions it overlaps (they are older). The
+        cached regions never overlap, so those it overlaps lie together in start order."""
         with self._lock:
-            keep = [
-                r
-                for r in self._regions
-                if r.id != region.id
-                and not (
-                    (not region.end_key or r.start_key < region.end_key)
-                    and (not r.end_key or region.start_key < r.end_key)
-                )
-            ]
-            keep.append(region)
-            keep.sort(key=lambda r: r.start_key)
-            self._regions = keep
-            self._starts = [r.start_key for r in keep]
+            self._drop(region.id)
+            low = bisect.bisect_right(self._starts, region.start_key) - 1
+            if low < 0 or not self._regions[low].contains(region.start_key):
+                low = bisect.bisect_left(self._starts, region.start_key)
+            high = bisect.bisect_left(self._starts, region.end_key) if region.end_key else len(self._regions)
+            for overlapped in self._regions[low:high]:
+                self._start_of.pop(overlapped.id, None)
+            self._regions[low:high] = [region]
+            self._starts[low:high] = [region.start_key]
+            self._start_of[region.id] = region.start_key
 
     def invalidate(self, region_id: int) -> None:
         with self._lock:
-            keep = [r for r in self._regions if r.id != region_id]
-            self._regions = keep
-            self._starts = [r.start_key for r in keep]
+            self._drop(region_id)
+
+    def _drop(self, region_id: int) -> None:
+        start = self._start_of.pop(region_id, None)
+        if start is None:
+            return
+        index = bisect.bisect_left(self._starts, start)
+        if index < len(self._regions) and self._regions[index].id == region_id:
+            del self._regions[index]
+            del self._starts[index]
 
     def update_leader(self, region_id: int, leader: metapb_pb2.Peer) -> bool:
         """Points a cached region at its new leader; False when the region is not cached or the
         leader is not one of its voters (then the region must be read from PD again)."""
         with self._lock:
-            for index, region in enumerate(self._regions):
-                if region.id == region_id:
-                    hinted = region.with_hinted_leader(leader)
-                    if hinted is None:
-                        return False
-                    self._regions[index] = hinted
-                    return True
-        return False
+            start = self._start_of.get(region_id)
+            if start is None:
+                return False
+            index = bisect.bisect_left(self._starts, start)
+            hinted = self._regions[index].with_hinted_leader(leader)
+            if hinted is None:
+                return False
+            self._regions[index] = hinted
+            return True
 
     def leader_store(self, region: RegionInfo) -> tuple[int, metapb_pb2.Peer]:
         """The store id and peer a request for ``region`` goes to: its leader, else (PD has not
