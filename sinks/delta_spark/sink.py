@@ -41,8 +41,13 @@ from cdcflow.sinks.delta_spark.mirror import (
     MirrorLayout,
     fold_partition,
 )
-from cdcflow.sinks.parquet_spark import ParquetSchemaConflictError, merge_table_columns
-from cdcflow.sinks.parquet_spark.sink import ENVELOPE_COLUMNS, _decimal_type, _keep_or_widen, _native
+from cdcflow.sinks.spark_columns import (
+    ENVELOPE_COLUMNS,
+    decimal_type,
+    keep_or_widen,
+    merge_table_columns,
+    native_values,
+)
 
 __all__ = ["DELTA_SESSION_CONF", "DeltaSink", "DeltaSinkConfig"]
 
@@ -181,10 +186,7 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
         destinations = []
         for name in sorted(schemas):
             listed = sorted(schemas[name], key=lambda s: (s.namespace, s.version, s.fingerprint))
-            try:
-                columns = merge_table_columns(name, listed)
-            except ParquetSchemaConflictError as exc:
-                raise DeltaSchemaConflictError(str(exc).replace("Parquet", "Delta")) from exc
+            columns = merge_table_columns(name, listed, conflict=DeltaSchemaConflictError, store="Delta")
             key: list[str] = []
             for schema in listed:
                 key += [c.name for c in schema.key_columns if c.name not in key]
@@ -231,7 +233,7 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
             if c.name in numbers:
                 value = value if numbers[c.name] == "string" else value.cast(numbers[c.name])
             else:
-                value = _native(value, parse_cql_type(c.type), schema)
+                value = native_values(value, parse_cql_type(c.type), schema)
             typed.append(value.alias(c.name))
         return typed
 
@@ -264,8 +266,8 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
             held = existing.get(name) or self._number_columns.get((destination.name, name))
             chosen = held
             if scale is not None:
-                needed = "string" if exponent else _decimal_type(int(scale), int(digits or 0))
-                chosen = needed if held is None else _keep_or_widen(held, needed)
+                needed = "string" if exponent else decimal_type(int(scale), int(digits or 0))
+                chosen = needed if held is None else keep_or_widen(held, needed)
                 if held is not None and chosen != held:
                     raise DeltaSchemaConflictError(
                         f"table {self.table_path(destination.name)}: column {name!r} is {held}, and values of "

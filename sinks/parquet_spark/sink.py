@@ -33,23 +33,38 @@ from pydantic import Field
 
 from cdcflow.config import ResolvedLocation
 from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
-from cdcflow.errors import EngineUnsupportedError, SinkError
+from cdcflow.errors import EngineUnsupportedError
 from cdcflow.events import Column, Record, RowSchema, UserType
-from cdcflow.schemas import UNTYPED_NULL, ParsedType, map_keys_are_values, parse_cql_type, spark_ddl_type
+from cdcflow.schemas import UNTYPED_NULL, parse_cql_type, spark_ddl_type
+from cdcflow.sinks.spark_columns import (
+    ENVELOPE_COLUMNS,
+    TableSchemaConflictError,
+    decimal_type,
+    keep_or_widen,
+    native_values,
+)
+from cdcflow.sinks.spark_columns import merge_table_columns as merge_columns
 from cdcflow.spark_engine.rows import ROWS_NOT_TYPED, typed_change_rows
 
 __all__ = ["ENVELOPE_COLUMNS", "ParquetSchemaConflictError", "ParquetSink", "ParquetSinkConfig", "merge_table_columns"]
 
 log = logging.getLogger("cdcflow.sinks.parquet")
 
-ENVELOPE_COLUMNS = ("op", "ts_ms", "source_ts_us", "source_partition", "source_position", "snapshot")
 _KEEP_MANIFESTS = 200  # a re-run only ever concerns the last batch; older manifests are history
 _DAY_US = 86_400_000_000
 _PARALLEL_TABLE_WRITES = 4
 
 
-class ParquetSchemaConflictError(SinkError):
+class ParquetSchemaConflictError(TableSchemaConflictError):
     """Rows of one destination hold one column with two types no Parquet column can hold both of."""
+
+
+def merge_table_columns(
+    destination: str, schemas: Sequence[RowSchema], learned: Mapping[tuple[str, str], str] | None = None
+) -> list[Column]:
+    """The columns of one Parquet table: :func:`cdcflow.sinks.spark_columns.merge_table_columns`,
+    a conflict raising :class:`ParquetSchemaConflictError`."""
+    return merge_columns(destination, schemas, learned, conflict=ParquetSchemaConflictError, store="Parquet")
 
 
 class ParquetSinkConfig(PluginConfig):
@@ -296,7 +311,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
                 if c.name in numbers:
                     typed = value if numbers[c.name] == "string" else value.cast(numbers[c.name])
                 else:
-                    typed = _native(value, parse_cql_type(c.type), schema)
+                    typed = native_values(value, parse_cql_type(c.type), schema)
                 table_columns.append(typed.alias(c.name))
         else:  # a source without schemas: the row stays JSON text
             parsed = rows.select(*envelope, image.alias("_row"))
@@ -347,8 +362,8 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             earlier = self._number_columns.get((destination, name))
             chosen = earlier
             if scale is not None:  # the batch has values of this column
-                needed = _decimal_type(int(scale), int(digits or 0)) if plain else "string"
-                chosen = needed if earlier is None else _keep_or_widen(earlier, needed)
+                needed = decimal_type(int(scale), int(digits or 0)) if plain else "string"
+                chosen = needed if earlier is None else keep_or_widen(earlier, needed)
                 if earlier is not None and chosen != earlier:
                     log.warning(
                         "destination %s: column %s was %s, its values now need %s; written as exact text from here",
@@ -420,26 +435,6 @@ class _DestinationTable:
 
 _SCHEMAS_CHANGED = "cdcflow: a row of a destination or row schema the last batch did not have"
 
-_MAX_DECIMAL_DIGITS = 38  # Spark's (and Parquet's 16-byte) decimal precision
-
-
-def _decimal_type(scale: int, whole_digits: int) -> str:
-    if whole_digits + scale > _MAX_DECIMAL_DIGITS:
-        return "string"
-    return f"decimal({_MAX_DECIMAL_DIGITS},{scale})"
-
-
-def _keep_or_widen(earlier: str, needed: str) -> str:
-    """What a column written as ``earlier`` is written as when a batch needs ``needed``: the same
-    decimal while every value fits its scale, else text from then on."""
-    if earlier in (needed, "string"):
-        return earlier
-    if needed == "string":
-        return "string"
-    earlier_scale = int(earlier.split(",")[1].rstrip(")"))
-    needed_scale = int(needed.split(",")[1].rstrip(")"))
-    return earlier if needed_scale <= earlier_scale else "string"
-
 
 def _existing_types(session: Any, files: _HadoopFiles, destination: str, config: ParquetSinkConfig) -> dict[str, str]:
     """Column types of the destination's newest file (Spark's simple type names), or nothing."""
@@ -452,59 +447,6 @@ def _existing_types(session: Any, files: _HadoopFiles, destination: str, config:
         return {}
     schema = session.read.parquet(files.uri(written[-1])).schema
     return {field.name: field.dataType.simpleString() for field in schema.fields}
-
-
-# Types a column may widen through when tables of one destination disagree: every value of a
-# lower type is exactly a value of a higher one. Anything else is a conflict.
-_WIDENING_LADDERS = (("tinyint", "smallint", "int", "bigint", "varint"), ("float", "double"))
-_SAME_VALUES = {"varchar": "text", "counter": "bigint"}
-
-
-def merge_table_columns(
-    destination: str, schemas: Sequence[RowSchema], learned: Mapping[tuple[str, str], str] | None = None
-) -> list[Column]:
-    """The columns of one Parquet table that gets rows of ``schemas`` (several source tables routed
-    to one destination, versions of one table, schemas read off values), in first-seen order.
-
-    A column's type comes from the schemas that type it: :data:`UNTYPED_NULL` (a value that was
-    null) defers to them, then to ``learned`` (what an earlier batch wrote); a column nothing types
-    stays :data:`UNTYPED_NULL`. Integer and floating types widen (``int`` and ``bigint`` make
-    ``bigint``); any other disagreement raises :class:`ParquetSchemaConflictError`.
-    """
-    typed: dict[str, list[tuple[str, str]]] = {}  # column -> (type, table) of each schema typing it
-    optional: dict[str, bool] = {}
-    for schema in schemas:
-        for column in schema.value_columns or schema.key_columns:
-            typed.setdefault(column.name, [])
-            optional[column.name] = optional.get(column.name, False) or column.optional
-            if column.type != UNTYPED_NULL:
-                typed[column.name].append((_SAME_VALUES.get(column.type, column.type), schema.namespace))
-    merged = []
-    for name, types in typed.items():
-        if not types:
-            known = (learned or {}).get((destination, name), UNTYPED_NULL)
-            merged.append(Column(name, known, True))
-            continue
-        chosen, chosen_table = types[0]
-        for kind, table in types[1:]:
-            if kind != chosen:
-                chosen = _wider(destination, name, (chosen, chosen_table), (kind, table))
-                chosen_table = table if chosen == kind else chosen_table
-        # A column some schema lacks is null in that table's rows.
-        everywhere = len(types) == len(schemas)
-        merged.append(Column(name, chosen, optional[name] or not everywhere))
-    return merged
-
-
-def _wider(destination: str, column: str, first: tuple[str, str], second: tuple[str, str]) -> str:
-    for ladder in _WIDENING_LADDERS:
-        if first[0] in ladder and second[0] in ladder:
-            return max(first[0], second[0], key=ladder.index)
-    raise ParquetSchemaConflictError(
-        f"destination {destination!r}: column {column!r} is {first[0]} in {first[1]} but {second[0]} in "
-        f"{second[1]}; one Parquet column cannot hold both. Route these tables to destinations of their own "
-        "(a route transform) or rename the column in one of them"
-    )
 
 
 def _table_folder(destination: str, config: ParquetSinkConfig) -> str:
@@ -527,88 +469,6 @@ def _date_folder(path: str) -> tuple[str, str]:
 def _date_end_us(day: str) -> int:
     start = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
     return int(start.timestamp() * 1_000_000) + _DAY_US
-
-
-def _native(column: Any, parsed: ParsedType, schema: RowSchema) -> Any:
-    """``column`` (parsed from the row JSON) with its values in their native Spark types: bytes
-    from base64, timestamps and dates from epoch numbers, map keys from JSON object keys, at any
-    depth (inside lists, maps, tuples and user types)."""
-    converted = _conversion(parsed, schema)
-    return column if converted is None else converted(column)
-
-
-def _conversion(parsed: ParsedType, schema: RowSchema) -> Any:
-    """A function of a Spark column converting values of ``parsed``, or None when they parse as
-    they are."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    name, arguments = parsed
-    if name == "blob":
-        return F.unbase64
-    if name == "timestamp":
-        return F.timestamp_millis
-    if name == "date":
-        return F.date_from_unix_date
-    if name in ("list", "set", "vector"):
-        element = _conversion(arguments[0], schema)
-        return None if element is None else (lambda c: F.transform(c, element))
-    if name == "map":
-        key_type, value_type = arguments
-        values = _conversion(value_type, schema)
-        if not map_keys_are_values(key_type):
-            entry = _fields_conversion([("key", key_type), ("value", value_type)], schema)
-            return None if entry is None else (lambda c: F.transform(c, entry))
-        keys = _map_key_conversion(key_type)
-
-        def convert_map(c: Any) -> Any:
-            if keys is not None:
-                c = F.transform_keys(c, lambda k, _: keys(k))
-            if values is not None:
-                c = F.transform_values(c, lambda _, v: values(v))
-            return c
-
-        return None if keys is None and values is None else convert_map
-    if name == "tuple":
-        return _fields_conversion([(f"f{i}", a) for i, a in enumerate(arguments)], schema)
-    user_type = schema.user_type(name)
-    if user_type is not None:
-        return _fields_conversion([(f, parse_cql_type(t)) for f, t in user_type.fields], schema)
-    return None
-
-
-def _fields_conversion(fields: list[tuple[str, ParsedType]], schema: RowSchema) -> Any:
-    from pyspark.sql import functions as F  # noqa: N812
-
-    converted = {name: _conversion(parsed, schema) for name, parsed in fields}
-    if all(c is None for c in converted.values()):
-        return None
-
-    def convert_struct(c: Any) -> Any:
-        members = [(f(c.getField(n)) if f is not None else c.getField(n)).alias(n) for n, f in converted.items()]
-        return F.when(c.isNotNull(), F.struct(*members))
-
-    return convert_struct
-
-
-_KEY_CASTS = {"int": "int", "bigint": "bigint", "counter": "bigint", "smallint": "smallint", "tinyint": "tinyint"}
-_KEY_CASTS |= {"boolean": "boolean", "float": "float", "double": "double", "time": "bigint"}
-
-
-def _map_key_conversion(key: ParsedType) -> Any:
-    """Map keys parse as text (JSON object keys); a key of another type is cast back."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    name = key[0]
-    if name in _KEY_CASTS:
-        target = _KEY_CASTS[name]
-        return lambda k: k.cast(target)
-    if name == "timestamp":
-        return lambda k: F.timestamp_millis(k.cast("bigint"))
-    if name == "date":
-        return lambda k: F.date_from_unix_date(k.cast("int"))
-    if name == "blob":
-        return F.unbase64
-    return None  # text, uuids, inet, decimals and varints stay their exact text
 
 
 class _HadoopFiles:
