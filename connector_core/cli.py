@@ -278,6 +278,29 @@ def _cmd_offsets_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    from cdcflow.live_snapshots import SnapshotRequest
+
+    request = SnapshotRequest(args.table, args.where)
+    if args.url:
+        name = _pipeline_name(args.pipeline)
+        body = _client(args).call(
+            "POST", f"/pipelines/{name}/snapshots", json={"table": args.table, "where": args.where}
+        )
+        print(
+            f"pipeline {name}: live snapshot {body['request']} of {args.table} queued in "
+            f"{len(body['partitions'])} partitions; `cdcflow status {name} --url {args.url}` shows its progress"
+        )
+        return 0
+    from cdcflow.offsets import PipelineOffsets
+
+    spec = load_pipeline(args.pipeline, _registry())
+    queued = PipelineOffsets(spec, _registry()).request_snapshot(request)
+    what = f"queued in {len(queued)} partitions" if queued else "already queued"
+    print(f"pipeline {spec.name}: live snapshot {request.id} of {args.table} {what}; it runs at the next start")
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     _print(_client(args).call("GET", f"/pipelines/{_pipeline_name(args.pipeline)}/status"))
     return 0
@@ -384,6 +407,17 @@ def _parser(registry: Any) -> argparse.ArgumentParser:
     set_offset.add_argument("--offset", required=True, help="its offset, a JSON object (see offsets show)")
     _add_control_plane_options(set_offset, url_required=False)
     set_offset.set_defaults(handler=_cmd_offsets_set)
+
+    snapshot = commands.add_parser(
+        "snapshot",
+        help="re-read a table's rows (op r) while the pipeline streams: a live snapshot (with --url: of a running "
+        "group; else queued for the stopped pipeline's next run)",
+    )
+    snapshot.add_argument("pipeline", help="the pipeline file (with --url: or the pipeline's name)")
+    snapshot.add_argument("table", help="keyspace.table, one the source follows")
+    snapshot.add_argument("--where", help="only the rows matching this CQL condition (as written after WHERE)")
+    _add_control_plane_options(snapshot, url_required=False)
+    snapshot.set_defaults(handler=_cmd_snapshot)
 
     status = commands.add_parser("status", help="a group's pipeline: each partition's owner, offset and lag")
     status.add_argument("pipeline", help="the pipeline file or name")

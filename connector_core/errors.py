@@ -47,6 +47,10 @@ by type, never by parsing messages. No error's text shows a secret a pipeline fi
     ├── OffsetsChangeError             `cdcflow offsets reset|set` cannot be done
     │   ├── PipelineRunningError       the pipeline runs: stop or pause it first
     │   └── UnknownPartitionError      the source has no such partition
+    ├── SnapshotRequestError           `cdcflow snapshot` / POST .../snapshots cannot be taken as asked
+    │   ├── SnapshotUnsupportedError   the source has no live snapshots (or not for this partition)
+    │   ├── SnapshotTableError         the source does not follow that table
+    │   └── SnapshotWhereError         the --where condition is refused (by cdcflow or the database)
     └── RetriesExhaustedError          a transient failure outlived the retry budget
 """
 
@@ -94,6 +98,10 @@ __all__ = [
     "SinkDeliveryError",
     "SinkError",
     "SinkUnavailableError",
+    "SnapshotRequestError",
+    "SnapshotTableError",
+    "SnapshotUnsupportedError",
+    "SnapshotWhereError",
     "SourceDataError",
     "SourceError",
     "SourceUnavailableError",
@@ -387,6 +395,23 @@ class PipelineRunningError(OffsetsChangeError):
 
 class UnknownPartitionError(OffsetsChangeError):
     """An offsets change names a partition the pipeline does not have."""
+
+
+class SnapshotRequestError(CdcflowError):
+    """A live snapshot (``cdcflow snapshot``, ``POST /pipelines/{name}/snapshots``) cannot be
+    requested as asked; nothing was queued."""
+
+
+class SnapshotUnsupportedError(SnapshotRequestError):
+    """The pipeline's source cannot take live snapshots (or not of this table's partitions)."""
+
+
+class SnapshotTableError(SnapshotRequestError):
+    """The requested table is not one the source follows."""
+
+
+class SnapshotWhereError(SnapshotRequestError):
+    """The ``--where`` condition is not a single CQL condition, or the database refuses it."""
 
 
 class RetriesExhaustedError(CdcflowError):

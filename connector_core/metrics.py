@@ -43,6 +43,8 @@ __all__ = [
     "METRICS_REGISTRY",
     "PipelineMetrics",
     "SnapshotMetrics",
+    "forget_live_snapshot",
+    "live_snapshot_metrics",
     "serve_metrics",
     "snapshot_metrics",
     "source_counter",
@@ -203,6 +205,43 @@ def snapshot_metrics(pipeline: str, table: str) -> SnapshotMetrics:
         _SNAPSHOT_SLICES_FINISHED.labels(pipeline, table),
         _SNAPSHOT_ROWS.labels(pipeline, table),
     )
+
+
+# --- live snapshots: a table re-read in chunks while its stream flows (cdcflow.live_snapshots) ----
+
+_LIVE_SNAPSHOT_DONE = Gauge(
+    "cdcflow_snapshot_live_done",
+    "Share (0 to 1) of a stream partition's token ranges its live snapshot of a table has delivered",
+    ["pipeline", "table", "partition"],
+    registry=METRICS_REGISTRY,
+)
+_LIVE_SNAPSHOT_ROWS = Counter(
+    "cdcflow_snapshot_live_rows",
+    "Rows a live snapshot delivered (op r) in this process, after those a newer streamed change replaced",
+    ["pipeline", "table"],
+    registry=METRICS_REGISTRY,
+)
+
+
+@dataclass(frozen=True)
+class LiveSnapshotMetrics:
+    """A live snapshot's progress in one partition, and the rows it delivered."""
+
+    done: Gauge
+    rows: Counter
+
+
+def live_snapshot_metrics(pipeline: str, table: str, partition: str) -> LiveSnapshotMetrics:
+    """The metrics of the live snapshot of ``table`` in ``partition``, on the metrics port."""
+    return LiveSnapshotMetrics(
+        _LIVE_SNAPSHOT_DONE.labels(pipeline, table, partition), _LIVE_SNAPSHOT_ROWS.labels(pipeline, table)
+    )
+
+
+def forget_live_snapshot(pipeline: str, table: str, partition: str) -> None:
+    """Remove a partition's ``cdcflow_snapshot_live_done`` (its live snapshot is over)."""
+    with contextlib.suppress(KeyError):
+        _LIVE_SNAPSHOT_DONE.remove(pipeline, table, partition)
 
 
 def _stop_counting_down(pipeline: str, partition: str, reason: str) -> None:

@@ -1,4 +1,5 @@
-"""``cdcflow offsets show|reset|set``: a stopped pipeline's offsets, wherever they are kept.
+"""``cdcflow offsets show|reset|set`` and ``cdcflow snapshot`` without ``--url``: a stopped
+pipeline's offsets, wherever they are kept.
 
 Offsets live in one of three places, and a change must reach the one the pipeline resumes from:
 
@@ -34,7 +35,8 @@ from cdcflow.contract import (
     PluginContext,
     Source,
 )
-from cdcflow.errors import PipelineRunningError, UnknownPartitionError
+from cdcflow.errors import PipelineRunningError, SnapshotTableError, SnapshotUnsupportedError, UnknownPartitionError
+from cdcflow.live_snapshots import LiveSnapshotSource, SnapshotRequest
 
 __all__ = ["PipelineOffsets", "lock_file", "pipeline_running"]
 
@@ -107,6 +109,41 @@ class PipelineOffsets:
 
     def set_offsets(self, offsets: Mapping[str, Offset]) -> list[str]:
         return self._change(dict(offsets))
+
+    def request_snapshot(self, request: SnapshotRequest) -> list[str]:
+        """Queue a live snapshot in the committed offset of every partition that carries the
+        request's table (:mod:`cdcflow.live_snapshots`): the next run takes it while it streams.
+        Returns the partitions it was queued in (none: it was queued already)."""
+        if self.spec.engine.type == "spark":
+            raise SnapshotUnsupportedError(
+                f"pipeline {self.spec.name}: live snapshots run on the worker engine, not on spark"
+            )
+        self._refuse_if_group_runs()
+        with _pipeline_stopped(self.spec), self._source() as source:
+            if not isinstance(source, LiveSnapshotSource):
+                raise SnapshotUnsupportedError(
+                    f"pipeline {self.spec.name}: source type {self.spec.source.config.type!r} takes no live snapshots"
+                )
+            source.check_snapshot_request(request)
+            with self._store() as store:
+                committed = store.load()
+                now_us = int(time.time() * 1_000_000)
+                checkpoints: dict[str, Checkpoint | None] = {}
+                carried = False
+                for partition in source.partitions():
+                    current = committed.get(partition.id)
+                    offset = current.offset if current is not None else source.initial_offset(partition)
+                    queued = source.with_snapshot_request(partition, offset, request)
+                    carried = carried or queued is not None
+                    if queued is not None and queued != offset:
+                        watermark = source.watermark(partition, queued)
+                        checkpoints[partition.id] = Checkpoint(dict(queued), watermark, now_us)
+                if not carried:
+                    raise SnapshotTableError(
+                        f"pipeline {self.spec.name}: none of its partitions carries {request.table}"
+                    )
+                self._write(store, checkpoints)
+                return sorted(checkpoints)
 
     def _change(self, changes: dict[str, Offset | None] | None) -> list[str]:
         self._refuse_if_group_runs()

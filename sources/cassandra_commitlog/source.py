@@ -1,4 +1,4 @@
-"""The ``cassandra_commitlog`` source: one node's cdc_raw directory, followed as Cassandra syncs it.
+r"""The ``cassandra_commitlog`` source: one node's cdc_raw directory, followed as Cassandra syncs it.
 
 One partition per node (this process reads the node's local ``cdc_raw``). An offset is
 ``{"segment": id, "position": p}``: every entry of an older segment, and every entry of segment
@@ -31,6 +31,14 @@ cdc_raw grows: the source logs how full it is against the node's ``cdc_total_spa
 ``system_views.settings``), and if the recorded segment is gone at the hand-off (Cassandra deletes
 the oldest segments when full and ``cdc_block_writes`` is false) it fails with
 ``SnapshotOutlivedLogError`` rather than skip what the snapshot could not see.
+
+Live snapshots (``cdcflow snapshot``, ``snapshot: when_needed``; :mod:`cdcflow.sources.cql.live_snapshot`)
+re-read a table while the node's partition streams: its chunks are cut from the whole ring (the
+rows this node emits, under ``replicas: primary``), read at ONE through this node (as full row
+images are), and their high watermark is the synced end of cdc_raw two ``commitlog_sync_period``\ s
+after the read. Under ``when_needed`` a node partition without a checkpoint starts with a live
+snapshot of every table, and so does one whose committed segment is gone from cdc_raw before it was
+read whole (``"segment_read": true`` in an offset says it was, and this source deleted it).
 """
 
 from __future__ import annotations
@@ -48,9 +56,10 @@ from pydantic import Field
 
 from cdcflow.batches import BatchTable, EventBatch
 from cdcflow.config import ResolvedPath
-from cdcflow.contract import DataLossHeadroom, Offset, Partition, PluginConfig, PluginContext, Source
-from cdcflow.errors import ConfigError, SourceUnavailableError
+from cdcflow.contract import DataLossHeadroom, Offset, Partition, PluginConfig, PluginContext, Rejected, Source
+from cdcflow.errors import ConfigError, SnapshotTableError, SourceUnavailableError
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
+from cdcflow.live_snapshots import LiveSnapshotProgress, SnapshotRequest
 from cdcflow.metrics import source_counter
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.sources.cassandra_commitlog import prerequisites
@@ -94,7 +103,14 @@ from cdcflow.sources.cassandra_commitlog.segment import (
 )
 from cdcflow.sources.cassandra_commitlog.snapshot import CassandraRowEvents, snapshot_table, snapshot_tables
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
-from cdcflow.sources.cql.snapshot import SnapshotConfig, SnapshotOutlivedLogError, TokenRangeSnapshot
+from cdcflow.sources.cql.live_snapshot import WHOLE_RING, LiveSnapshots, TokenRange
+from cdcflow.sources.cql.snapshot import (
+    RowToRecord,
+    SnapshotConfig,
+    SnapshotOutlivedLogError,
+    SnapshotTable,
+    TokenRangeSnapshot,
+)
 
 __all__ = ["CassandraCommitLogSource", "CassandraCommitLogSourceConfig"]
 
@@ -108,6 +124,11 @@ _SCHEMA_TABLES = frozenset({"tables", "columns", "dropped_columns"})
 # of cdc_total_space on it is worth a warning (then at every further tenth).
 _CDC_RAW_CHECK_S = 10.0
 _CDC_RAW_WARN_FROM = 0.5
+# A live snapshot chunk's high watermark is taken this many sync periods after its read: every
+# write the read saw is in the commit log by then, and synced into cdc_raw's index.
+_SYNC_PERIODS_BEFORE_HIGH_MARK = 2
+_DEFAULT_SYNC_PERIOD_S = 10.0  # cassandra.yaml's commitlog_sync_period, when the node does not say
+_SEGMENT_READ = "segment_read"  # in an offset: it is the end of a segment read whole
 
 
 class CassandraCommitLogSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
@@ -223,6 +244,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._late_before_us = 0
         self._horizon_us = 0
         self._snapshot: TokenRangeSnapshot | None = None
+        self._live: LiveSnapshots | None = None
+        self._log_kept_checked = False  # snapshot: when_needed: the committed segment was looked for
         self.bounded = config.snapshot == "initial_only"  # the slices are all there is
         self._cdc_space: CdcSpaceSettings | None = None  # the node's, read at open
         self._cdc_growth = CdcRawGrowth(config.cdc_raw)  # for the data-loss headroom
@@ -252,17 +275,24 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         self._error_store = open_error_store(
             self.config.error_store, default_error_file(self.context), lambda: self._session
         )
-        if self.config.snapshot != "never":
+        if self.config.snapshot in ("initial", "initial_only"):
             self._snapshot = self._build_snapshot()
+        self._live = LiveSnapshots(
+            self.config, self.context, self._session, _CommitLogStream(self), execution_profile=LOCAL_NODE_PROFILE
+        )
         self._read_cdc_space_settings()
 
-    def _build_snapshot(self) -> TokenRangeSnapshot:
+    def _snapshot_tables(self) -> list[TableSchema]:
         tables = snapshot_tables(self._catalog, self.config.tables, "source.tables")
         if not tables:
             raise ConfigError(
                 f"source.snapshot: {self.config.snapshot} but no table has cdc = true (and no counter columns) "
                 "to read; name them in source.tables"
             )
+        return tables
+
+    def _build_snapshot(self) -> TokenRangeSnapshot:
+        tables = self._snapshot_tables()
         emits_token = self._replica_filter.emits_token if self._replica_filter is not None else None
         return TokenRangeSnapshot(
             self.config,
@@ -438,6 +468,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         snapshot = self._slice(partition)
         if snapshot is not None:
             return snapshot.initial_offset()
+        if self.config.snapshot == "when_needed":
+            return self._with_every_table_snapshotted(_Position(0, 0).offset())
         oldest = self._oldest_cdc_segment() if self._snapshot is not None else None
         if oldest is None:
             return _Position(0, 0).offset()
@@ -506,6 +538,17 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         snapshot = self._slice(partition)
         if snapshot is not None:
             return snapshot.latest_offset(start)
+        if self.config.snapshot == "when_needed" and not self._log_kept_checked:
+            self._log_kept_checked = True
+            if not self._committed_segment_kept(start):
+                found = self._segments(0)
+                oldest = _Position(found[0][0], 0).offset() if found else _Position.of(start).offset()
+                return self._with_every_table_snapshotted({**start, **oldest})
+        assert self._live is not None, "open() first"
+        return self._live.latest_offset(partition, start, max_records)
+
+    def _stream_latest(self, start: Offset, cap: Offset | None, max_records: int | None) -> Offset:
+        """How far the node's commit log can be read from ``start`` now, never past ``cap``."""
         if self._snapshot is not None:
             if not self._snapshot.stream_may_start():
                 self._watch_cdc_raw()
@@ -513,6 +556,9 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             if start.get("recorded_for_snapshot"):
                 self._check_recorded_segment_kept(_Position.of(start).segment)
         offset, stopped_at_open_bucket = self._latest_offset(start, max_records)
+        if cap is not None and _order(offset) > _order(cap):
+            # Up to a live snapshot chunk's high watermark (a position this walk gave before).
+            offset, stopped_at_open_bucket = dict(cap), False
         if self.config.row_image == "full" and stopped_at_open_bucket:
             # Everything before the open buckets has now been seen: those buckets are closed. What
             # the range holds from before the previous horizon came after its bucket was processed.
@@ -522,6 +568,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
 
     def _latest_offset(self, start: Offset, max_records: int | None) -> tuple[Offset, bool]:
         position = _Position.of(start)
+        read_whole = bool(start.get(_SEGMENT_READ))  # ``position`` ends a segment read whole
         budget = max_records if max_records is not None else 1 << 62
         full = self.config.row_image == "full"
         self._horizon_us = self._open_buckets_start_us() if full else 0
@@ -559,15 +606,17 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
                 # The whole segment is unreadable (header, encryption): read() stores the error and
                 # keeps the file aside; once Cassandra closed it, move past it.
                 if not index.completed:
-                    return position.offset(), True
+                    return _ended(position, read_whole), True
                 position = _Position(segment_id, max(index.offset, 1))
+                read_whole = True
                 continue
             if not index.completed:
                 return _Position(segment_id, max(end, begin)).offset(), True
             # Read to its end (a cut one as far as it goes: read keeps it) and closed by Cassandra:
             # this segment is done, go on with the next.
             position = _Position(segment_id, max(end, index.offset, state.read_to))
-        return position.offset(), True
+            read_whole = True
+        return _ended(position, read_whole), True
 
     def _watch_cdc_raw(self) -> None:
         """While the stream waits for the snapshot: say when cdc_raw fills towards cdc_total_space."""
@@ -606,11 +655,16 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             "(cdcflow offsets reset FILE, while stopped) with a larger cdc_total_space, more slices and workers"
         )
 
-    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
         snapshot = self._slice(partition)
         if snapshot is not None:
             yield from snapshot.read(partition, start, end)
             return
+        assert self._live is not None, "open() first"
+        yield from self._live.read(partition, start, end)
+
+    def _stream_read(self, start: Offset, end: Offset) -> Iterator[Record]:
+        """The node's changes in (start, end]."""
         first, last = _Position.of(start), _Position.of(end)
         if self.config.row_image == "full":
             yield from self._full_events(self._decoded(first, last, self._decode, compiled=False))
@@ -627,6 +681,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         and ``read`` gives the range (the reference's events, the error store, schema changes)."""
         if self._native is None or self.config.row_image != "delta" or self._slice(partition) is not None:
             return None
+        if self._live is not None and self._live.declines_batches(start):
+            return None  # each event must pass the live snapshot's chunk: read() gives them
         batches = self._compact_batches(_Position.of(start), _Position.of(end), batch_size)
         # How often the fast path is taken: a table whose changes keep declining shows here.
         self._counted("range_read_compact" if batches is not None else "range_read_by_record")
@@ -1010,6 +1066,66 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         )
         return DataLossHeadroom(seconds, "cdc_raw_full", detail)
 
+    # --- live snapshots (cdcflow.live_snapshots.LiveSnapshotSource) -----------------------------
+
+    def check_snapshot_request(self, request: SnapshotRequest) -> None:
+        self._emitted_table(request.table)
+        assert self._live is not None, "open() first"
+        self._live.check_request(request)
+
+    def with_snapshot_request(self, partition: Partition, offset: Offset, request: SnapshotRequest) -> Offset | None:
+        if partition.id != self.node:
+            return None  # a slice of snapshot: initial
+        assert self._live is not None, "open() first"
+        return self._live.with_request(offset, request)
+
+    def live_snapshot_progress(self, partition: Partition, offset: Offset) -> list[LiveSnapshotProgress]:
+        if partition.id != self.node or self._live is None:
+            return []
+        return self._live.progress(partition, offset)
+
+    def _emitted_table(self, name: str) -> TableSchema:
+        """Table ``name``, if this source emits its changes; else :class:`SnapshotTableError`."""
+        keyspace, _, table_name = name.partition(".")
+        table = self._catalog.by_name(keyspace, table_name)
+        if table is None or table.keyspace == "system_schema" or not self._emits(table):
+            followed = sorted(f"{t.keyspace}.{t.table}" for t in self._catalog.tables.values() if self._live_table(t))
+            raise SnapshotTableError(
+                f"commit log {self.node}: this source does not emit {name} (it must exist, have cdc = true, no "
+                f"counters, and be in source.tables when that is set); it emits: {', '.join(followed) or 'none'}"
+            )
+        return table
+
+    def _live_table(self, table: TableSchema) -> bool:
+        return table.keyspace != "system_schema" and not table.keyspace.startswith("system") and self._emits(table)
+
+    def _with_every_table_snapshotted(self, offset: Offset) -> Offset:
+        """``offset`` with a live snapshot of each table the source snapshots queued (when_needed)."""
+        for table in self._snapshot_tables():
+            offset = LiveSnapshots.with_table_snapshotted(offset, f"{table.keyspace}.{table.table}")
+        return offset
+
+    def _committed_segment_kept(self, start: Offset) -> bool:
+        """Whether the committed position is still in cdc_raw: its segment is there, or this source
+        deleted it after reading it whole (the offset says so), or nothing was read yet."""
+        position = _Position.of(start)
+        if position.segment == 0 or start.get(_SEGMENT_READ) or start.get("recorded_for_snapshot"):
+            return True
+        if any(found == position.segment for found, _ in self._segments(position.segment)):
+            return True
+        self._counted("log_lost_snapshot")
+        self.context.logger.warning(
+            "commit log %s: segment %d, where the committed position is, is no longer in %s and was not read "
+            "whole: its changes after position %d are gone (Cassandra deletes the oldest segments when cdc_raw "
+            "is full and cdc_block_writes is false). snapshot: when_needed: streaming from the oldest segment "
+            "there, with a live snapshot of every table",
+            self.node,
+            position.segment,
+            self.config.cdc_raw,
+            position.position,
+        )
+        return False
+
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         if self._snapshot is not None:
             self._snapshot.note_committed(offsets)
@@ -1073,6 +1189,55 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         except CommitLogError:
             return True
         return state.section_error is not None or state.cut_at is not None
+
+
+class _CommitLogStream:
+    """The node's commit log as a live snapshot's stream (:class:`~cdcflow.sources.cql.live_snapshot.LiveStream`)."""
+
+    def __init__(self, source: CassandraCommitLogSource) -> None:
+        self._source = source
+
+    def latest(self, partition: Partition, start: Offset, cap: Offset | None, max_records: int | None) -> Offset:
+        return self._source._stream_latest(start, cap, max_records)
+
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record]:
+        return self._source._stream_read(start, end)
+
+    def order(self, position: Offset) -> tuple[int, int]:
+        return _order(position)
+
+    def high_mark(self, partition: Partition, position: Offset, read_ended_us: int) -> Offset | None:
+        """The synced end of cdc_raw, once the node has synced what it wrote before the read ended."""
+        settings = self._source._cdc_space
+        period_s = settings.commitlog_sync_period_s if settings is not None else None
+        wait_us = int(_SYNC_PERIODS_BEFORE_HIGH_MARK * (period_s or _DEFAULT_SYNC_PERIOD_S) * 1_000_000)
+        if time.time_ns() // 1000 < read_ended_us + wait_us:
+            return None
+        return self._source._latest_offset(position, None)[0]
+
+    def token_ranges(self, partition: Partition, position: Offset) -> Sequence[TokenRange]:
+        return [WHOLE_RING]  # every key the node emits; the rows of others are left out as the stream leaves them
+
+    def snapshot_table(self, name: str) -> tuple[SnapshotTable, tuple[str, ...], RowToRecord]:
+        source = self._source
+        schema = source._emitted_table(name)
+        replicas = source._replica_filter
+        rows = CassandraRowEvents(source.config.cluster, [schema], replicas.emits_token if replicas else None)
+        key_columns = tuple(c.name for c in (*schema.partition_key, *schema.clustering))
+        return snapshot_table(schema), key_columns, rows
+
+
+def _ended(position: _Position, segment_read: bool) -> Offset:
+    """``position`` as an offset, saying when it ends a segment read whole: so that a restart can
+    tell that segment, deleted once committed, from one Cassandra deleted before it was read
+    (``snapshot: when_needed``)."""
+    return {**position.offset(), _SEGMENT_READ: True} if segment_read else position.offset()
+
+
+def _order(offset: Offset) -> tuple[int, int]:
+    """Where an offset stands in the node's commit log, for comparing two."""
+    position = _Position.of(offset)
+    return (position.segment, position.position)
 
 
 def _synced_to(index: CdcIndex | None) -> int | None:

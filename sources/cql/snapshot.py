@@ -7,6 +7,9 @@ Modes
 stream; a pipeline whose snapshot is finished (every slice committed as done) only streams.
 ``initial_only``: the snapshot alone; the pipeline ends once every slice is delivered (the
 stream's partitions are not listed, so no stream position is recorded and cdc_raw is not held).
+``when_needed``: no slices and no gates; a stream partition without a committed offset, or whose
+committed position is gone from its log, gets a *live* snapshot of its tables queued
+(:mod:`.live_snapshot`), read while it streams.
 
 Slices
 ------
@@ -82,6 +85,7 @@ from cdcflow.events import Record
 from cdcflow.metrics import SnapshotMetrics, snapshot_metrics
 
 __all__ = [
+    "ProgressBar",
     "RowToRecord",
     "SnapshotConfig",
     "SnapshotEngineError",
@@ -93,7 +97,7 @@ __all__ = [
     "token_slices",
 ]
 
-SnapshotMode = Literal["never", "initial", "initial_only"]
+SnapshotMode = Literal["never", "initial", "initial_only", "when_needed"]
 
 _MIN_TOKEN, _MAX_TOKEN = -(2**63), 2**63 - 1  # Murmur3Partitioner
 # How often a closed gate reads the committed checkpoints again (a store read: a folder, a topic).
@@ -124,7 +128,21 @@ class SnapshotConfig(BaseModel):
     snapshot: SnapshotMode = Field(
         default="never",
         description="never: stream only; initial: the tables' existing rows (op r) first, then the stream from "
-        "a position recorded before the snapshot; initial_only: the existing rows, then the pipeline ends",
+        "a position recorded before the snapshot; initial_only: the existing rows, then the pipeline ends; "
+        "when_needed: a live snapshot of the tables (while streaming) when a stream partition has no committed "
+        "offset or its committed position is gone from the log",
+    )
+    snapshot_chunk_rows: int = Field(
+        default=1024,
+        ge=1,
+        description="live snapshots: rows per chunk, the rows held in memory between a chunk's watermarks "
+        "(Debezium's incremental.snapshot.chunk.size)",
+    )
+    snapshot_open_chunks: int = Field(
+        default=16,
+        ge=1,
+        description="live snapshots: chunks one process holds at once (one per stream partition reading one); "
+        "other partitions stream on and read theirs when one is delivered",
     )
     snapshot_slices: int = Field(
         default=64, ge=1, le=65536, description="token-ring slices per table: the units of parallelism and resume"
@@ -183,9 +201,8 @@ def _done(offset: Offset | None) -> bool:
     return bool(offset and offset.get("done"))
 
 
-class _ProgressBar:
-    """One line on a terminal, redrawn in place: slices finished by the whole pipeline (as the
-    committed checkpoints say), rows read by this process."""
+class ProgressBar:
+    """One line on a terminal, redrawn in place (at most four times a second)."""
 
     def __init__(self, enabled: bool, stream: IO[str]) -> None:
         self.enabled = enabled
@@ -194,20 +211,24 @@ class _ProgressBar:
         self._ended = False
 
     def show(self, finished: int, total: int, rows_here: int, tables: int, force: bool = False) -> None:
-        if not self.enabled or self._ended:
+        """A snapshot's: slices finished by the whole pipeline (as the committed checkpoints say),
+        rows read by this process."""
+        plural = "" if tables == 1 else "s"
+        text = f"{finished}/{total} slices of {tables} table{plural}, {rows_here:,} rows read by this process"
+        self.draw(finished / total if total else 1.0, text, finished >= total, force)
+
+    def draw(self, share: float, text: str, complete: bool, force: bool = False) -> None:
+        """``share`` (0 to 1) as a bar, then ``text``; ``complete`` ends the line (and the bar,
+        until something is drawn as not complete again)."""
+        if not self.enabled or (self._ended and complete):
             return
         now = time.monotonic()
-        complete = finished >= total
         if not (force or complete) and now - self._drawn_at < _PROGRESS_REFRESH_S:
             return
         self._drawn_at = now
         width = 30
-        filled = width * finished // total if total else width
-        plural = "" if tables == 1 else "s"
-        self._stream.write(
-            f"\rsnapshot [{'#' * filled}{'.' * (width - filled)}] {finished}/{total} slices of {tables} "
-            f"table{plural}, {rows_here:,} rows read by this process" + ("\n" if complete else "")
-        )
+        filled = min(width, max(0, int(width * share)))
+        self._stream.write(f"\rsnapshot [{'#' * filled}{'.' * (width - filled)}] {text}" + ("\n" if complete else ""))
         self._stream.flush()
         self._ended = complete
 
@@ -264,7 +285,7 @@ class TokenRangeSnapshot:
         stream = progress_stream or sys.stderr
         enabled = settings.snapshot_progress if settings.snapshot_progress is not None else stream.isatty()
         # Worker processes share the terminal: the first one draws (its slice counts are everyone's).
-        self._bar = _ProgressBar(enabled and context.worker_id == "0", stream)
+        self._bar = ProgressBar(enabled and context.worker_id == "0", stream)
 
     # --- slices as partitions -----------------------------------------------------------------
 
