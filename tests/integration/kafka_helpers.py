@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcflow.contract import PluginContext
 from cdcflow.sources.datagen import DatagenConfig, DatagenSource
@@ -161,3 +163,67 @@ def run_cdcflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess
         timeout=timeout,
         check=False,
     )
+
+
+def log_end(bootstrap: str, prefix: str) -> int:
+    """Everything written so far to the topics named ``<prefix>.*``, open and aborted
+    transactions included (the sum of their end offsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdcflow-tests-ends"})
+    try:
+        total = 0
+        metadata = consumer.list_topics(timeout=30)
+        for topic in (t for t in metadata.topics if t.startswith(prefix + ".")):
+            for number in metadata.topics[topic].partitions:
+                try:
+                    total += consumer.get_watermark_offsets(TopicPartition(topic, number), timeout=30)[1]
+                except KafkaException:
+                    continue  # a topic the pipeline just created, its leader not yet elected: nothing in it
+        return total
+    finally:
+        consumer.close()
+
+
+def kill_mid_stream(file: Path, checkpoints: Path, written: Callable[[], int], pause_s: float) -> tuple[float, float]:
+    """Start ``cdcflow run FILE``; once it has written records of its own (``written()`` grew past
+    its value at the start) and then committed a checkpoint (a file in ``checkpoints`` written
+    since), wait ``pause_s`` more and SIGKILL it while it still runs. Returns when it started and
+    when it was killed (time.time)."""
+    before, started = written(), time.time()
+    process = start_worker(file)
+    deadline = time.monotonic() + 120
+
+    def wait_for(condition: Callable[[], bool], what: str) -> None:
+        while not condition():
+            assert process.poll() is None, process.communicate()[1].decode()[-3000:]
+            assert time.monotonic() < deadline, f"{what} within 120 s"
+            time.sleep(0.02)
+
+    wait_for(lambda: written() > before, "no record from this run")
+    wrote_at = time.time() - 0.05  # file times are not finer than a few milliseconds
+    wait_for(lambda: any(f.stat().st_mtime >= wrote_at for f in checkpoints.glob("*") if f.is_file()), "no checkpoint")
+    time.sleep(pause_s)  # a random moment mid-stream to crash at, not a timing assertion
+    assert process.poll() is None, "the run ended before its kill: not mid-stream"
+    process.kill()
+    process.wait()
+    return started, time.time()
+
+
+def replays_by_run(copies: list[tuple[Any, int]], runs: list[tuple[float, float]], interval_ms: int) -> list[str]:
+    """What each killed run replayed, charged by the time cdcflow made each copy (``ts_ms``): the
+    events it wrote that a later run wrote again. A run commits after each read once an interval
+    has passed, and a read takes about one interval, so each is bounded by about two intervals of
+    that run's own delivery (its busiest ``interval_ms`` window). ``copies``: (event identity,
+    ts_ms). Returns the runs over that bound, described."""
+    last_copy: dict[Any, int] = {}
+    for event, ts_ms in copies:
+        last_copy[event] = max(ts_ms, last_copy.get(event, ts_ms))
+    over = []
+    for number, (started, killed) in enumerate(runs, 1):
+        mine = [(event, ts) for event, ts in copies if started * 1000 <= ts <= killed * 1000]
+        made = sorted(ts for _, ts in mine)
+        replayed = sum(1 for event, ts in mine if last_copy[event] > killed * 1000)
+        busiest = max((bisect.bisect_right(made, t + interval_ms) - i for i, t in enumerate(made)), default=0)
+        print(f"run {number}: delivered {len(made)}, busiest {interval_ms} ms {busiest}, replayed {replayed}")
+        if replayed > 2 * busiest + 100:
+            over.append(f"run {number}: replayed {replayed}, busiest {interval_ms} ms {busiest}")
+    return over

@@ -114,6 +114,7 @@ class Arrived:
     stream: str
     source_partition: str
     headers: dict[str, bytes]
+    ts_ms: int = 0  # when cdcflow made this copy
 
     @property
     def identity(self) -> tuple[str, str, int, str]:
@@ -143,6 +144,7 @@ def arrived(bootstrap: str, prefix: str) -> list[Arrived]:
                 position["stream"],
                 source["partition"],
                 record.headers,
+                payload["ts_ms"],
             )
         )
     return found

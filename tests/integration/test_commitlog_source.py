@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import functools
 import json
 import random
 import signal
@@ -22,7 +23,15 @@ from typing import Any
 
 import pytest
 
-from tests.integration.kafka_helpers import Received, read_topics, start_logged, start_worker, topics_with_prefix
+from tests.integration.kafka_helpers import (
+    Received,
+    kill_mid_stream,
+    log_end,
+    read_topics,
+    replays_by_run,
+    start_logged,
+    topics_with_prefix,
+)
 
 pytestmark = [pytest.mark.kafka]
 
@@ -127,18 +136,18 @@ def test_sigkill_mid_stream_loses_nothing(
         for i in range(count):
             session.execute(insert, (i, i, "x" * 200))  # ~1 KiB per mutation: several segments
             if i % 100 == 0:
-                time.sleep(0.25)  # spread the writes over the kills below
+                time.sleep(1.2)  # spread the writes over the kills below (a 1 MiB segment every ~10 s)
         written.set()
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     file = _pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace)
     rng = random.Random(4)
-    for _ in range(4):
-        process = start_worker(file)
-        time.sleep(rng.uniform(2.0, 4.0))  # a random moment to crash at, not a timing assertion
-        process.kill()
-        process.wait()
+    in_kafka = functools.partial(log_end, kafka_bootstrap, topic_prefix)
+    runs = []
+    for _ in range(4):  # each mid-stream, after a checkpoint of its own
+        runs.append(kill_mid_stream(file, tmp_path / "ckpt", in_kafka, rng.uniform(0, 1)))
+        assert not written.is_set(), "the writes ended before this kill: it did not land mid-stream"
     writer.join(timeout=120)
     assert written.is_set()
 
@@ -154,6 +163,8 @@ def test_sigkill_mid_stream_loses_nothing(
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     assert ids() == set(range(count))
+    copies = [(p["after"]["id"], p["ts_ms"]) for _, p in _payloads(kafka_bootstrap, topic_prefix) if p.get("after")]
+    assert not replays_by_run(copies, runs, 300)  # the pipeline's checkpoint interval_ms
 
 
 def test_full_row_images_after_the_bucket_closes_and_late_changes_through_the_store(

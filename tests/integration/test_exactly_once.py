@@ -13,12 +13,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdcflow.contract import Checkpoint, PluginContext
 from cdcflow.plugins import PluginRegistry
 from cdcflow.sinks.kafka import KafkaCheckpointConfig, KafkaCheckpointStore, KafkaSink, KafkaSinkConfig
-from tests.integration.kafka_helpers import event_id, read_topics, run_cdcflow, start_worker, topics_with_prefix
+from tests.integration.kafka_helpers import (
+    event_id,
+    log_end,
+    read_topics,
+    run_cdcflow,
+    start_worker,
+    topics_with_prefix,
+)
 from tests.integration.test_kafka_tombstones import _held_as, _one_key_events, _written_as
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -47,23 +53,6 @@ def copies(bootstrap: str, prefix: str, client: dict[str, str] | None = None) ->
     isolation level sees them (librdkafka reads read_committed by default)."""
     received = read_topics(bootstrap, topics_with_prefix(bootstrap, prefix + "."), client=client)
     return Counter(event_id(json.loads(r.value)["payload"]) for r in received if r.value is not None)
-
-
-def log_end(bootstrap: str, prefix: str) -> int:
-    """Everything written to the pipeline's topics so far, open and aborted transactions included."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdcflow-tests-ends"})
-    try:
-        total = 0
-        metadata = consumer.list_topics(timeout=30)
-        for topic in (t for t in metadata.topics if t.startswith(prefix + ".")):
-            for number in metadata.topics[topic].partitions:
-                try:
-                    total += consumer.get_watermark_offsets(TopicPartition(topic, number), timeout=30)[1]
-                except KafkaException:
-                    continue  # a topic the pipeline just created, its leader not yet elected: nothing in it
-        return total
-    finally:
-        consumer.close()
 
 
 def test_every_event_once_for_a_read_committed_reader_across_five_mid_stream_sigkills(

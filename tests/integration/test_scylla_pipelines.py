@@ -4,6 +4,8 @@ across generation switches, tablet stream-set changes, SIGKILLs and a client clo
 
 from __future__ import annotations
 
+import functools
+import json
 import random
 import signal
 import threading
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.kafka_helpers import start_logged
+from tests.integration.kafka_helpers import kill_mid_stream, log_end, replays_by_run, start_logged
 from tests.integration.scylla_helpers import (
     Expectations,
     arrived,
@@ -217,13 +219,11 @@ def test_sigkill_mid_window_and_mid_switch_loses_nothing(
     thread = threading.Thread(target=write, daemon=True)
     thread.start()
     rng = random.Random(9)
-    kills = 0
-    while not done.is_set() or kills < 4:
-        process = start_logged(file)[0]
-        time.sleep(rng.uniform(1.5, 3.0))  # a random moment to crash at, not a timing assertion
-        process.kill()
-        process.wait()
-        kills += 1
+    in_kafka = functools.partial(log_end, kafka_bootstrap, topic_prefix)
+    runs = []
+    while not done.is_set() or len(runs) < 4:  # each kill mid-stream, after a checkpoint of its own
+        runs.append(kill_mid_stream(file, tmp_path / "ckpt", in_kafka, rng.uniform(0, 1)))
+    kills = len(runs)
     thread.join()
     process, log = start_logged(file)
     try:
@@ -236,6 +236,8 @@ def test_sigkill_mid_window_and_mid_switch_loses_nothing(
     events = arrived(kafka_bootstrap, topic_prefix)
     expected.check(events)
     assert kills >= 4 and switches
+    copies = [((e.table, e.stream, e.ts_us, json.dumps(e.key, sort_keys=True)), e.ts_ms) for e in events]
+    assert not replays_by_run(copies, runs, 300)  # the pipeline's checkpoint interval_ms
     assert any(e.ts_us >= switches[0] for e in events) and any(e.ts_us < switches[0] for e in events)
 
 
