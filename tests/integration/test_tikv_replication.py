@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cdcflow.cli import main
 from cdcflow.sources.tikv_client.codec import encode_memcomparable
 from tests.integration.tikv_helpers import (
     REAL_DOWNSTREAM,
@@ -28,7 +27,6 @@ from tests.integration.tikv_helpers import (
     stop_worker,
     wait_until,
 )
-from tests.standins.tikv.control import REPO
 
 
 @pytest.fixture(scope="module")
@@ -238,21 +236,15 @@ def test_resetting_a_pipelines_offsets_removes_its_service_safepoints(
     assert worker.returncode == 0, log
     first, second = sorted(_service_safe_points(upstream, file))
     partition = first.removeprefix(f"cdcflow-{file.stem}-")
-    assert _offsets_reset(file, "--partition", partition).returncode == 0
+    assert _offsets_reset(file, "--partition", partition) == 0
     assert list(_service_safe_points(upstream, file)) == [second]
-    assert _offsets_reset(file).returncode == 0
+    assert _offsets_reset(file) == 0
     assert _service_safe_points(upstream, file) == {}
 
 
-def _offsets_reset(file: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cdcflow.cli", "offsets", "reset", str(file), *options],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def _offsets_reset(file: Path, *options: str) -> int:
+    """``cdcflow offsets reset FILE OPTIONS``, in this process (the CLI's own entry point)."""
+    return main(["offsets", "reset", str(file), *options])
 
 
 # Last in the module: it moves the upstream's GC safepoint to now, past any later test's start.

@@ -583,13 +583,14 @@ def test_a_span_whose_registration_failed_half_way_is_not_subscribed_twice(sourc
         cluster.split(start + b"m")
         right = _region_holding(cluster, start + b"x")
         cluster.control("transfer_leader", region_id=right["id"], store_id=2)
-        cluster.control("inject", kind="get_store_unavailable", store_id=2, count=12)
+        # about five calls fail in each second of request_timeout_s: the first attempt fails for good
+        cluster.control("inject", kind="get_store_unavailable", store_id=2, count=6)
         source: TiKVRawKVSource = source_for(  # type: ignore[operator]
             start, end, cluster, partitions=1, request_timeout_s=1.0
         )
         reader = _Reader(source)
         reader.poll(cluster)
-        wait_until(lambda: not cluster.control("injected").get("2:get_store_unavailable"), 30, "PD to fail 12 times")
+        wait_until(lambda: not cluster.control("injected").get("2:get_store_unavailable"), 30, "PD to fail 6 times")
         cluster.kv.batch_put([(start + b"a", b"left"), (start + b"x", b"right")])
         after_ts = cluster.pd_client.get_ts()
 
