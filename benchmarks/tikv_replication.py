@@ -61,6 +61,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="keys per upstream write request")
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--safety-interval-ms", type=int, default=3000)
+    parser.add_argument("--regions", type=int, default=8, help="upstream regions over the keys, leaders spread")
+    parser.add_argument(
+        "--initializing-limit", type=int, default=40, help="the source's max_initializing_regions_per_store"
+    )
     args = parser.parse_args()
 
     up_iter, down_iter = start_cluster(None), start_cluster(None)
@@ -68,12 +72,25 @@ def main() -> None:
     downstream: TiKVCluster = next(down_iter)
     folder = Path(tempfile.mkdtemp(prefix="tikv-bench-"))
     start, end = b"bench/", b"bench0"
-    for split in range(1, 8):
-        upstream.split(start + b"k%08d" % (split * 12_500_000))
+    step = 100_000_000 // args.regions
+    upstream.control(
+        "split_many",
+        keys=[(b"r\x00\x00\x00" + start + b"k%08d" % (n * step)).hex() for n in range(1, args.regions)],
+        spread_leaders=args.regions > 8,
+    )
     # Stores stamp writes from timestamp caches up to 3 s old (TiKV's causal-ts alloc-ahead
     # buffer; the stand-in does the same): start 10 s back so that no write falls below the start.
     start_ts = upstream.pd_client.get_ts() - (10_000 << LOGICAL_BITS)
-    file = pipeline_file(folder, upstream, downstream, start, end, start_ts, safety_interval_ms=args.safety_interval_ms)
+    file = pipeline_file(
+        folder,
+        upstream,
+        downstream,
+        start,
+        end,
+        start_ts,
+        safety_interval_ms=args.safety_interval_ms,
+        max_initializing_regions_per_store=args.initializing_limit,
+    )
     value = bytes(random.Random(1).randbytes(args.value_size // 2).hex(), "ascii")[: args.value_size]
     written = 0
 
@@ -81,7 +98,12 @@ def main() -> None:
         nonlocal written
         began = time.monotonic()
         for first in range(0, count, args.batch):
-            keys = [start + b"k%08d" % random.randrange(100_000_000) for _ in range(min(args.batch, count - first))]
+            size = min(args.batch, count - first)
+            if args.regions > 8:  # keys in order, spread over every region: a batch touches few of them
+                stride = 100_000_000 // count
+                keys = [start + b"k%08d" % ((first + n) * stride) for n in range(size)]
+            else:
+                keys = [start + b"k%08d" % random.randrange(100_000_000) for _ in range(size)]
             upstream.kv.batch_put([(k, value) for k in keys])
             written += len(keys)
             if rate:
@@ -115,12 +137,18 @@ def main() -> None:
     down_cpu = cpu_seconds(downstream.standin.process.pid)  # type: ignore[union-attr]
     stop_sampling.set()
     stop_worker(worker, file)
+    scans = upstream.control("scans_pending")["peak"]
+    busy = upstream.control("feed_errors_sent").get("server_is_busy", 0)
     keys_downstream = sum(1 for _ in downstream.kv.scan_all(start, end))
     keys_upstream = sum(1 for _ in upstream.kv.scan_all(start, end))
     for generator in (up_iter, down_iter):
         generator.close()
     mode = f"backlog of {args.backlog:,}" if args.backlog else f"steady {args.rate:,} keys/s for {args.duration:.0f}s"
-    print(f"mode: {mode}, batches of {args.batch}, {args.value_size}-byte values")
+    print(f"mode: {mode}, batches of {args.batch}, {args.value_size}-byte values, {args.regions:,} regions")
+    print(
+        f"catch-up scans at once per store, at most: {scans} (limit {args.initializing_limit}); "
+        f"registrations refused as server_is_busy: {busy}"
+    )
     print(f"keys written: {written:,}; distinct keys upstream {keys_upstream:,}, downstream {keys_downstream:,}")
     print(f"replicated: {written / elapsed:,.0f} keys/s over {elapsed:.1f}s (worker start to last checkpoint)")
     print(
