@@ -49,7 +49,7 @@ def delivered_counts(bootstrap: str, prefix: str) -> Counter[int]:
 
 
 def test_sigkill_twenty_times_loses_nothing(tmp_path: Path, kafka_bootstrap: str, topic_prefix: str) -> None:
-    count, rate, interval_ms = 100_000, 1500, 300  # far more than 20 short runs reach: every kill lands mid-stream
+    count, rate, interval_ms = 150_000, 1500, 300  # 100 s of source time: every one of the 20 kills lands mid-stream
     file = pipeline(tmp_path, topic_prefix, kafka_bootstrap, count, rate)
     runs = crash_runs(file, tmp_path / "ckpt", kills=20, seed=20261122, longest_s=0.6)
     final = start_worker(file)
