@@ -37,6 +37,15 @@ first start minus the confidence window) is committed before any slice is read, 
 groups read nothing until every slice of the table is committed. If the log's TTL has meanwhile
 expired rows from within a confidence window of the snapshot's start on, the hand-off fails
 (``SnapshotOutlivedLogError``) instead of skipping them.
+
+Live snapshots (``cdcflow snapshot``, ``snapshot: when_needed``; :mod:`cdcflow.sources.cql.live_snapshot`)
+re-read a table while its groups stream: each group reads the chunks of its own token ranges (its
+vnode range; the tablets of its streams, as they are at the chunk's watermarks), with the chunk's
+read end time as its high watermark. A group of a new generation or stream set takes the requests
+its predecessors left unfinished when it starts. Under ``when_needed`` a group without a checkpoint
+starts at ``start`` (default ``latest``) with a live snapshot of its table, and a group whose
+committed position the log's TTL has passed goes on from the TTL horizon with one, instead of
+failing with ``LogExpiredError``.
 """
 
 from __future__ import annotations
@@ -64,12 +73,15 @@ from cdcflow.contract import (
     Succession,
     offset_key,
 )
+from cdcflow.errors import SnapshotTableError, SnapshotUnsupportedError
 from cdcflow.events import Record
+from cdcflow.live_snapshots import LiveSnapshotProgress, SnapshotRequest
 from cdcflow.metrics import source_counter
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.retry import Backoff
 from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
-from cdcflow.sources.cql.snapshot import SnapshotConfig, TokenRangeSnapshot
+from cdcflow.sources.cql.live_snapshot import LIVE_FIELD, LiveSnapshots, LiveState, TokenRange
+from cdcflow.sources.cql.snapshot import RowToRecord, SnapshotConfig, SnapshotTable, TokenRangeSnapshot
 from cdcflow.sources.scylla_cdc import prerequisites
 from cdcflow.sources.scylla_cdc.connection import connect, token_owner_count
 from cdcflow.sources.scylla_cdc.exceptions import (
@@ -84,6 +96,7 @@ from cdcflow.sources.scylla_cdc.log_reader import LogTableReader, SentWindow, Wi
 from cdcflow.sources.scylla_cdc.metadata import (
     GenerationReader,
     MetadataQueries,
+    StreamRange,
     TabletStreamReader,
     datetime_to_micros,
 )
@@ -91,6 +104,7 @@ from cdcflow.sources.scylla_cdc.snapshot_rows import ScyllaRowEvents, base_table
 from cdcflow.sources.scylla_cdc.stream_id import StreamId
 from cdcflow.sources.scylla_cdc.successors import tablet_predecessors, vnode_predecessors
 from cdcflow.sources.scylla_cdc.table_options import CdcOptions, SchemaTablesLookup
+from cdcflow.sources.scylla_cdc.tokens import ring_ranges
 
 __all__ = ["ScyllaCdcSource", "ScyllaCdcSourceConfig"]
 
@@ -284,7 +298,7 @@ class ScyllaCdcSourceConfig(PluginConfig, CqlClientSecurity, SnapshotConfig):
         """``start`` with its default resolved."""
         if self.start is not None:
             return self.start
-        return "latest" if self.snapshot == "initial" else "earliest"
+        return "latest" if self.snapshot in ("initial", "when_needed") else "earliest"
 
     @model_validator(mode="after")
     def _consistent(self) -> ScyllaCdcSourceConfig:
@@ -339,6 +353,7 @@ class _Group:
     start_us: int
     end_us: int | None  # exclusive; None while any stream may still get rows
     succeeds: Succession | None = None  # the groups whose keys it takes over at start_us
+    token_ranges: tuple[TokenRange, ...] | None = None  # vnodes: its range (tablets: from the stream set)
 
     def partition(self) -> Partition:
         return Partition(
@@ -398,6 +413,42 @@ def _alive(lifetimes: Mapping[bytes, tuple[int, int | None]], row: LogRow) -> bo
 
 def _vnode_group_id(table: str, generation_us: int, range_key: str) -> str:
     return f"{table}/g{generation_us // 1000}/{range_key}"
+
+
+class _LogStream:
+    """The stream groups as a live snapshot's stream (:class:`~cdcflow.sources.cql.live_snapshot.LiveStream`)."""
+
+    def __init__(self, source: ScyllaCdcSource) -> None:
+        self._source = source
+
+    def latest(self, partition: Partition, start: Offset, cap: Offset | None, max_records: int | None) -> Offset:
+        return self._source._stream_latest(partition, start, cap, max_records)
+
+    def read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        return self._source._stream_read(partition, start, end)
+
+    def order(self, position: Offset) -> Bound:
+        return _Position.of(position).bound
+
+    def high_mark(self, partition: Partition, position: Offset, read_ended_us: int) -> Offset | None:
+        # The log is in write-time order, and a row the read saw was written before it ended.
+        return _Position(read_ended_us).offset()
+
+    def token_ranges(self, partition: Partition, position: Offset) -> Sequence[TokenRange]:
+        group = self._source._group(partition)
+        return self._source._group_token_ranges(group, _Position.of(position).ts) or ()
+
+    def snapshot_table(self, name: str) -> tuple[SnapshotTable, tuple[str, ...], RowToRecord]:
+        return self._source._live_table(name)
+
+
+def _vnode_token_ranges(ranges: Sequence[StreamRange]) -> dict[str, tuple[TokenRange, ...]]:
+    """Each range key of a v2 generation with the tokens it holds (v1 gives no range ends: none)."""
+    ends = sorted((r.range_end, r.key) for r in ranges if r.range_end is not None)
+    if len(ends) != len(ranges):
+        return {}
+    cut = [end for end, _ in ends]
+    return {key: ring_ranges(cut, index) for index, (_, key) in enumerate(ends)}
 
 
 def _with_predecessors(
@@ -475,6 +526,10 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         self._idle_wait_us: dict[str, int] = {}  # groups whose last reads found nothing: their wait
         self._retries: dict[str, _Retry] = {}  # groups whose last log query failed
         self._snapshot: TokenRangeSnapshot | None = None
+        self._live: LiveSnapshots | None = None
+        self._live_rows = ScyllaRowEvents()  # the tables live snapshots read, added as they are asked for
+        self._tablet_lifetimes: dict[str, list[tuple[StreamId, int, int | None]]] = {}
+        self._adopted: set[str] = set()  # groups that took their predecessors' unfinished live snapshots
         self.bounded = config.snapshot == "initial_only"  # the slices are all there is
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -499,8 +554,11 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
         try:
             self._discover()
-            if config.snapshot != "never":
+            if config.snapshot in ("initial", "initial_only"):
                 self._snapshot = self._build_snapshot()
+            self._live = LiveSnapshots(
+                config, self.context, self._session, _LogStream(self), execution_profile=self._profile
+            )
         except BaseException:
             self.close()
             raise
@@ -601,6 +659,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                 previous = generations[index - 1] if index > 0 else None
                 # A key's stream in this generation may have been any overlapping range's in the last.
                 replaced = vnode_predecessors(previous.ranges, generation.ranges) if previous is not None else {}
+                ranges_of = _vnode_token_ranges(generation.ranges)
                 for table in vnode_tables:
                     for stream_range in generation.ranges:
                         group_id = _vnode_group_id(table, generation.timestamp_us, stream_range.key)
@@ -612,12 +671,21 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
                                 tuple(_vnode_group_id(table, previous.timestamp_us, key) for key in predecessors),
                                 generation.timestamp_us,
                             )
-                        groups[group_id] = _Group(group_id, table, streams, generation.timestamp_us, end, succeeds)
+                        groups[group_id] = _Group(
+                            group_id,
+                            table,
+                            streams,
+                            generation.timestamp_us,
+                            end,
+                            succeeds,
+                            ranges_of.get(stream_range.key),
+                        )
         for table in sorted(self._tablet_tables):
             keyspace, name = table.split(".")
             history = self._tablets.history(keyspace, name)
             if history is not None:
                 lifetimes = [(life.stream, life.opened_us, life.closed_us) for life in history.lifetimes()]
+                self._tablet_lifetimes[table] = lifetimes
                 groups.update(self._tablet_groups(table, lifetimes))
         self._groups.update(groups)
         self._listed = list(groups)
@@ -695,6 +763,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             position = _Position(group.end_us - 1)
         offset = position.offset()
         self._expected.setdefault(partition.id, offset)  # a partition without a checkpoint starts here
+        if self.config.snapshot == "when_needed" and not self._finished(group, offset):
+            return LiveSnapshots.with_table_snapshotted(offset, group.table)
         return offset
 
     def watermark(self, partition: Partition, offset: Offset) -> int | None:
@@ -709,7 +779,10 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             return snapshot.is_finished(offset)
         group = self._group(partition)
         self._check_not_behind_ttl(group, offset)
-        return self._finished(group, offset)
+        finished = self._finished(group, offset)
+        if finished and self._live is not None:
+            self._live.forget(partition.id)  # a chunk it could not finish is its successors' to read
+        return finished
 
     def check_prerequisites(self, scope: PrerequisiteScope) -> Sequence[CheckResult]:
         if self._session is None:  # cdcflow doctor: on a connection of its own
@@ -762,6 +835,19 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             return snapshot.latest_offset(start)
         self._refresh_metadata_if_due()
         group = self._group(partition)
+        if self.config.snapshot == "when_needed" and self._behind_ttl(group, start):
+            return self._from_the_horizon_with_a_snapshot(group, start)
+        adopted = self._with_predecessors_snapshots(partition, group, start)
+        if adopted is not start:
+            return adopted  # a range that only queues them: the next one reads with them
+        assert self._live is not None, "open() first"
+        return self._live.latest_offset(partition, start, max_records)
+
+    def _stream_latest(
+        self, partition: Partition, start: Offset, cap: Offset | None, max_records: int | None
+    ) -> Offset:
+        """How far ``partition`` can be read from ``start`` now, never past ``cap``."""
+        group = self._group(partition)
         if not self._may_stream(group):
             return start
         self._check_log_kept(group, start)
@@ -772,7 +858,7 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         if retry is not None and time.monotonic() < retry.due:
             return start  # its last query failed: it waits out its backoff, the other groups go on
         prefetched = self._prefetched.pop(partition.id, None)
-        planned = self._plan(group, start)
+        planned = self._plan(group, start, cap)
         if planned is None:
             return start
         position, upper = planned
@@ -782,6 +868,10 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
             # The query sent ahead covers nearly all there is: stop there rather than send another
             # for the few milliseconds since (catching up, reading goes on past it).
             upper = prefetched.up_to_us
+        if cap is not None:
+            upper = min(upper, _Position.of(cap).ts)  # a live snapshot chunk's high watermark
+            if position.bound >= _Position(upper).bound:
+                return start
         budget = min(max_records or self.config.max_buffered_rows, self.config.max_buffered_rows)
         kept: list[list[LogRow]] = []
         count = 0
@@ -843,24 +933,73 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
 
     def _check_not_behind_ttl(self, group: _Group, offset: Offset) -> None:
         """Fail loudly when rows after ``offset`` may have expired unread: its position, reached
-        by reading (or committed), is older than the log's TTL, before the group's end."""
-        position = _Position.of(offset)
-        if position.horizon or self._finished_by_reading(group, position):
+        by reading (or committed), is older than the log's TTL, before the group's end. (Under
+        ``snapshot: when_needed`` latest_offset goes on from the horizon with a live snapshot.)"""
+        if self.config.snapshot == "when_needed" or not self._behind_ttl(group, offset):
             return
         now = self._now_us()
-        if position.ts < self._expired_before(group.table, now) - 1:
-            ttl = self._ttl_us[group.table]
-            assert ttl is not None
-            self._counted("log_expired")
-            raise LogExpiredError(group.table, group.id, (now - position.ts) / 1e6, ttl / 1e6)
+        ttl = self._ttl_us[group.table]
+        assert ttl is not None
+        self._counted("log_expired")
+        raise LogExpiredError(group.table, group.id, (now - _Position.of(offset).ts) / 1e6, ttl / 1e6)
+
+    def _behind_ttl(self, group: _Group, offset: Offset) -> bool:
+        position = _Position.of(offset)
+        if position.horizon or self._finished_by_reading(group, position):
+            return False
+        return position.ts < self._expired_before(group.table, self._now_us()) - 1
+
+    def _from_the_horizon_with_a_snapshot(self, group: _Group, start: Offset) -> Offset:
+        """``snapshot: when_needed``: the group's committed position is older than the log's TTL;
+        it goes on from what the log keeps, with a live snapshot of its table."""
+        horizon = _Position(self._expired_before(group.table, self._now_us()) - 1, horizon=True)
+        self._counted("log_expired_snapshot")
+        self.context.logger.warning(
+            "%s stream group %s: its committed position %s is older than the log's TTL: changes after it have "
+            "expired. snapshot: when_needed: going on from what the log keeps, with a live snapshot of %s",
+            group.table,
+            group.id,
+            _Position.of(start).ts,
+            group.table,
+        )
+        live = {k: v for k, v in start.items() if k == LIVE_FIELD}
+        return LiveSnapshots.with_table_snapshotted({**horizon.offset(), **live}, group.table)
+
+    def _with_predecessors_snapshots(self, partition: Partition, group: _Group, start: Offset) -> Offset:
+        """``start`` with the live snapshots its predecessors left unfinished (they ended before
+        their chunk's high watermark), when the group starts reading (``start`` itself when none)."""
+        succession = group.succeeds
+        reader = self.context.committed_offsets
+        if succession is None or reader is None or group.id in self._adopted:
+            return start
+        self._adopted.add(group.id)
+        if _Position.of(start).ts >= group.start_us:
+            return start  # it has read past its start: what it took then is in its offset
+        committed = reader()
+        offset = start
+        for predecessor in succession.predecessors:
+            state = LiveState.of(committed.get(predecessor) or {})
+            for request in state.queue if state is not None else ():
+                if request.table == group.table:
+                    offset = LiveSnapshots.with_request(offset, request)
+        if offset != start:
+            self.context.logger.info(
+                "stream group %s takes the live snapshots its predecessors %s left unfinished",
+                group.id,
+                ", ".join(succession.predecessors),
+            )
+            return offset
+        return start
 
     @staticmethod
     def _finished_by_reading(group: _Group, position: _Position) -> bool:
         return group.end_us is not None and position.after is None and position.ts >= group.end_us - 1
 
-    def _plan(self, group: _Group, start: Offset) -> tuple[_Position, int] | None:
+    def _plan(self, group: _Group, start: Offset, cap: Offset | None = None) -> tuple[_Position, int] | None:
         """Where reading ``group`` from ``start`` begins (past the TTL horizon) and how far it may
-        go now; None when there is nothing to read yet (finished, or its wait not over)."""
+        go now, never past ``cap``; None when there is nothing to read yet (finished, or its wait
+        not over; a group reading up to a live snapshot chunk's high watermark, ``cap``, does not
+        wait once it may reach it)."""
         if self._finished(group, start):
             return None
         position = _Position.of(start)
@@ -869,6 +1008,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         if position.horizon and position.ts < min(floor, upper):
             # a start at the TTL horizon follows it: rows older than the TTL are gone
             return _Position(min(floor, upper), horizon=True), upper
+        if cap is not None and _Position.of(cap).ts <= upper:
+            upper, at_end = _Position.of(cap).ts, True
         if position.after is None:
             if position.ts >= upper:
                 return None
@@ -920,6 +1061,11 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         if snapshot is not None:
             yield from snapshot.read(partition, start, end)
             return
+        assert self._live is not None, "open() first"
+        yield from self._live.read(partition, start, end)
+
+    def _stream_read(self, partition: Partition, start: Offset, end: Offset) -> Iterator[Record | Rejected]:
+        """The group's changes in (start, end]."""
         now_ms = time.time_ns() // 1_000_000
         cache = self._cache
         if cache is not None and (cache.partition, cache.start, cache.end) == (
@@ -1017,6 +1163,57 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
 
     def _counted(self, what: str) -> None:
         source_counter(self.context.pipeline, what).inc()
+
+    # --- live snapshots (cdcflow.live_snapshots.LiveSnapshotSource) -----------------------------
+
+    def check_snapshot_request(self, request: SnapshotRequest) -> None:
+        self._live_table(request.table)
+        assert self._live is not None, "open() first"
+        self._live.check_request(request)
+
+    def with_snapshot_request(self, partition: Partition, offset: Offset, request: SnapshotRequest) -> Offset | None:
+        if self._slice(partition) is not None:
+            return None
+        group = self._group(partition)
+        if group.table != request.table or self._finished(group, offset):
+            return None
+        if self._group_token_ranges(group, self._now_us()) is None:
+            raise SnapshotUnsupportedError(
+                f"{group.table} stream group {group.id}: its generation is described in the v1 table only, which "
+                "does not say which tokens a group holds: a live snapshot cannot tell its keys"
+            )
+        assert self._live is not None, "open() first"
+        return self._live.with_request(offset, request)
+
+    def live_snapshot_progress(self, partition: Partition, offset: Offset) -> list[LiveSnapshotProgress]:
+        if self._live is None or self._slice(partition) is not None:
+            return []
+        return self._live.progress(partition, offset)
+
+    def _live_table(self, name: str) -> tuple[SnapshotTable, tuple[str, ...], RowToRecord]:
+        reader = self._readers.get(name)
+        if reader is None:
+            raise SnapshotTableError(
+                f"this source follows {', '.join(self.config.tables)}, not {name}: name one of them"
+            )
+        table, types = base_table(self._cluster, reader.layout)
+        self._live_rows.add(reader.layout, types)
+        return table, reader.layout.key_columns, self._live_rows
+
+    def _group_token_ranges(self, group: _Group, at_us: int) -> tuple[TokenRange, ...] | None:
+        """The tokens whose changes ``group`` carries at ``at_us``: its vnode range, or the ranges
+        of its tablet streams operating then; None when the metadata does not say (v1)."""
+        if group.table not in self._tablet_tables:
+            return group.token_ranges
+        alive = sorted(
+            (stream.token, stream.raw)
+            for stream, opened, closed in self._tablet_lifetimes.get(group.table, [])
+            if opened <= at_us and (closed is None or at_us < closed)
+        )
+        ends = [token for token, _ in alive]
+        mine = {s.stream.raw for s in group.streams}
+        ranges = [r for index, (_, raw) in enumerate(alive) if raw in mine for r in ring_ranges(ends, index)]
+        return tuple(sorted(ranges))
 
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         """Nothing to move: the log keeps rows for their TTL whatever consumers did. A snapshot

@@ -22,6 +22,7 @@ __all__ = [
     "composite_key",
     "first_token_of_shard",
     "partition_token",
+    "ring_ranges",
     "shard_of",
 ]
 
@@ -46,6 +47,17 @@ def partition_token(key: bytes) -> int:
 
     token = int(murmur3(key))
     return MAX_TOKEN if token == MIN_TOKEN else token
+
+
+def ring_ranges(ends: Sequence[int], index: int) -> tuple[tuple[int, int], ...]:
+    """The tokens of range ``index`` of a ring cut at the sorted end tokens ``ends``, as
+    ``(start, end]`` pairs in token order: ``(ends[index - 1], ends[index]]``; range 0 also holds
+    every token past the last end (the ring wraps, as ``get_stream`` picks streams: scylladb
+    ``cdc/metadata.cc`` lines 40-69)."""
+    if index > 0:
+        return ((ends[index - 1], ends[index]),)
+    first = ((MIN_TOKEN, ends[0]),)
+    return (*first, (ends[-1], MAX_TOKEN)) if ends[-1] < MAX_TOKEN else first
 
 
 def _unbiased(token: int) -> int:
