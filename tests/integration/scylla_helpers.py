@@ -73,13 +73,15 @@ def source_section(writer: ScyllaCdcWriter, tables: list[str], **overrides: Any)
     return section
 
 
-def pipeline(folder: Path, prefix: str, bootstrap: str, source: dict[str, Any], engine: str = "") -> Path:
+def pipeline(
+    folder: Path, prefix: str, bootstrap: str, source: dict[str, Any], engine: str = "", linger_ms: int = 10
+) -> Path:
     """A worker pipeline into the real Kafka, topics ``<prefix>.<keyspace>.<table>``."""
     file = folder / "scylla.yaml"
     file.write_text(
         f"name: scylla-{prefix}\n"
         f"source: {json.dumps({**source, 'cluster': prefix})}\n"
-        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: 10}}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: {linger_ms}}}\n"
         "checkpoint: {type: file, path: ckpt, interval_ms: 300}\n"
         f"engine: {{partition_refresh_ms: 500, poll_interval_ms: 100{engine}}}\n"
     )

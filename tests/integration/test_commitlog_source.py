@@ -36,13 +36,13 @@ from tests.integration.kafka_helpers import (
 pytestmark = [pytest.mark.kafka]
 
 
-def _pipeline(folder: Path, prefix: str, bootstrap: str, cdc_raw: Path, keyspace: str) -> Path:
+def _pipeline(folder: Path, prefix: str, bootstrap: str, cdc_raw: Path, keyspace: str, linger_ms: int = 20) -> Path:
     file = folder / "commitlog.yaml"
     file.write_text(
         f"name: commitlog-{prefix}\n"
         f"source: {{type: cassandra_commitlog, cdc_raw: '{cdc_raw}', cluster: {prefix}, node: node1,"
         f" tables: [{keyspace}.orders], error_store: {{type: file, path: errors.jsonl}}}}\n"
-        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: 20}}\n"
+        f"sink: {{type: kafka, bootstrap_servers: '{bootstrap}', linger_ms: {linger_ms}}}\n"
         "checkpoint: {type: file, path: ckpt, interval_ms: 300}\n"
     )
     return file
@@ -141,7 +141,9 @@ def test_sigkill_mid_stream_loses_nothing(
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    file = _pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace)
+    # Records wait in the producer until the checkpoint's flush sends them (linger 1 s): a checkpoint
+    # committed before its records were delivered would lose them at the next kill.
+    file = _pipeline(tmp_path, topic_prefix, kafka_bootstrap, cdc_raw_dir, keyspace, linger_ms=1000)
     rng = random.Random(4)
     in_kafka = functools.partial(log_end, kafka_bootstrap, topic_prefix)
     runs = []

@@ -204,6 +204,9 @@ def test_sigkill_mid_window_and_mid_switch_loses_nothing(
         kafka_bootstrap,
         source_section(writer, [table], confidence_window_ms=2000),
         engine=", max_records_per_read: 40",
+        # Records wait in the producer until the checkpoint's flush sends them: a checkpoint
+        # committed before its records were delivered would lose them at the next kill.
+        linger_ms=1000,
     )
     done = threading.Event()
     switches: list[int] = []
