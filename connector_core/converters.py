@@ -192,9 +192,11 @@ class JsonConverter(Converter[JsonConverterConfig]):
                     [c.name for c in table.schema.value_columns],
                     _source_head(table),
                     compiled_json_encoder,
-                    # Values the converter rewrites (decimals, user types) are rewritten per value.
+                    # Values the converter rewrites (decimals, user types) are rewritten per value,
+                    # but for decimals the compiled core holds: it writes those in this form.
                     self._payloads.column_encoders(table, "key"),
                     self._payloads.column_encoders(table, "value"),
+                    self.config.decimal_handling,
                 )
             )
         try:

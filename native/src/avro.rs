@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::batch::{datum_to_py, slot_object, Datum, RowValue, Slot};
+use crate::commitlog::values::write_uuid_text;
 
 /// Datum nesting deeper than this is refused (a recursive schema and a cyclic datum would
 /// otherwise recurse until the stack runs out).
@@ -433,6 +434,9 @@ impl<'py> Compiler<'py> {
         Ok(self.push(Node::Union { branches: compiled }))
     }
 }
+
+/// The Avro name of Debezium's variable-scale decimal record (`cdcflow.schemas`).
+const VARIABLE_SCALE_DECIMAL: &str = "io.debezium.data.VariableScaleDecimal";
 
 #[inline]
 fn write_long(out: &mut Vec<u8>, value: i64) {
@@ -980,8 +984,19 @@ impl AvroWriter {
                         // A schema construct the direct path does not take (a logical type with a
                         // preparer): the Python value it stands for, through the object path.
                         out.truncate(start);
-                        self.write(py, out, field.node, &datum_to_py(py, datum), 0)
-                            .map_err(|_| why)?;
+                        let object = datum_to_py(py, datum).map_err(|e| e.to_string())?;
+                        self.write(py, out, field.node, &object, 0).map_err(|_| why)?;
+                    }
+                }
+                (Slot::Datum(datum @ Datum::Decimal(_)), Some(prepare)) => {
+                    // The column's rewrite is the converter's decimal form, which the schema
+                    // names (Debezium's variable-scale record, a double, plain text): written
+                    // straight from the decimal; anything else through the rewrite.
+                    let start = out.len();
+                    if self.write_datum(out, field.node, datum).is_err() {
+                        out.truncate(start);
+                        let object = slot_object(py, Slot::Datum(datum), Some(prepare))?;
+                        self.write(py, out, field.node, &object, 0).map_err(|e| e.to_string())?;
                     }
                 }
                 (Slot::Absent, _) => match &field.value {
@@ -1090,6 +1105,38 @@ impl AvroWriter {
                 out.extend_from_slice(text.as_bytes());
                 Ok(())
             }
+            (Node::Primitive(Primitive::String), Datum::Uuid(bytes)) => {
+                write_long(out, 36);
+                write_uuid_text(out, bytes);
+                Ok(())
+            }
+            (Node::Primitive(Primitive::Double), Datum::Decimal(decimal)) => {
+                out.extend_from_slice(&decimal.to_f64().to_le_bytes());
+                Ok(())
+            }
+            (Node::Primitive(Primitive::String), Datum::Decimal(decimal)) => {
+                if !decimal.plain_fits() {
+                    return Err("a decimal whose plain text is left to Python".into());
+                }
+                let mut text = Vec::with_capacity(24);
+                decimal.write_plain(&mut text);
+                write_long(out, text.len() as i64);
+                out.extend_from_slice(&text);
+                Ok(())
+            }
+            (Node::Record { full_name, fields }, Datum::Decimal(decimal))
+                if full_name == VARIABLE_SCALE_DECIMAL
+                    && fields.len() == 2
+                    && matches!(self.nodes[fields[0].node], Node::Primitive(Primitive::Int))
+                    && matches!(self.nodes[fields[1].node], Node::Primitive(Primitive::Bytes)) =>
+            {
+                write_long(out, decimal.scale as i64);
+                let mut unscaled = Vec::with_capacity(16);
+                decimal.write_unscaled(&mut unscaled);
+                write_long(out, unscaled.len() as i64);
+                out.extend_from_slice(&unscaled);
+                Ok(())
+            }
             (Node::Nullable { null_index, .. }, Datum::Null) => {
                 out.push(2 * null_index);
                 Ok(())
@@ -1116,8 +1163,8 @@ impl AvroWriter {
                     passes: Passes::Str,
                     ..
                 },
-                Datum::Text(t),
-            ) => self.write_datum(out, *base, Datum::Text(t)),
+                datum @ (Datum::Text(_) | Datum::Uuid(_)),
+            ) => self.write_datum(out, *base, datum),
             _ => Err("a value the compact path does not write for this schema".into()),
         }
     }

@@ -13,7 +13,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::avro::AvroWriter;
-use crate::json::{write_scalar, write_text, JsonEncoder};
+use crate::commitlog::values::uuid_text;
+pub use crate::decimal::Decimal;
+use crate::json::{write_base64, write_float, write_scalar, write_text, JsonEncoder};
 
 /// A value the compiled core holds itself (a compact batch's), written without a Python object.
 #[derive(Clone, Copy)]
@@ -23,6 +25,10 @@ pub enum Datum<'a> {
     Long(i64),
     Double(f64),
     Text(&'a str),
+    /// A uuid or timeuuid: its text is the canonical 8-4-4-4-12 form.
+    Uuid(&'a [u8; 16]),
+    /// A CQL decimal: each converter's form is written from its scale and unscaled number.
+    Decimal(Decimal),
 }
 
 /// A row's value as the writers take it: a value the core holds, the Python object a source
@@ -58,14 +64,16 @@ pub fn absent(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 }
 
 /// The Python value a datum stands for.
-pub fn datum_to_py<'py>(py: Python<'py>, datum: Datum<'_>) -> Bound<'py, PyAny> {
-    match datum {
+pub fn datum_to_py<'py>(py: Python<'py>, datum: Datum<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match datum {
         Datum::Null => py.None().into_bound(py),
         Datum::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
         Datum::Long(n) => PyInt::new(py, n).into_any(),
         Datum::Double(x) => PyFloat::new(py, x).into_any(),
         Datum::Text(text) => PyString::new(py, text).into_any(),
-    }
+        Datum::Uuid(bytes) => uuid_text(py, bytes).into_any(),
+        Datum::Decimal(decimal) => decimal.to_py(py)?,
+    })
 }
 
 /// A slot's value as the Python object it stands for (None for an absent one: the caller handles
@@ -76,7 +84,7 @@ pub fn slot_object<'py>(
     prepare: Option<&Py<PyAny>>,
 ) -> Result<Bound<'py, PyAny>, String> {
     let object = match slot {
-        Slot::Datum(datum) => datum_to_py(py, datum),
+        Slot::Datum(datum) => datum_to_py(py, datum).map_err(|e| e.to_string())?,
         Slot::Object(object) => object.bind(py).clone(),
         Slot::Absent => py.None().into_bound(py),
     };
@@ -97,6 +105,13 @@ pub enum Value {
     Shared(Arc<str>),
     /// `pool[start..end]` of a shared text (a generator's payloads), at a char boundary.
     Slice(Arc<str>, u32, u32),
+    /// UTF-8 text inside bytes several values share (a commit-log mutation's): `bytes[start..end]`,
+    /// checked to be UTF-8 when the value was made (see [`Value::text_in`]).
+    TextIn(Arc<[u8]>, u32, u32),
+    /// A uuid or timeuuid's 16 bytes.
+    Uuid([u8; 16]),
+    /// A CQL decimal.
+    Decimal(Decimal),
     /// A value the core does not hold itself, as the source's reference decoder gave it.
     Py(Py<PyAny>),
     /// A column the change did not touch (a delta row image).
@@ -126,7 +141,22 @@ impl Value {
             Value::Text(text) => Datum::Text(text),
             Value::Shared(text) => Datum::Text(text),
             Value::Slice(pool, start, end) => Datum::Text(&pool[*start as usize..*end as usize]),
+            // SAFETY: checked to be UTF-8 when made (text_in), and the bytes never change.
+            Value::TextIn(bytes, start, end) => {
+                Datum::Text(unsafe { std::str::from_utf8_unchecked(&bytes[*start as usize..*end as usize]) })
+            }
+            Value::Uuid(bytes) => Datum::Uuid(bytes),
+            Value::Decimal(decimal) => Datum::Decimal(*decimal),
         }
+    }
+
+    /// `bytes[start..end]` as text, when it is UTF-8 (strictly, as CPython's decoder reads it).
+    pub fn text_in(bytes: &Arc<[u8]>, start: usize, end: usize) -> Option<Value> {
+        let text = bytes.get(start..end)?;
+        if std::str::from_utf8(text).is_err() || end > u32::MAX as usize {
+            return None;
+        }
+        Some(Value::TextIn(bytes.clone(), start as u32, end as u32))
     }
 }
 
@@ -135,7 +165,7 @@ impl Value {
         match self {
             Value::Py(object) => Ok(object.bind(py).clone()),
             Value::Absent => Ok(absent(py)?.clone()),
-            _ => Ok(datum_to_py(py, self.as_datum())),
+            _ => datum_to_py(py, self.as_datum()),
         }
     }
 
@@ -149,8 +179,37 @@ impl Value {
             Value::Text(text) => Value::Text(text.clone()),
             Value::Shared(text) => Value::Shared(text.clone()),
             Value::Slice(pool, start, end) => Value::Slice(pool.clone(), *start, *end),
+            Value::TextIn(bytes, start, end) => Value::TextIn(bytes.clone(), *start, *end),
+            Value::Uuid(bytes) => Value::Uuid(*bytes),
+            Value::Decimal(decimal) => Value::Decimal(*decimal),
             Value::Py(object) => Value::Py(object.clone_ref(py)),
             Value::Absent => Value::Absent,
+        }
+    }
+}
+
+/// An event's place in its partition, written as canonical JSON text (`SourceInfo.position_text()`).
+pub enum Position {
+    Text(String),
+    /// A commit-log entry's change: `{"index":…,"position":…,"segment":…}` (numbers until written).
+    CommitLog {
+        segment: i64,
+        position: i64,
+        index: u32,
+    },
+}
+
+impl Position {
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Position::Text(text) => std::borrow::Cow::Borrowed(text),
+            Position::CommitLog {
+                segment,
+                position,
+                index,
+            } => std::borrow::Cow::Owned(format!(
+                "{{\"index\":{index},\"position\":{position},\"segment\":{segment}}}"
+            )),
         }
     }
 }
@@ -163,8 +222,8 @@ pub struct Event {
     pub key: Vec<Value>,
     pub before: Option<Vec<Value>>,
     pub after: Option<Vec<Value>>,
-    /// The event's place in its partition, as canonical JSON text (`SourceInfo.position_text()`).
-    pub position: String,
+    /// The event's place in its partition.
+    pub position: Position,
     pub ts_us: i64,
     /// The event's own headers (`ChangeEvent.headers`), in their order.
     pub headers: Option<Vec<(String, String)>>,
@@ -276,7 +335,7 @@ impl EventBatch {
                 values_to_py(py, &event.key)?,
                 row_to_py(py, &event.before)?,
                 row_to_py(py, &event.after)?,
-                PyString::new(py, &event.position).into_any(),
+                PyString::new(py, &event.position.text()).into_any(),
                 PyInt::new(py, event.ts_us).into_any(),
                 headers_to_py(py, &event.headers)?,
             ],
@@ -296,6 +355,7 @@ impl EventBatch {
             .write_record(py, key, plan.key.root(), &event.key, &plan.key_prepare)?;
         value.extend_from_slice(&plan.value_prefix);
         let (version, system, cluster, keyspace, table) = &plan.head;
+        let position = event.position.text();
         let source = [
             Datum::Text(version),
             Datum::Text(system),
@@ -303,7 +363,7 @@ impl EventBatch {
             Datum::Text(keyspace),
             Datum::Text(table),
             Datum::Text(&self.partition),
-            Datum::Text(&event.position),
+            Datum::Text(&position),
             Datum::Long(event.ts_us),
             Datum::Long(event.ts_us.div_euclid(1000)),
             Datum::Bool(self.snapshot),
@@ -334,6 +394,52 @@ struct JsonPlan<'py> {
     objects: PyRef<'py, JsonEncoder>,
     key_prepare: Prepares,
     value_prepare: Prepares,
+    /// The converter's `decimal_handling`, for the decimals the core holds (None: each through
+    /// its column's rewrite).
+    decimals: Option<DecimalForm>,
+}
+
+/// How a JSON converter writes a decimal (`decimal_handling`, `cdcflow.wire_values`).
+#[derive(Clone, Copy)]
+enum DecimalForm {
+    /// Debezium's `{"scale": s, "value": <unscaled two's complement, base64>}`.
+    Precise,
+    Double,
+    /// Plain text.
+    Text,
+}
+
+impl DecimalForm {
+    fn of(name: &str) -> PyResult<DecimalForm> {
+        match name {
+            "precise" => Ok(DecimalForm::Precise),
+            "double" => Ok(DecimalForm::Double),
+            "string" => Ok(DecimalForm::Text),
+            other => Err(PyValueError::new_err(format!("unknown decimal_handling {other:?}"))),
+        }
+    }
+
+    /// `decimal` in this form, as the column's rewrite and `compact_json` write it; false when
+    /// left to them (plain text too long to write here).
+    fn write(self, out: &mut Vec<u8>, decimal: Decimal) -> bool {
+        match self {
+            DecimalForm::Precise => {
+                out.extend_from_slice(format!("{{\"scale\":{},\"value\":\"", decimal.scale).as_bytes());
+                let mut unscaled = Vec::with_capacity(16);
+                decimal.write_unscaled(&mut unscaled);
+                write_base64(out, &unscaled);
+                out.extend_from_slice(b"\"}");
+            }
+            DecimalForm::Double => write_float(out, decimal.to_f64()),
+            DecimalForm::Text => {
+                if !decimal.plain_fits() {
+                    return false;
+                }
+                write_scalar(out, Datum::Decimal(decimal));
+            }
+        }
+        true
+    }
 }
 
 /// `(key schema, value schema, key names, value names, source head, object encoder, key
@@ -351,13 +457,13 @@ type JsonPlanTuple<'py> = (
 
 /// `{"name":value,...}` for a row of `values` with these column names, as `compact_json` writes
 /// the dict of the row: absent values left out, objects (and every value `prepare` rewrites)
-/// written as the encoder writes them.
+/// written as the encoder writes them, decimals the core holds in the converter's form.
 fn write_json_row(
     py: Python<'_>,
     out: &mut Vec<u8>,
     names: &[String],
     values: &[Value],
-    objects: &JsonEncoder,
+    plan: &JsonPlan<'_>,
     prepare: &[Option<Py<PyAny>>],
 ) -> Result<(), String> {
     if names.len() != values.len() {
@@ -376,12 +482,29 @@ fn write_json_row(
         first = false;
         write_text(out, name.as_bytes());
         out.push(b':');
-        match (slot, prepare.get(index).and_then(Option::as_ref)) {
-            (Slot::Datum(datum), None) => write_scalar(out, datum),
-            (slot, prepare) => {
-                let object = slot_object(py, slot, prepare)?;
-                objects.write_value(py, out, &object).map_err(|e| e.to_string())?;
+        let start = out.len();
+        let written = match (slot, prepare.get(index).and_then(Option::as_ref)) {
+            // A decimal column's rewrite is the converter's decimal form.
+            (Slot::Datum(Datum::Decimal(decimal)), Some(_)) => match plan.decimals {
+                Some(form) => form.write(out, decimal),
+                None => false,
+            },
+            (Slot::Datum(Datum::Decimal(decimal)), None) => {
+                decimal.plain_fits() && {
+                    write_scalar(out, Datum::Decimal(decimal));
+                    true
+                }
             }
+            (Slot::Datum(datum), None) => {
+                write_scalar(out, datum);
+                true
+            }
+            _ => false,
+        };
+        if !written {
+            out.truncate(start);
+            let object = slot_object(py, slot, prepare.get(index).and_then(Option::as_ref))?;
+            plan.objects.write_value(py, out, &object).map_err(|e| e.to_string())?;
         }
     }
     out.push(b'}');
@@ -413,7 +536,7 @@ impl EventBatch {
         value: &mut Vec<u8>,
     ) -> Result<(), String> {
         open_envelope(key, &plan.key_schema);
-        write_json_row(py, key, &plan.key_names, &event.key, &plan.objects, &plan.key_prepare)?;
+        write_json_row(py, key, &plan.key_names, &event.key, plan, &plan.key_prepare)?;
         close_envelope(key, &plan.key_schema);
         open_envelope(value, &plan.value_schema);
         value.extend_from_slice(b"{\"op\":");
@@ -422,12 +545,11 @@ impl EventBatch {
             value.extend_from_slice(format!(",\"{name}\":").as_bytes());
             match row {
                 None => value.extend_from_slice(b"null"),
-                Some(values) => {
-                    write_json_row(py, value, &plan.value_names, values, &plan.objects, &plan.value_prepare)?
-                }
+                Some(values) => write_json_row(py, value, &plan.value_names, values, plan, &plan.value_prepare)?,
             }
         }
         let (version, system, cluster, keyspace, table) = &plan.head;
+        let position = event.position.text();
         value.extend_from_slice(b",\"source\":{\"version\":");
         write_text(value, version.as_bytes());
         for (name, text) in [
@@ -436,7 +558,7 @@ impl EventBatch {
             ("keyspace", keyspace.as_str()),
             ("table", table.as_str()),
             ("partition", self.partition.as_str()),
-            ("position", event.position.as_str()),
+            ("position", &position),
         ] {
             value.extend_from_slice(format!(",\"{name}\":").as_bytes());
             write_text(value, text.as_bytes());
@@ -505,7 +627,8 @@ impl EventBatch {
     /// The batch in Kafka messages, Kafka Connect JSON as `cdcflow.jsontext.json_envelope` writes
     /// each event's key and envelope: `plans[table]` is `(key schema text or None, value schema
     /// text or None, key column names, value column names, (version, system, cluster, keyspace,
-    /// table))` (None for a table with no events here). Returns what `encode_avro` returns.
+    /// table), object encoder, key rewrites, value rewrites[, decimal_handling])` (None for a
+    /// table with no events here). Returns what `encode_avro` returns.
     fn encode_json<'py>(
         &self,
         py: Python<'py>,
@@ -513,8 +636,13 @@ impl EventBatch {
         tombstones: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let compiled = table_plans(plans, |plan| {
+            let plan = plan.cast::<PyTuple>()?;
             let (key_schema, value_schema, key_names, value_names, head, objects, key_prepare, value_prepare): JsonPlanTuple =
-                plan.extract()?;
+                plan.get_slice(0, 8).extract()?;
+            let decimals = match plan.len() {
+                8 => None,
+                _ => Some(DecimalForm::of(plan.get_item(8)?.extract::<&str>()?)?),
+            };
             Ok(JsonPlan {
                 key_schema,
                 value_schema,
@@ -524,6 +652,7 @@ impl EventBatch {
                 objects,
                 key_prepare,
                 value_prepare,
+                decimals,
             })
         })?;
         self.messages(py, tombstones, |event, key, value| {

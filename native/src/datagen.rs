@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::batch::{Event, EventBatch, Value};
+use crate::batch::{Event, EventBatch, Position, Value};
 
 /// splitmix64, as `cdcflow.sources.datagen.source._mix` computes it on 64-bit ints.
 fn mix(value: u64) -> u64 {
@@ -186,7 +186,7 @@ impl DatagenPlan {
                 key: vec![Value::Long(key_id)],
                 before,
                 after,
-                position: format!("{{\"seq\":{seq}}}"),
+                position: Position::Text(format!("{{\"seq\":{seq}}}")),
                 ts_us,
                 headers: None,
             });

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::batch::Datum;
+use crate::commitlog::values::write_uuid_text;
 
 const MAX_DEPTH: usize = 512;
 
@@ -80,13 +81,34 @@ pub fn float_repr(out: &mut Vec<u8>, value: f64) {
     }
 }
 
-fn write_float(out: &mut Vec<u8>, value: f64) {
+pub fn write_float(out: &mut Vec<u8>, value: f64) {
     if value.is_nan() {
         out.extend_from_slice(b"NaN");
     } else if value.is_infinite() {
         out.extend_from_slice(if value > 0.0 { b"Infinity" } else { b"-Infinity" });
     } else {
         float_repr(out, value);
+    }
+}
+
+/// `base64.b64encode(data)` (the standard alphabet, padded), as `json_default` writes bytes.
+pub fn write_base64(out: &mut Vec<u8>, data: &[u8]) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for chunk in data.chunks(3) {
+        let bits =
+            (chunk[0] as u32) << 16 | (*chunk.get(1).unwrap_or(&0) as u32) << 8 | *chunk.get(2).unwrap_or(&0) as u32;
+        out.push(ALPHABET[(bits >> 18) as usize & 63]);
+        out.push(ALPHABET[(bits >> 12) as usize & 63]);
+        out.push(if chunk.len() > 1 {
+            ALPHABET[(bits >> 6) as usize & 63]
+        } else {
+            b'='
+        });
+        out.push(if chunk.len() > 2 {
+            ALPHABET[bits as usize & 63]
+        } else {
+            b'='
+        });
     }
 }
 
@@ -100,6 +122,17 @@ pub fn write_scalar(out: &mut Vec<u8>, datum: Datum<'_>) {
         Datum::Long(n) => out.extend_from_slice(n.to_string().as_bytes()),
         Datum::Double(x) => write_float(out, x),
         Datum::Text(text) => write_text(out, text.as_bytes()),
+        Datum::Uuid(bytes) => {
+            out.push(b'"');
+            write_uuid_text(out, bytes);
+            out.push(b'"');
+        }
+        // json_default's form of a Decimal (callers keep very long ones for Python: plain_fits).
+        Datum::Decimal(decimal) => {
+            out.push(b'"');
+            decimal.write_plain(out);
+            out.push(b'"');
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod avro;
 mod batch;
 mod commitlog;
 mod datagen;
+mod decimal;
 mod envelopes;
 mod json;
 mod objects;
@@ -27,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<commitlog::CommitLogDecoder>()?;
     m.add_class::<commitlog::FramedEntry>()?;
     m.add_class::<commitlog::CompactBatchBuilder>()?;
+    m.add_class::<commitlog::CompactSection>()?;
     m.add_function(wrap_pyfunction!(commitlog::frame_section, m)?)?;
     m.add_class::<avro::AvroWriter>()?;
     m.add_class::<json::JsonEncoder>()?;

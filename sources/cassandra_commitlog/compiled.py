@@ -1,20 +1,22 @@
 """The commit log through the compiled core (``cdcflow._native``), when it is built.
 
 Two things run in Rust: each sync section's entry framing and CRCs (:class:`CompiledFramer`), and
-a mutation decoded straight to its row changes (:class:`CompiledDecoder`). The Python reader
+a mutation decoded straight to its row changes (:class:`CompiledDecoder`), or a whole section's
+into a compact batch (:class:`CompactInto`: no Python object per entry or per value). The Python reader
 (``segment``, ``mutation``, ``changes``) stays the reference: the compiled decoder *declines* any
 mutation it does not decode exactly as the reference does (a value it cannot read, an unknown
 table, a ``system_schema`` update), and the reference then decodes it, or raises the error cdcflow
-stores. What the compiled core does not decode itself (``decimal``, which must arrive as an exact
-``Decimal``, ``duration``, user types as dicts, custom types, IPv6 addresses) is decoded by the
-reference's own ``CqlType``, so
-a change there needs no change in Rust; a type it does decode (``values.rs``) must follow a change
-of the reference (``cqltypes``). ``tests/unit/test_compiled_core.py`` holds both paths equal.
+stores. What the compiled core does not decode itself (``duration``, user types as dicts, custom
+types, IPv6 addresses) is decoded by the reference's own ``CqlType``, so a change there needs no
+change in Rust; a type it does decode (``values.rs``: ``decimal`` to the same ``Decimal``, made
+from the same text) must follow a change of the reference (``cqltypes``).
+``tests/unit/test_compiled_commitlog.py`` and ``test_compact_commitlog.py`` hold the paths equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchem
 from cdcflow.sources.cassandra_commitlog.segment import EntryFault, Section, SegmentRead
 from cdcflow.sources.cql.cqltypes import CqlType, native_type_name
 
-__all__ = ["CompiledDecoder", "CompiledFramer", "UpdateChanges", "compiled_core", "type_description"]
+__all__ = ["CompactInto", "CompiledDecoder", "CompiledFramer", "UpdateChanges", "compiled_core", "type_description"]
 
 UpdateChanges = tuple[TableSchema, bytes, list[RowChange]]
 """A wanted partition update's table, raw partition key and row changes."""
@@ -47,6 +49,7 @@ _COMPILED_NATIVE = frozenset(
         "timestamp",
         "time",
         "varint",
+        "decimal",
         "float",
         "double",
         "date",
@@ -112,15 +115,23 @@ class CompiledDecoder:
 
     ``decode_table`` is the reference decoder's: which tables' updates are wanted. Results are
     ``[(TableSchema, key, [RowChange, ...]), ...]``; None means declined: decode with the reference.
+    ``dropped`` holds the ids (text) of tables the source found dropped, whose mutations compact
+    decoding skips whole (:attr:`CompactSection.dropped`), as the source skips them in ``read``.
     """
 
-    def __init__(self, catalog: SchemaCatalog, decode_table: Any, native: Any | None = None) -> None:
+    def __init__(
+        self,
+        catalog: SchemaCatalog,
+        decode_table: Any,
+        native: Any | None = None,
+        dropped: Collection[str] | None = None,
+    ) -> None:
         native = native if native is not None else native_module()
         if native is None:
             raise RuntimeError("the compiled core (cdcflow._native) is not available")
         self.catalog = catalog
         self._native = native.CommitLogDecoder(
-            lambda raw: catalog.table(table_id_text(raw)), _table_description, decode_table, RowChange
+            lambda raw: catalog.table(table_id_text(raw)), _table_description, decode_table, RowChange, dropped
         )
 
     def decode(self, mutation: bytes) -> list[UpdateChanges] | None:
@@ -133,11 +144,32 @@ class CompiledDecoder:
         reason: str | None = self._native.last_decline
         return reason
 
-    def section_entries(self, section: Section, after: int, compact: bool = False) -> tuple[list[Any], bool]:
-        """The section's entries past ``after`` (``FramedEntry``: ``changes`` set when decoded
-        here; with ``compact``, ``compact`` instead: the changes for a ``CompactBatchBuilder``)."""
-        items, clean_end = self._native.decode_section(section.payload, section.logical_start, after, compact)
+    def section_entries(self, section: Section, after: int) -> tuple[list[Any], bool]:
+        """The section's entries past ``after`` (``FramedEntry``: ``changes`` set when decoded here)."""
+        items, clean_end = self._native.decode_section(section.payload, section.logical_start, after)
         return items, clean_end
+
+    def section_into(self, section: Section, after: int, into: CompactInto) -> tuple[Any, bool]:
+        """The section's entries past ``after`` (and up to ``into.up_to``) decoded into
+        ``into.builder``, up to the first one compact changes do not carry: a ``CompactSection``
+        (``end``, ``skipped``, ``dropped``, ``refused``, ``reached_up_to``) and whether the section
+        ended clean."""
+        return self._native.decode_section_into(  # type: ignore[no-any-return]
+            section.payload, section.logical_start, after, into.up_to, into.builder, into.segment, into.emits
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompactInto:
+    """Where a :class:`CompiledFramer` puts a segment's changes in compact form: ``builder`` (a
+    ``CompactBatchBuilder``) takes each entry's, their positions in segment ``segment``, up to
+    the entry ending past ``up_to`` (None: the segment's end), leaving out the partition updates
+    for which ``emits(keyspace, partition key bytes)`` (the source's replica filter) is false."""
+
+    builder: Any
+    segment: int
+    up_to: int | None = None
+    emits: Callable[[str, bytes], bool] | None = None
 
 
 class CompiledFramer:
@@ -146,9 +178,9 @@ class CompiledFramer:
     cannot be framed, the reference's own :class:`EntryFault`.
 
     With ``decoder`` (called once per section, so a schema refreshed meanwhile is picked up), each
-    entry past ``after`` is also decoded to row changes (in compact form with ``compact``);
-    :attr:`decoder` is the one that decoded the section being read. ``with_mutations=False``
-    frames positions only.
+    entry past ``after`` is also decoded to row changes, or with ``compact`` into its builder:
+    then each section gives one ``CompactSection`` instead of its entries. :attr:`decoder` is the
+    one that decoded the section being read. ``with_mutations=False`` frames positions only.
     """
 
     def __init__(
@@ -157,7 +189,7 @@ class CompiledFramer:
         after: int = 0,
         decoder: Callable[[], CompiledDecoder] | None = None,
         with_mutations: bool = True,
-        compact: bool = False,
+        compact: CompactInto | None = None,
     ) -> None:
         self._native = native
         self._after = after
@@ -167,9 +199,16 @@ class CompiledFramer:
         self.decoder: CompiledDecoder | None = None
 
     def __call__(self, section: Section, path: Path | str, state: SegmentRead) -> Iterator[Any]:
+        if self._decoder_for_section is not None and self._compact is not None:
+            self.decoder = self._decoder_for_section()
+            outcome, clean_end = self.decoder.section_into(section, self._after, self._compact)
+            yield outcome
+            if clean_end:
+                state.clean_end = True
+            return
         if self._decoder_for_section is not None:
             self.decoder = self._decoder_for_section()
-            items, clean_end = self.decoder.section_entries(section, self._after, self._compact)
+            items, clean_end = self.decoder.section_entries(section, self._after)
         else:
             items, clean_end = self._native.frame_section(
                 section.payload, section.logical_start, self._after, self._with_mutations

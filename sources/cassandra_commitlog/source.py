@@ -78,7 +78,13 @@ from cdcflow.sources.cassandra_commitlog.changes import (
     row_changes,
 )
 from cdcflow.sources.cassandra_commitlog.cluster import LOCAL_NODE_PROFILE, connect
-from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer, UpdateChanges, compiled_core
+from cdcflow.sources.cassandra_commitlog.compiled import (
+    CompactInto,
+    CompiledDecoder,
+    CompiledFramer,
+    UpdateChanges,
+    compiled_core,
+)
 from cdcflow.sources.cassandra_commitlog.error_store import (
     ErrorRecord,
     ErrorStore,
@@ -421,7 +427,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     def _compiled_decoder(self) -> CompiledDecoder:
         self._refresh_schema_if_due()
         if self._compiled is None:
-            self._compiled = CompiledDecoder(self._catalog, self._emits, self._native)
+            self._compiled = CompiledDecoder(self._catalog, self._emits, self._native, self._dropped_tables)
         return self._compiled
 
     def _entries(
@@ -435,15 +441,16 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         synced_to: int | None = None,
         decode: bool = False,
         with_mutations: bool = True,
-        compact: bool = False,
+        compact: CompactInto | None = None,
     ) -> tuple[Iterator[Any], CompiledFramer | None]:
         """A segment's entries and faults, framed by the compiled core when it is built (then also
-        decoded to row changes with ``decode``, in compact form with ``compact``), else by the
-        reference reader. ``synced_to``: see :func:`_synced_to`."""
+        decoded to row changes with ``decode``), else by the reference reader; with ``compact``,
+        each section's entries decoded into its builder instead (a ``CompactSection`` each).
+        ``synced_to``: see :func:`_synced_to`."""
         bounds: dict[str, Any] = {"after": after, "durable_to": durable_to, "synced_to": synced_to, "state": state}
         if self._native is None:
             return read_entries(data, path, **bounds), None
-        decoder = self._compiled_decoder if decode else None
+        decoder = self._compiled_decoder if decode or compact is not None else None
         framer = CompiledFramer(self._native, after, decoder, with_mutations, compact)
         return read_framed(data, path, framer, **bounds), framer
 
@@ -693,31 +700,28 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
         builder = self._native.CompactBatchBuilder()
         emits = self._replica_filter.emits if self._replica_filter is not None else None
         batches: list[EventBatch] = []
-        skipped = 0
+        skipped = dropped = 0
         for segment_id, path, after, up_to in self._range_segments(first, last):
             state = SegmentRead()
             try:
                 data = self._segment_bytes(path)
                 synced_to = _synced_to(read_cdc_index(index_path(path)))
-                entries, framer = self._entries(
-                    data, path, state, after=after, synced_to=synced_to, decode=True, compact=True
-                )
-                for item in entries:
-                    if up_to is not None and item.end > up_to:
-                        break
+                into = CompactInto(builder, segment_id, up_to, emits)
+                sections, framer = self._entries(data, path, state, after=after, synced_to=synced_to, compact=into)
+                for section in sections:  # a CompactSection each, its entries in the builder
                     decoder = framer.decoder if framer is not None else None
                     if (
-                        isinstance(item, EntryFault)
+                        section.refused is not None  # a fault, or a change compact rows do not carry
                         or decoder is None
                         or decoder.catalog is not self._catalog  # refreshed since: the reference's schema
                     ):
                         return None
-                    left_out = builder.add(item, segment_id, emits)
-                    if left_out is None:
-                        return None
-                    skipped += left_out
+                    skipped += section.skipped
+                    dropped += section.dropped
                     while len(builder) >= batch_size:
                         batches.append(self._compact_batch(builder, batch_size))
+                    if section.reached_up_to:
+                        break
             except CommitLogError:
                 return None
             if state.section_error is not None or state.cut_at is not None:
@@ -726,6 +730,8 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             batches.append(self._compact_batch(builder, None))
         if skipped:  # counted once the range is taken, as read counts them
             self._counted("skipped_not_primary_replica", skipped)
+        if dropped:
+            self._counted("skipped_dropped_table_mutation", dropped)
         return batches
 
     def _compact_batch(self, builder: Any, count: int | None) -> EventBatch:
@@ -1069,8 +1075,9 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
     # --- live snapshots (cdcflow.live_snapshots.LiveSnapshotSource) -----------------------------
 
     def check_snapshot_request(self, request: SnapshotRequest) -> None:
+        if self._live is None:
+            raise SourceUnavailableError("the source is not open yet (the pipeline is starting): ask again")
         self._emitted_table(request.table)
-        assert self._live is not None, "open() first"
         self._live.check_request(request)
 
     def with_snapshot_request(self, partition: Partition, offset: Offset, request: SnapshotRequest) -> Offset | None:

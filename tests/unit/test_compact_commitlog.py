@@ -11,6 +11,7 @@ written differently. Skipped when the compiled core is not built (or CDCFLOW_PUR
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from collections.abc import Callable
@@ -36,7 +37,7 @@ NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
 
 if NATIVE is not None:
-    from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder
+    from cdcflow.sources.cassandra_commitlog.compiled import CompactInto, CompiledDecoder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"
 FORMATS = sorted(p.name for p in FIXTURES.iterdir() if (p / "schema.json").exists())
@@ -97,19 +98,17 @@ def _compact_and_reference(
     declined: list[tuple[bytes, str | None]] = []
     base = BASE
     for mutation in mutation_list:
-        # A section each, one after the other: each decline's reason is the decoder's last.
+        # A section each, one after the other, so that each is taken or refused on its own.
         framed = _framed(mutation)
-        (item,), _ = decoder.section_entries(Section(0, len(framed), base, framed), base - 1, compact=True)
+        section = Section(0, len(framed), base, framed)
+        outcome, _ = decoder.section_into(section, base - 1, CompactInto(builder, SEGMENT, None, emits))
         base += len(framed)
-        reason = decoder.last_decline
-        reference = _reference_events(decoder, mutation, item.end, emits)
-        if builder.add(item, SEGMENT, emits) is not None:
+        reference = _reference_events(decoder, mutation, outcome.end, emits)
+        if outcome.refused is None:
             assert reference is not None, "compact changes for a mutation the compiled decoder declines"
             expected.extend(reference)
-            # An entry's changes are moved into the batch: a second add finds none, and says so.
-            assert builder.add(item, SEGMENT, emits) is None
         else:
-            declined.append((mutation, reason))
+            declined.append((mutation, outcome.refused))
     return _batch(builder), expected, declined
 
 
@@ -236,3 +235,80 @@ def test_the_segments_cassandra_wrote_give_the_same_events_compact(name: str) ->
     for mutation, reason in declined:
         _declines_only_what_it_does_not_carry(catalog, mutation, reason)
     assert len(declined) < len(mutation_list)
+
+
+def _plain_writes(catalog: SchemaCatalog) -> list[tuple[str, bytes]]:
+    """The mutations of the v8 fixture's segment that compact batches carry, each with the id of
+    its (first) table."""
+    [segment] = sorted((FIXTURES / "v8").glob("CommitLog-*.log"))
+    carried = []
+    for entry in read_entries(segment.read_bytes()):
+        if not isinstance(entry, Entry):
+            continue
+        updates = CompiledDecoder(catalog, _not_schema).decode(entry.mutation)
+        if updates and not _compact_and_reference(catalog, [entry.mutation])[2]:
+            carried.append((updates[0][0].table_id, entry.mutation))
+    return carried
+
+
+def test_a_section_is_taken_from_after_up_to_up_to_until_an_entry_compact_rows_do_not_carry() -> None:
+    """decode_section_into takes the entries of the range in one call: those ending past ``after``,
+    none past ``up_to`` (and says it reached it), and stops at a corrupt entry, saying why and
+    where, with the batch holding exactly the events read gives for the entries before it."""
+    catalog = SchemaCatalog.load(FIXTURES / "v8" / "schema.json")
+    first, second, third, fourth, fifth = [mutation for _, mutation in _plain_writes(catalog)[:5]]
+    corrupt = bytearray(_framed(fourth))
+    corrupt[-1] ^= 0xFF  # the entry's data CRC
+    frames = [_framed(first), _framed(second), _framed(third), bytes(corrupt), _framed(fifth)]
+    ends = [BASE + sum(len(f) for f in frames[: i + 1]) for i in range(len(frames))]
+    payload = b"".join(frames)
+
+    def into_batch(after: int, up_to: int | None) -> tuple[Any, EventBatch]:
+        builder = NATIVE.CompactBatchBuilder()
+        decoder = CompiledDecoder(catalog, _not_schema)
+        outcome, _ = decoder.section_into(
+            Section(0, len(payload), BASE, payload), after, CompactInto(builder, SEGMENT, up_to)
+        )
+        return outcome, _batch(builder)
+
+    def read_gives(*taken: int) -> list[ChangeEvent]:
+        decoder = CompiledDecoder(catalog, _not_schema)
+        mutations = [first, second, third, fourth, fifth]
+        return [e for i in taken for e in _reference_events(decoder, mutations[i], ends[i], None) or []]
+
+    outcome, batch = into_batch(ends[0], None)
+    assert (outcome.refused, outcome.end, outcome.reached_up_to) == ("entry data CRC does not match", ends[3], False)
+    _same_events(batch.records(), read_gives(1, 2))
+
+    outcome, batch = into_batch(ends[0], ends[2])
+    assert (outcome.refused, outcome.end, outcome.reached_up_to) == (None, ends[2], True)
+    _same_events(batch.records(), read_gives(1, 2))
+
+    outcome, batch = into_batch(BASE - 1, ends[1])
+    assert (outcome.refused, outcome.end, outcome.reached_up_to) == (None, ends[1], True)
+    _same_events(batch.records(), read_gives(0, 1))
+
+
+def test_mutations_of_a_table_the_source_found_dropped_are_skipped_whole_and_counted() -> None:
+    """A table the schema no longer knows refuses the section (the source's read then decides:
+    a schema refresh, or a dropped table), unless the source found it dropped: then its
+    mutations are skipped, as read skips them, and the rest of the section is taken."""
+    description = json.loads((FIXTURES / "v8" / "schema.json").read_text())
+    writes = _plain_writes(SchemaCatalog.from_description(description))
+    gone_table, gone = writes[0]
+    kept = next(mutation for table_id, mutation in writes if table_id != gone_table)
+    tables = [t for t in description["tables"] if t["id"] != gone_table]
+    catalog = SchemaCatalog.from_description({**description, "tables": tables})
+    payload = _framed(gone) + _framed(kept)
+    section = Section(0, len(payload), BASE, payload)
+
+    builder = NATIVE.CompactBatchBuilder()
+    outcome, _ = CompiledDecoder(catalog, _not_schema).section_into(section, BASE - 1, CompactInto(builder, SEGMENT))
+    assert (outcome.refused, outcome.dropped, len(builder)) == ("unknown table", 0, 0)
+
+    builder = NATIVE.CompactBatchBuilder()
+    decoder = CompiledDecoder(catalog, _not_schema, dropped={gone_table})
+    outcome, _ = decoder.section_into(section, BASE - 1, CompactInto(builder, SEGMENT))
+    assert (outcome.refused, outcome.dropped) == (None, 1)
+    reference = _reference_events(CompiledDecoder(catalog, _not_schema), kept, BASE + len(payload), None)
+    _same_events(_batch(builder).records(), reference or [])

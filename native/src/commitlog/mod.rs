@@ -13,9 +13,9 @@ use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use crate::batch::{Event, EventBatch};
-use mutation::{Column, CompactUpdate, MutationDecoder, Table, Tables, Wanted};
-use values::{CqlType, Decline, R};
+use crate::batch::{Event, EventBatch, Position};
+use mutation::{Column, CompactUpdate, FastHash, FastMap, MutationDecoder, Table, Tables, Wanted};
+use values::{uuid_text, CqlType, Decline, R};
 
 /// The smallest mutation there can be (Cassandra's own bound): guards against garbage.
 const MIN_MUTATION_SIZE: i32 = 10;
@@ -34,15 +34,6 @@ pub struct FramedEntry {
     fault: Option<Py<PyString>>,
     /// The decoded partition updates `[(TableSchema, key, [RowChange])]`; None when not decoded here.
     changes: Option<Py<PyList>>,
-    /// The row changes in compact form, when the section was decoded for compact batches.
-    compact: Option<Py<CompactChanges>>,
-}
-
-/// One entry's row changes in compact form, for `CompactBatchBuilder.add`, which takes them
-/// (moved, not copied: an entry is added once).
-#[pyclass(frozen, module = "cdcflow._native")]
-pub struct CompactChanges {
-    updates: Mutex<Option<Vec<CompactUpdate>>>,
 }
 
 enum Framed<'a> {
@@ -160,13 +151,6 @@ fn with_bytes<T>(payload: &Bound<'_, PyAny>, body: impl FnOnce(&[u8]) -> PyResul
     body(data)
 }
 
-/// What a decoded entry carries: its row changes, as Python objects or in compact form.
-enum Decoded<'py> {
-    Not,
-    Changes(Bound<'py, PyList>),
-    Compact(Vec<CompactUpdate>),
-}
-
 fn framed_entry(
     py: Python<'_>,
     base: i64,
@@ -174,21 +158,8 @@ fn framed_entry(
     end: usize,
     mutation: Option<&[u8]>,
     fault: Option<&str>,
-    decoded: Decoded<'_>,
+    changes: Option<Bound<'_, PyList>>,
 ) -> PyResult<Py<FramedEntry>> {
-    let (changes, compact) = match decoded {
-        Decoded::Not => (None, None),
-        Decoded::Changes(changes) => (Some(changes.unbind()), None),
-        Decoded::Compact(updates) => (
-            None,
-            Some(Py::new(
-                py,
-                CompactChanges {
-                    updates: Mutex::new(Some(updates)),
-                },
-            )?),
-        ),
-    };
     Py::new(
         py,
         FramedEntry {
@@ -196,8 +167,7 @@ fn framed_entry(
             end: base + end as i64,
             mutation: mutation.map(|m| PyBytes::new(py, m).unbind()),
             fault: fault.map(|f| PyString::new(py, f).unbind()),
-            changes,
-            compact,
+            changes: changes.map(Bound::unbind),
         },
     )
 }
@@ -211,7 +181,7 @@ fn fault_entry(
     raw: &[u8],
     reason: &str,
 ) -> PyResult<Py<FramedEntry>> {
-    framed_entry(py, base, start, end, Some(raw), Some(reason), Decoded::Not)
+    framed_entry(py, base, start, end, Some(raw), Some(reason), None)
 }
 
 /// The entries of one section whose end is past `after`, as `FramedEntry` items, and whether the
@@ -233,7 +203,7 @@ pub fn frame_section(
                 Framed::Entry { start, end, mutation } => {
                     if base + end as i64 > after {
                         let bytes = if with_mutations { Some(mutation) } else { None };
-                        out.push(framed_entry(py, base, start, end, bytes, None, Decoded::Not)?);
+                        out.push(framed_entry(py, base, start, end, bytes, None, None)?);
                     }
                 }
                 Framed::Fault {
@@ -256,8 +226,13 @@ struct PyTables {
     lookup: Py<PyAny>,
     describe: Py<PyAny>,
     decode_table: Py<PyAny>,
-    known: HashMap<[u8; 16], Arc<Table>>,
-    wanted: HashSet<[u8; 16]>,
+    /// The ids (as text) of the tables the source found dropped; None: none are skipped here.
+    dropped: Option<Py<PyAny>>,
+    known: FastMap<[u8; 16], Arc<Table>>,
+    wanted: HashSet<[u8; 16], FastHash>,
+    /// The table last looked up, and whether it was wanted: most mutations are of the table the
+    /// previous one was.
+    last: Option<(Arc<Table>, bool)>,
 }
 
 impl PyTables {
@@ -314,30 +289,46 @@ impl PyTables {
 }
 
 impl Tables for PyTables {
-    fn table(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<Arc<Table>> {
+    fn table(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<Option<Arc<Table>>> {
         let id: [u8; 16] = raw_id.try_into().map_err(|_| Decline("table id is not 16 bytes"))?;
+        if let Some((table, _)) = &self.last {
+            if table.id == id {
+                return Ok(Some(table.clone()));
+            }
+        }
         if let Some(table) = self.known.get(&id) {
-            return Ok(table.clone());
+            return Ok(Some(table.clone()));
         }
         let schema = self.lookup.bind(py).call1((PyBytes::new(py, raw_id),))?;
         if schema.is_none() {
-            return Err(Decline("unknown table")); // the reference raises UnknownTableError
+            return Ok(None);
         }
         let table = Arc::new(self.build(py, id, &schema)?);
         self.known.insert(id, table.clone());
-        Ok(table)
+        Ok(Some(table))
+    }
+
+    fn dropped(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<bool> {
+        let (Some(dropped), Ok(id)) = (&self.dropped, <[u8; 16]>::try_from(raw_id)) else {
+            return Ok(false);
+        };
+        Ok(dropped.bind(py).contains(uuid_text(py, &id))?)
     }
 
     fn wanted(&mut self, py: Python<'_>, table: &Arc<Table>) -> R<Wanted> {
         // Only "yes" is remembered: the source counts what it skips (counter tables) per update.
-        if self.wanted.contains(&table.id) {
-            return Ok(Wanted::Yes);
+        if let Some((last, true)) = &self.last {
+            if Arc::ptr_eq(last, table) {
+                return Ok(Wanted::Yes);
+            }
         }
-        let yes: bool = self
-            .decode_table
-            .bind(py)
-            .call1((table.schema.bind(py),))?
-            .is_truthy()?;
+        let yes = self.wanted.contains(&table.id)
+            || self
+                .decode_table
+                .bind(py)
+                .call1((table.schema.bind(py),))?
+                .is_truthy()?;
+        self.last = Some((table.clone(), yes));
         if yes {
             self.wanted.insert(table.id);
             return Ok(Wanted::Yes);
@@ -356,7 +347,9 @@ struct DecoderState {
 ///
 /// ``lookup(raw_id)`` gives the ``TableSchema`` of a 16-byte table id (or None),
 /// ``describe(TableSchema)`` what the decoder needs of it, ``decode_table(TableSchema)`` whether
-/// its updates are wanted, and ``row_change`` is the ``RowChange`` class to build.
+/// its updates are wanted, and ``row_change`` is the ``RowChange`` class to build. ``dropped``
+/// (the ids, as text, of tables the source found dropped) lets compact decoding skip their
+/// mutations as the reference's reader does.
 #[pyclass(module = "cdcflow._native")]
 pub struct CommitLogDecoder {
     state: Mutex<DecoderState>,
@@ -365,12 +358,14 @@ pub struct CommitLogDecoder {
 #[pymethods]
 impl CommitLogDecoder {
     #[new]
+    #[pyo3(signature = (lookup, describe, decode_table, row_change, dropped = None))]
     fn new(
         py: Python<'_>,
         lookup: Py<PyAny>,
         describe: Py<PyAny>,
         decode_table: Py<PyAny>,
         row_change: Py<PyAny>,
+        dropped: Option<Py<PyAny>>,
     ) -> Self {
         CommitLogDecoder {
             state: Mutex::new(DecoderState {
@@ -379,8 +374,10 @@ impl CommitLogDecoder {
                     lookup,
                     describe,
                     decode_table,
-                    known: HashMap::new(),
-                    wanted: HashSet::new(),
+                    dropped,
+                    known: FastMap::default(),
+                    wanted: HashSet::default(),
+                    last: None,
                 },
                 last_decline: None,
             }),
@@ -405,16 +402,14 @@ impl CommitLogDecoder {
     }
 
     /// The entries of one section past ``after``, each decoded when the compiled core can (its
-    /// ``changes``, or with ``compact`` its ``compact`` changes), else carrying its ``mutation``
-    /// for the reference; and whether a zero size ended the section.
-    #[pyo3(signature = (payload, base, after, compact = false))]
+    /// ``changes``), else carrying its ``mutation`` for the reference; and whether a zero size
+    /// ended the section.
     fn decode_section(
         &self,
         py: Python<'_>,
         payload: &Bound<'_, PyAny>,
         base: i64,
         after: i64,
-        compact: bool,
     ) -> PyResult<(Vec<Py<FramedEntry>>, bool)> {
         let mut state = self
             .state
@@ -430,23 +425,15 @@ impl CommitLogDecoder {
                         if base + end as i64 <= after {
                             continue;
                         }
-                        let decoded = if compact {
-                            state
-                                .decoder
-                                .decode_compact(py, mutation, &mut state.tables)
-                                .map(Decoded::Compact)
-                        } else {
-                            state
-                                .decoder
-                                .decode(py, mutation, &mut state.tables)
-                                .map(Decoded::Changes)
-                        };
                         // The bytes stay with the changes: the source decodes them again with the
                         // reference if the schema changed since this section was decoded.
-                        let decoded = decoded.unwrap_or_else(|decline| {
-                            state.last_decline = Some(decline.0);
-                            Decoded::Not
-                        });
+                        let decoded = match state.decoder.decode(py, mutation, &mut state.tables) {
+                            Ok(changes) => Some(changes),
+                            Err(decline) => {
+                                state.last_decline = Some(decline.0);
+                                None
+                            }
+                        };
                         out.push(framed_entry(py, base, start, end, Some(mutation), None, decoded)?);
                     }
                     Framed::Fault {
@@ -465,11 +452,107 @@ impl CommitLogDecoder {
         })
     }
 
+    /// The compact changes of the section's entries past ``after`` and up to ``up_to`` (None: to
+    /// its end), added to ``builder`` (positions ``{"segment", "position": entry end, "index"}``
+    /// in segment ``segment``), leaving out the partition updates for which ``emits(keyspace,
+    /// partition key bytes)`` (the source's replica filter) is false, until an entry the compact
+    /// form does not carry (a fault, a declined mutation): ``(CompactSection, clean end)``.
+    #[pyo3(signature = (payload, base, after, up_to, builder, segment, emits = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn decode_section_into(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        base: i64,
+        after: i64,
+        up_to: Option<i64>,
+        mut builder: PyRefMut<'_, CompactBatchBuilder>,
+        segment: i64,
+        emits: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<(CompactSection, bool)> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("decoder lock poisoned"))?;
+        let state = &mut *state;
+        with_bytes(payload, |data| {
+            let (items, clean_end) = frame(data);
+            let mut outcome = CompactSection {
+                end: base,
+                skipped: 0,
+                dropped: 0,
+                refused: None,
+                reached_up_to: false,
+            };
+            for item in items {
+                let (end, refused) = match item {
+                    Framed::Entry { end, mutation, .. } => {
+                        let end = base + end as i64;
+                        if end <= after || up_to.is_some_and(|up_to| end > up_to) {
+                            (end, None)
+                        } else {
+                            match state.decoder.decode_compact(py, mutation, &mut state.tables) {
+                                Ok(None) => {
+                                    outcome.dropped += 1;
+                                    (end, None)
+                                }
+                                Ok(Some(updates)) => {
+                                    match builder.add_updates(py, updates, segment, end, emits.as_ref())? {
+                                        Some(skipped) => {
+                                            outcome.skipped += skipped;
+                                            (end, None)
+                                        }
+                                        None => (end, Some("more tables than a batch can name".to_string())),
+                                    }
+                                }
+                                Err(decline) => {
+                                    state.last_decline = Some(decline.0);
+                                    (end, Some(decline.0.to_string()))
+                                }
+                            }
+                        }
+                    }
+                    Framed::Fault { end, reason, .. } => (base + end as i64, Some(reason)),
+                };
+                if end <= after {
+                    continue;
+                }
+                if up_to.is_some_and(|up_to| end > up_to) {
+                    outcome.reached_up_to = true;
+                    break;
+                }
+                outcome.end = end;
+                if refused.is_some() {
+                    outcome.refused = refused;
+                    break;
+                }
+            }
+            Ok((outcome, clean_end))
+        })
+    }
+
     /// Why the last declined mutation was declined (for tests and debugging).
     #[getter]
     fn last_decline(&self) -> Option<&'static str> {
         self.state.lock().ok().and_then(|state| state.last_decline)
     }
+}
+
+/// What `CommitLogDecoder.decode_section_into` came to for one section.
+#[pyclass(frozen, get_all, module = "cdcflow._native")]
+pub struct CompactSection {
+    /// The logical position after the last entry it took or refused (the section's start when
+    /// none): what `read_framed` counts as read.
+    end: i64,
+    /// Partition updates the replica filter left out.
+    skipped: usize,
+    /// Mutations skipped whole: they name a table the source found dropped.
+    dropped: usize,
+    /// Why the entry ending at `end` is not in the batch (a fault, a mutation the compact form
+    /// does not carry); None when every entry of the range in the section is.
+    refused: Option<String>,
+    /// An entry past `up_to` ended the section's part of the range.
+    reached_up_to: bool,
 }
 
 /// Compact commit-log events gathered entry by entry into `EventBatch`es: the events
@@ -480,7 +563,7 @@ pub struct CompactBatchBuilder {
     events: Vec<Event>,
     /// The `TableSchema` of each table index the events name.
     tables: Vec<Py<PyAny>>,
-    table_index: HashMap<[u8; 16], u16>,
+    table_index: FastMap<[u8; 16], u16>,
 }
 
 #[pymethods]
@@ -490,72 +573,12 @@ impl CompactBatchBuilder {
         CompactBatchBuilder {
             events: Vec::new(),
             tables: Vec::new(),
-            table_index: HashMap::new(),
+            table_index: FastMap::default(),
         }
     }
 
     fn __len__(&self) -> usize {
         self.events.len()
-    }
-
-    /// Adds the compact changes of ``entry`` (read in segment ``segment``), their positions as
-    /// ``{"segment", "position": entry.end, "index"}``, leaving out the partition updates for
-    /// which ``emits(keyspace, partition key bytes)`` (the source's replica filter) is false.
-    /// How many updates were left out; None when the entry has no compact changes (the caller
-    /// reads the range with the reference instead).
-    #[pyo3(signature = (entry, segment, emits = None))]
-    fn add(
-        &mut self,
-        py: Python<'_>,
-        entry: PyRef<'_, FramedEntry>,
-        segment: i64,
-        emits: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Option<usize>> {
-        let Some(compact) = &entry.compact else {
-            return Ok(None);
-        };
-        let taken = compact
-            .get()
-            .updates
-            .lock()
-            .map_err(|_| PyRuntimeError::new_err("compact changes lock poisoned"))?
-            .take();
-        let Some(updates) = taken else {
-            return Ok(None); // added before: the caller reads the range with the reference
-        };
-        let mut skipped = 0;
-        let mut index = 0;
-        for update in updates {
-            if let Some(emits) = &emits {
-                let keyspace = update.table.keyspace.bind(py);
-                if !emits.call1((keyspace, PyBytes::new(py, &update.key)))?.is_truthy()? {
-                    skipped += 1;
-                    continue;
-                }
-            }
-            let next = self.tables.len();
-            let table = *self.table_index.entry(update.table.id).or_insert(next as u16);
-            if table as usize == next {
-                if next >= u16::MAX as usize {
-                    return Ok(None);
-                }
-                self.tables.push(update.table.schema.clone_ref(py));
-            }
-            for change in update.changes {
-                self.events.push(Event {
-                    op: change.op,
-                    table,
-                    key: change.key,
-                    before: None,
-                    after: change.after,
-                    position: format!("{{\"index\":{index},\"position\":{},\"segment\":{segment}}}", entry.end),
-                    ts_us: change.ts_us,
-                    headers: change.headers,
-                });
-                index += 1;
-            }
-        }
-        Ok(Some(skipped))
     }
 
     /// The ``TableSchema`` of each table index of the batches taken.
@@ -575,5 +598,58 @@ impl CompactBatchBuilder {
             ts_ms,
             snapshot: false,
         }
+    }
+}
+
+impl CompactBatchBuilder {
+    /// The changes of an entry ending at ``position`` of ``segment``, but for the partition
+    /// updates ``emits`` leaves out: how many it left out, or None when the batch cannot name
+    /// another table.
+    fn add_updates(
+        &mut self,
+        py: Python<'_>,
+        updates: Vec<CompactUpdate>,
+        segment: i64,
+        position: i64,
+        emits: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<usize>> {
+        let mut skipped = 0;
+        let mut index = 0;
+        for update in updates {
+            if let Some(emits) = emits {
+                let keyspace = update.table.keyspace.bind(py);
+                let key = PyBytes::new(py, &update.mutation[update.key.0..update.key.1]);
+                if !emits.call1((keyspace, key))?.is_truthy()? {
+                    skipped += 1;
+                    continue;
+                }
+            }
+            let next = self.tables.len();
+            let table = *self.table_index.entry(update.table.id).or_insert(next as u16);
+            if table as usize == next {
+                if next >= u16::MAX as usize {
+                    return Ok(None);
+                }
+                self.tables.push(update.table.schema.clone_ref(py));
+            }
+            for change in update.changes {
+                self.events.push(Event {
+                    op: change.op,
+                    table,
+                    key: change.key,
+                    before: None,
+                    after: change.after,
+                    position: Position::CommitLog {
+                        segment,
+                        position,
+                        index,
+                    },
+                    ts_us: change.ts_us,
+                    headers: change.headers,
+                });
+                index += 1;
+            }
+        }
+        Ok(Some(skipped))
     }
 }

@@ -6,6 +6,7 @@
 //! the reference decodes it: it gives the same changes or raises the error cdcflow stores.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -45,6 +46,34 @@ const EXCL_END_INCL_START: u8 = 2;
 const INCL_END_EXCL_START: u8 = 5;
 const INCL_END: u8 = 6;
 const BOUND_KINDS: u8 = 8;
+
+/// A hasher for the decoder's small maps (table ids, a table's column headers), keyed by what
+/// no one chooses to collide: cheaper than the default SipHash, which is built to resist that.
+#[derive(Default)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.write_u64(*byte as u64);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.write_u64(value as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub type FastHash = BuildHasherDefault<FastHasher>;
+pub type FastMap<K, V> = HashMap<K, V, FastHash>;
 
 /// A byte range of the mutation.
 #[derive(Clone, Copy, Default)]
@@ -171,10 +200,11 @@ impl Table {
 }
 
 /// One partition update's row changes in compact form, with its raw partition key (for the
-/// source's replica filter).
+/// source's replica filter): `mutation[key.0..key.1]`.
 pub struct CompactUpdate {
     pub table: Arc<Table>,
-    pub key: Vec<u8>,
+    pub mutation: Arc<[u8]>,
+    pub key: (usize, usize),
     pub changes: Vec<CompactChange>,
 }
 
@@ -254,8 +284,12 @@ pub enum Wanted {
 
 /// Looks tables up (and asks whether to decode them) through the source's Python callables.
 pub trait Tables {
-    fn table(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<Arc<Table>>;
+    /// The table of a 16-byte id; None when the schema has none of that id.
+    fn table(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<Option<Arc<Table>>>;
     fn wanted(&mut self, py: Python<'_>, table: &Arc<Table>) -> R<Wanted>;
+    /// Whether an id the schema does not know is one the source found dropped (its mutations
+    /// are skipped whole, as the reference's reader skips them).
+    fn dropped(&mut self, py: Python<'_>, raw_id: &[u8]) -> R<bool>;
 }
 
 /// `RowChange`'s fields, in the order the decoder gives them.
@@ -267,7 +301,7 @@ pub struct MutationDecoder {
     row_change: RecordClass,
     strings: Strings,
     /// Each table's last column header (static, regular): nearly every mutation repeats it.
-    headers: HashMap<(usize, bool), (Vec<u8>, Vec<usize>)>,
+    headers: FastMap<(usize, bool), (Vec<u8>, Vec<usize>)>,
     arena: Arena,
 }
 
@@ -304,14 +338,16 @@ impl MutationDecoder {
                 end: intern("end"),
                 end_inclusive: intern("end_inclusive"),
             },
-            headers: HashMap::new(),
+            headers: FastMap::default(),
             arena: Arena::default(),
         }
     }
 
     /// The mutation's wanted partition updates as `[(TableSchema, key bytes, [RowChange, ...]), ...]`.
     pub fn decode<'py>(&mut self, py: Python<'py>, data: &[u8], tables: &mut dyn Tables) -> R<Bound<'py, PyList>> {
-        let wanted_updates = self.parse(py, data, tables)?;
+        // A table the schema does not know: the reference decides (it refreshes the schema, or
+        // skips and counts the mutation of a dropped table).
+        let wanted_updates = self.parse(py, data, tables, false)?.ok_or(Decline("unknown table"))?;
         let result = PyList::empty(py);
         for index in wanted_updates {
             let update = &self.arena.updates[index];
@@ -329,27 +365,46 @@ impl MutationDecoder {
         Ok(result)
     }
 
-    /// The mutation's wanted row changes in compact form, in the order `decode` gives them.
-    /// Declines what compact changes do not carry (range deletions, multi-cell columns: the
-    /// caller reads those through `decode` and the reference's events).
-    pub fn decode_compact(&mut self, py: Python<'_>, data: &[u8], tables: &mut dyn Tables) -> R<Vec<CompactUpdate>> {
-        let wanted_updates = self.parse(py, data, tables)?;
+    /// The mutation's wanted row changes in compact form, in the order `decode` gives them;
+    /// None for a mutation of a table the source found dropped (skipped whole). Declines what
+    /// compact changes do not carry (the caller reads those through `decode` and the
+    /// reference's events).
+    pub fn decode_compact(
+        &mut self,
+        py: Python<'_>,
+        data: &[u8],
+        tables: &mut dyn Tables,
+    ) -> R<Option<Vec<CompactUpdate>>> {
+        let Some(wanted_updates) = self.parse(py, data, tables, true)? else {
+            return Ok(None);
+        };
         let mut updates = Vec::with_capacity(wanted_updates.len());
+        // The values' text stays in (a copy of) the mutation, which they share.
+        let shared: Arc<[u8]> = Arc::from(data);
         for index in wanted_updates {
             let update = &self.arena.updates[index];
             let mut changes = Vec::new();
-            self.compact_changes(py, data, update, &mut changes)?;
+            self.compact_changes(py, &shared, update, &mut changes)?;
             updates.push(CompactUpdate {
                 table: update.table.clone(),
-                key: update.key.of(data).to_vec(),
+                mutation: shared.clone(),
+                key: (update.key.start, update.key.end),
                 changes,
             });
         }
-        Ok(updates)
+        Ok(Some(updates))
     }
 
-    /// Parses the mutation into the arena; the indexes of the wanted partition updates.
-    fn parse(&mut self, py: Python<'_>, data: &[u8], tables: &mut dyn Tables) -> R<Vec<usize>> {
+    /// Parses the mutation into the arena; the indexes of the wanted partition updates. With
+    /// `skip_dropped`, None for a mutation naming a table the source found dropped (the
+    /// reference's reader skips such a mutation whole); else that declines.
+    fn parse(
+        &mut self,
+        py: Python<'_>,
+        data: &[u8],
+        tables: &mut dyn Tables,
+        skip_dropped: bool,
+    ) -> R<Option<Vec<usize>>> {
         self.arena.clear();
         let mut wanted_updates: Vec<usize> = Vec::new();
         let mut cursor = Cursor { data, pos: 0 };
@@ -360,7 +415,12 @@ impl MutationDecoder {
         let mut finished_early = false;
         for index in 0..count {
             let raw_id = cursor.take(16)?;
-            let table = tables.table(py, raw_id.of(data))?;
+            let Some(table) = tables.table(py, raw_id.of(data))? else {
+                if skip_dropped && tables.dropped(py, raw_id.of(data))? {
+                    return Ok(None);
+                }
+                return Err(Decline("unknown table")); // the reference raises UnknownTableError
+            };
             let wanted = matches!(tables.wanted(py, &table)?, Wanted::Yes);
             if wanted && table.schema_table {
                 return Err(Decline(
@@ -379,7 +439,7 @@ impl MutationDecoder {
         if !finished_early && cursor.pos != data.len() {
             return Err(Decline("bytes left after the mutation"));
         }
-        Ok(wanted_updates)
+        Ok(Some(wanted_updates))
     }
 
     // --- parsing ----------------------------------------------------------------------------------
@@ -998,7 +1058,13 @@ impl MutationDecoder {
 
 impl MutationDecoder {
     /// `row_changes` in compact form, appended to `out`.
-    fn compact_changes(&self, py: Python<'_>, data: &[u8], update: &Update, out: &mut Vec<CompactChange>) -> R<()> {
+    fn compact_changes(
+        &self,
+        py: Python<'_>,
+        data: &Arc<[u8]>,
+        update: &Update,
+        out: &mut Vec<CompactChange>,
+    ) -> R<()> {
         let table = &update.table;
         if table.partition_key.len() != update.key_parts.len() {
             return Err(Decline("partition key parts do not match the table's key columns"));
@@ -1009,7 +1075,7 @@ impl MutationDecoder {
         // The partition key, the clustering columns absent (a partition's own changes have none).
         let mut partition_key = Vec::with_capacity(table.key_width());
         for (column, part) in table.partition_key.iter().zip(&update.key_parts) {
-            partition_key.push(column.cql.compact(py, part.of(data))?);
+            partition_key.push(column.cql.compact(py, data, part.start, part.end)?);
         }
         let key_of = |clustering: &[Option<Span>]| -> R<Vec<Value>> {
             let mut key: Vec<Value> = partition_key.iter().map(|v| v.clone_ref(py)).collect();
@@ -1017,7 +1083,7 @@ impl MutationDecoder {
                 key.push(match clustering.get(index) {
                     None => Value::Absent,
                     Some(None) => Value::Null,
-                    Some(Some(span)) => column.cql.compact(py, span.of(data))?,
+                    Some(Some(span)) => column.cql.compact(py, data, span.start, span.end)?,
                 });
             }
             Ok(key)
@@ -1043,7 +1109,7 @@ impl MutationDecoder {
     fn compact_row(
         &self,
         py: Python<'_>,
-        data: &[u8],
+        data: &Arc<[u8]>,
         table: &Arc<Table>,
         key: Vec<Value>,
         row: &Row,
@@ -1081,7 +1147,10 @@ impl MutationDecoder {
             after[position] = if cell.deleted {
                 Value::Null
             } else {
-                table.columns[cell.column].cql.compact(py, cell.value.of(data))?
+                let value = cell.value;
+                table.columns[cell.column]
+                    .cql
+                    .compact(py, data, value.start, value.end)?
             };
         }
         let headers = if ttl.is_empty() {

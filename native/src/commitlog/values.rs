@@ -1,10 +1,10 @@
 //! CQL values as the commit log stores them, decoded to the Python values cdcflow's events carry.
 //!
 //! This is the one place that says what each CQL type decodes to in the compiled core. It mirrors
-//! `cdcflow.sources.cql.cqltypes` (the reference) for the types decoded here; every other type
-//! (`decimal`, an exact Python `Decimal`; IPv6 `inet`; `duration`; user types, as dicts; custom
-//! types; `empty`) is handed to the reference's own decoder, so a change to how the reference
-//! represents them needs no change here. A type moved from the reference to Rust must keep its
+//! `cdcflow.sources.cql.cqltypes` (the reference) for the types decoded here (`decimal` to the
+//! same `Decimal`, made from the same text); every other type (IPv6 `inet`; `duration`; user
+//! types, as dicts; custom types; `empty`) is handed to the reference's own decoder, so a change
+//! to how the reference represents them needs no change here. A type moved from the reference to Rust must keep its
 //! exact result: `tests/unit/test_compiled_core.py` holds the two equal over every type.
 //!
 //! Every function here returns `Err(Decline)` instead of raising: the caller then lets the
@@ -15,7 +15,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use std::sync::Arc;
+
 use crate::batch::Value;
+use crate::decimal::Decimal;
 
 /// The compiled core declines an input: the reference decides (it decodes, or raises the error).
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +43,8 @@ pub enum Kind {
     /// bigint, counter, timestamp (epoch millis) and time (nanoseconds): 8 bytes, signed.
     BigInt,
     Varint,
+    /// An int32 scale, then the unscaled number (big-endian two's complement).
+    Decimal,
     Float,
     Double,
     /// Days since the epoch, stored unsigned with the epoch at 2^31.
@@ -108,6 +113,7 @@ impl CqlType {
             "int" => Kind::Int,
             "bigint" | "counter" | "timestamp" | "time" => Kind::BigInt,
             "varint" => Kind::Varint,
+            "decimal" => Kind::Decimal,
             "float" => Kind::Float,
             "double" => Kind::Double,
             "date" => Kind::Date,
@@ -160,6 +166,11 @@ impl CqlType {
                 Err(_) => Err(Decline("double of the wrong length")),
             },
             Kind::Varint => varint(py, raw, &self.reference),
+            Kind::Decimal => match Decimal::from_cql(raw) {
+                Some(decimal) => Ok(decimal.to_py(py)?),
+                None if raw.is_empty() => Ok(py.None().into_bound(py)),
+                None => self.reference_decode(py, raw), // wider than 128 bits, or cut short
+            },
             Kind::Date => match <[u8; 4]>::try_from(raw) {
                 Ok(bytes) => Ok(int(py, u32::from_be_bytes(bytes) as i64 - (1i64 << 31))),
                 Err(_) if raw.is_empty() => Ok(py.None().into_bound(py)),
@@ -248,9 +259,11 @@ impl CqlType {
         }
     }
 
-    /// The value `decode` gives, held by the core where it can be (numbers, text, booleans,
-    /// uuids: what a compact batch writes without a Python object), else as that Python object.
-    pub fn compact(&self, py: Python<'_>, raw: &[u8]) -> R<Value> {
+    /// The value `decode` gives for `data[start..end]`, held by the core where it can be
+    /// (numbers, text, booleans, uuids, decimals: what a compact batch writes without a Python
+    /// object; text as a range of `data`, which the value shares), else as that Python object.
+    pub fn compact(&self, py: Python<'_>, data: &Arc<[u8]>, start: usize, end: usize) -> R<Value> {
+        let raw = data.get(start..end).ok_or(Decline("a value past its mutation"))?;
         fn fixed<const N: usize>(raw: &[u8], convert: impl Fn(&[u8; N]) -> i64) -> R<Value> {
             match <[u8; N]>::try_from(raw) {
                 Ok(bytes) => Ok(Value::Long(convert(&bytes))),
@@ -260,9 +273,7 @@ impl CqlType {
         }
         match self.kind {
             // Strict UTF-8 both ways: Rust's check refuses exactly what CPython's strict decoder does.
-            Kind::Text => std::str::from_utf8(raw)
-                .map(|text| Value::Text(text.to_owned()))
-                .map_err(|_| Decline("not UTF-8")),
+            Kind::Text => Value::text_in(data, start, end).ok_or(Decline("not UTF-8")),
             Kind::Boolean => Ok(if raw.is_empty() {
                 Value::Null
             } else {
@@ -284,19 +295,26 @@ impl CqlType {
                 Err(_) => Err(Decline("float of the wrong length")),
             },
             Kind::Uuid => match <[u8; 16]>::try_from(raw) {
-                Ok(bytes) => Ok(Value::Text(uuid_string(&bytes))),
+                Ok(bytes) => Ok(Value::Uuid(bytes)),
                 Err(_) if raw.is_empty() => Ok(Value::Null),
                 Err(_) => Err(Decline("uuid of the wrong length")),
             },
-            _ => {
-                let object = self.decode(py, raw)?;
-                Ok(if object.is_none() {
-                    Value::Null
-                } else {
-                    Value::Py(object.unbind())
-                })
-            }
+            Kind::Decimal => match Decimal::from_cql(raw) {
+                Some(decimal) => Ok(Value::Decimal(decimal)),
+                None => self.compact_object(py, raw), // empty, wider than 128 bits, or cut short
+            },
+            _ => self.compact_object(py, raw),
         }
+    }
+
+    /// The value `decode` gives, as the Python object (None as null).
+    fn compact_object(&self, py: Python<'_>, raw: &[u8]) -> R<Value> {
+        let object = self.decode(py, raw)?;
+        Ok(if object.is_none() {
+            Value::Null
+        } else {
+            Value::Py(object.unbind())
+        })
     }
 
     fn reference_decode<'py>(&self, py: Python<'py>, raw: &[u8]) -> R<Bound<'py, PyAny>> {
@@ -461,15 +479,26 @@ pub fn uuid_text<'py>(py: Python<'py>, raw: &[u8; 16]) -> Bound<'py, PyString> {
 
 /// `str(uuid.UUID(bytes=raw))` as a Rust string.
 pub fn uuid_string(raw: &[u8; 16]) -> String {
-    let mut out = String::with_capacity(36);
+    let mut out = Vec::with_capacity(36);
+    write_uuid_text(&mut out, raw);
+    // SAFETY: hex digits and dashes only.
+    unsafe { String::from_utf8_unchecked(out) }
+}
+
+/// `str(uuid.UUID(bytes=raw))` appended to `out`.
+pub fn write_uuid_text(out: &mut Vec<u8>, raw: &[u8; 16]) {
+    let mut text = [0u8; 36];
+    let mut at = 0;
     for (index, byte) in raw.iter().enumerate() {
         if matches!(index, 4 | 6 | 8 | 10) {
-            out.push('-');
+            text[at] = b'-';
+            at += 1;
         }
-        out.push(HEX[(byte >> 4) as usize] as char);
-        out.push(HEX[(byte & 0xF) as usize] as char);
+        text[at] = HEX[(byte >> 4) as usize];
+        text[at + 1] = HEX[(byte & 0xF) as usize];
+        at += 2;
     }
-    out
+    out.extend_from_slice(&text);
 }
 
 fn hex(raw: &[u8]) -> String {
