@@ -44,6 +44,10 @@ class SnapshotRequest:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     requested_at_us: int = field(default_factory=_now_us)
 
+    def __post_init__(self) -> None:
+        if self.where is not None:  # blank: no condition
+            object.__setattr__(self, "where", self.where.strip() or None)
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "table": self.table, "where": self.where, "at": self.requested_at_us}
 

@@ -12,7 +12,9 @@ arrays naming what a record is about:
 ``["partitions", pipeline]``       the leader's list of the source's partitions: members
                                    re-list when it changes (a new generation, a split)
 ``["offsets", pipeline, id]``      an offsets change (set or reset) for the partitions' owners
-``["ack", id, worker]``            an owner's answer to that change
+``["snapshot", pipeline, id]``     a live snapshot request (:mod:`cdcflow.live_snapshots`) for
+                                   the owners of the partitions carrying its table
+``["ack", id, worker]``            an owner's answer to either
 =================================  =========================================================
 
 Pause flags live here, not in a faust ``GlobalTable``: a GlobalTable's changes do not reach the
@@ -28,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -36,7 +38,7 @@ from cdcflow.errors import GroupUnavailableError
 from cdcflow.group.config import GroupConfig
 from cdcflow.group.topics import ensure_topic
 
-__all__ = ["ControlChannel", "OffsetsCommand"]
+__all__ = ["ControlChannel", "OffsetsCommand", "SnapshotCommand"]
 
 log = logging.getLogger("cdcflow.group")
 
@@ -51,13 +53,15 @@ _TOPIC_CONFIG = {
 }
 
 COMMAND_LIFETIME_S = 60.0
-"""An offsets command older than this is history, not an order: a worker that starts later, or
-reads the topic again, never applies it."""
+"""A command older than this is history, not an order: a worker that starts later, or reads the
+topic again, never applies it (a snapshot request an owner applied is in its partitions' offsets)."""
 
 
 @dataclass(frozen=True)
 class OffsetsCommand:
     """Set partitions to an offset (a mapping) or back to their start (``None``)."""
+
+    kind: ClassVar[str] = "offsets"
 
     id: str
     pipeline: str
@@ -70,6 +74,26 @@ class OffsetsCommand:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> OffsetsCommand:
         return cls(str(data["id"]), str(data["pipeline"]), dict(data["partitions"]), float(data["at"]))
+
+
+@dataclass(frozen=True)
+class SnapshotCommand:
+    """Queue a live snapshot (``request``: :meth:`cdcflow.live_snapshots.SnapshotRequest.to_json`)
+    in every owned partition that carries its table."""
+
+    kind: ClassVar[str] = "snapshot"
+
+    id: str
+    pipeline: str
+    request: Mapping[str, Any]
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "pipeline": self.pipeline, "request": dict(self.request), "at": self.at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SnapshotCommand:
+        return cls(str(data["id"]), str(data["pipeline"]), dict(data["request"]), float(data["at"]))
 
 
 @dataclass
@@ -95,6 +119,7 @@ class ControlChannel:
         self._read_up_to: dict[int, int] = {}  # partition -> next offset this reader has applied
         self._caught_up = False
         self.on_command: Callable[[OffsetsCommand], None] = lambda command: None
+        self.on_snapshot: Callable[[SnapshotCommand], None] = lambda command: None
         self.on_partitions: Callable[[str, list[str]], None] = lambda pipeline, ids: None
         self.on_pause: Callable[[str], None] = lambda pipeline: None
 
@@ -189,6 +214,7 @@ class ControlChannel:
         value = json.loads(raw) if raw is not None else None
         kind = key[0]
         commands: list[OffsetsCommand] = []
+        snapshots: list[SnapshotCommand] = []
         announced: tuple[str, list[str]] | None = None
         pause_changed = False
         with self._lock:
@@ -213,10 +239,16 @@ class ControlChannel:
                 command = OffsetsCommand.from_json(value)
                 if time.time() - command.at < COMMAND_LIFETIME_S:
                     commands.append(command)
+            elif kind == "snapshot" and value is not None and self._caught_up:
+                snapshot = SnapshotCommand.from_json(value)
+                if time.time() - snapshot.at < COMMAND_LIFETIME_S:
+                    snapshots.append(snapshot)
         if pause_changed:
             self.on_pause(key[1])
         for command in commands:
             self.on_command(command)
+        for snapshot in snapshots:
+            self.on_snapshot(snapshot)
         if announced is not None and self._caught_up:
             self.on_partitions(*announced)
 
@@ -284,19 +316,27 @@ class ControlChannel:
         self._write(["offsets", pipeline, command.id], command.to_json())
         return command
 
-    def acknowledge(self, command: OffsetsCommand, worker: str, answer: Mapping[str, Any]) -> None:
+    def send_snapshot_command(self, pipeline: str, request: Mapping[str, Any]) -> SnapshotCommand:
+        command = SnapshotCommand(uuid.uuid4().hex, pipeline, dict(request), time.time())
+        self._write([SnapshotCommand.kind, pipeline, command.id], command.to_json())
+        return command
+
+    def acknowledge(self, command: OffsetsCommand | SnapshotCommand, worker: str, answer: Mapping[str, Any]) -> None:
         self._write(["ack", command.id, worker], {**answer, "at": time.time()})
 
-    def forget_command(self, command: OffsetsCommand) -> None:
+    def forget_command(self, command: OffsetsCommand | SnapshotCommand) -> None:
         """Tombstones for a finished command and its answers, so compaction removes them."""
         for worker in self.acks(command.id):
             self._write(["ack", command.id, worker], None)
-        self._write(["offsets", command.pipeline, command.id], None)
+        self._write([command.kind, command.pipeline, command.id], None)
         with self._lock:
             self._state.acks.pop(command.id, None)
 
     def wait_for_acks(
-        self, command: OffsetsCommand, done: Callable[[dict[str, dict[str, Any]]], bool], timeout_s: float
+        self,
+        command: OffsetsCommand | SnapshotCommand,
+        done: Callable[[dict[str, dict[str, Any]]], bool],
+        timeout_s: float,
     ) -> dict[str, dict[str, Any]]:
         """The answers to ``command`` once ``done(answers)`` holds, or whatever came within ``timeout_s``."""
         with self._lock:

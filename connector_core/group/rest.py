@@ -13,6 +13,9 @@
 ``PATCH /pipelines/{name}/offsets``           ``{"partitions": {id: offset}}``: set (paused only)
 ``DELETE /pipelines/{name}/offsets``          back to the start (``?partition=id``, repeatable;
                                               none: all), paused only; else 409, as KIP-875
+``POST /pipelines/{name}/snapshots``          ``{"table": "ks.t", "where": "CQL"}``: a live
+                                              snapshot, queued in every partition carrying
+                                              the table (:mod:`cdcflow.live_snapshots`)
 ============================================  =====================================================
 
 Served by faust's web server (aiohttp), over HTTPS with ``rest.tls``. Who may ask what is decided
@@ -55,6 +58,7 @@ class ControlPlane(Protocol):
     def pause(self, name: str, paused: bool) -> Reply: ...
     def offsets(self, name: str) -> Reply: ...
     def change_offsets(self, name: str, partitions: dict[str, dict[str, Any] | None] | None) -> Reply: ...
+    def request_snapshot(self, name: str, table: str, where: str | None) -> Reply: ...
 
 
 def _reply(call: Callable[[], Reply]) -> Reply:
@@ -146,3 +150,17 @@ def register_routes(app: Any, plane: ControlPlane) -> None:
             chosen = request.query.getall("partition", [])
             targets = dict.fromkeys(chosen) if chosen else None
             return answer(self, await _blocking(plane.change_offsets, name, targets))
+
+    @app.page("/pipelines/{name}/snapshots")
+    class Snapshots(View):  # type: ignore[misc, valid-type]
+        async def post(self, request: Any, name: str) -> Any:
+            try:
+                body = json.loads(await request.text())
+                table, where = body["table"], body.get("where")
+                if not isinstance(table, str) or not (where is None or isinstance(where, str)):
+                    raise TypeError("table is a text, where a text or null")
+            except (ValueError, KeyError, TypeError) as exc:
+                return answer(
+                    self, Reply(400, {"error": f'expected {{"table": "keyspace.table", "where": ...}}: {exc}'})
+                )
+            return answer(self, await _blocking(plane.request_snapshot, name, table, where))

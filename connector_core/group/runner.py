@@ -12,6 +12,10 @@ and, for a revoke, waits until the delivery thread has done it between two reads
   the new owner replays from the last checkpoint (duplicates, never loss).
 * **lose** (the group expelled this worker): drop at once, no commit (it would be fenced anyway).
 
+A live snapshot request (``POST /pipelines/{name}/snapshots``, through the control topic) is put
+into the offset of every owned partition carrying its table (``Source.with_snapshot_request``),
+committed at once, and answered with those partitions (:mod:`cdcflow.live_snapshots`).
+
 A commit the store reports as fenced means another worker owns the bucket now: its partitions are
 dropped the same way, whatever the coordinator has said so far.
 
@@ -31,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cdcflow.contract import Checkpoint, FencingCheckpointStore, Partition
-from cdcflow.errors import TransientError
-from cdcflow.group.control import ControlChannel, OffsetsCommand
+from cdcflow.errors import SnapshotRequestError, TransientError
+from cdcflow.group.control import ControlChannel, OffsetsCommand, SnapshotCommand
 from cdcflow.group.membership import MembershipWatch
+from cdcflow.live_snapshots import LiveSnapshotSource, SnapshotRequest
 from cdcflow.pipeline import BucketAssignment, PipelineRunner, _PartitionState, _WritingStoppedError
 
 __all__ = ["GroupPipelineRunner", "OwnershipChange"]
@@ -71,7 +76,7 @@ class GroupPipelineRunner(PipelineRunner):
         self.fencing: FencingCheckpointStore[Any] = self.store
         self._lock = threading.Lock()
         self._requests: list[_Request] = []
-        self._commands: list[OffsetsCommand] = []
+        self._commands: list[OffsetsCommand | SnapshotCommand] = []
         self._wake = threading.Event()
         self._closed = False
         self._loaded: set[int] = set()  # buckets whose checkpoints are in self._committed
@@ -97,7 +102,7 @@ class GroupPipelineRunner(PipelineRunner):
         self._wake.set()
         return request.done
 
-    def offsets_command(self, command: OffsetsCommand) -> None:
+    def offsets_command(self, command: OffsetsCommand | SnapshotCommand) -> None:
         if command.pipeline != self.spec.name:
             return
         with self._lock:
@@ -142,7 +147,10 @@ class GroupPipelineRunner(PipelineRunner):
             finally:
                 request.done.set()
         for command in commands:
-            self._apply_offsets(command)
+            if isinstance(command, SnapshotCommand):
+                self._apply_snapshot_request(command)
+            else:
+                self._apply_offsets(command)
         if self._refresh_requested:
             self._refresh_requested = False
             self._last_refresh_at = float("-inf")
@@ -397,6 +405,39 @@ class GroupPipelineRunner(PipelineRunner):
         log.info("pipeline %s: offsets of %s set by command %s", self.spec.name, sorted(applied), command.id)
         self.control.acknowledge(command, self.member_id, {"partitions": sorted(applied)})
 
+    # --- live snapshot requests -----------------------------------------------------------------
+
+    def _apply_snapshot_request(self, command: SnapshotCommand) -> None:
+        """Queue the request in each owned partition that carries its table, commit, answer."""
+        if self.control is None or not self.buckets.owned:
+            return
+        source = self.source
+        if not isinstance(source, LiveSnapshotSource):
+            self.control.acknowledge(command, self.member_id, {"refused": "the source takes no live snapshots"})
+            return
+        self._last_refresh_at = float("-inf")  # owned but not started yet (just assigned): start them
+        self._refresh_partitions_if_due()
+        request = SnapshotRequest.from_json(command.request)
+        offsets, skipped = {}, []
+        try:
+            for pid, state in self._states.items():
+                offset = source.with_snapshot_request(state.partition, state.position, request)
+                if offset is None:
+                    skipped.append(pid)
+                else:
+                    offsets[pid] = offset
+        except SnapshotRequestError as exc:
+            self.control.acknowledge(command, self.member_id, {"refused": str(exc)})
+            return
+        for pid, offset in offsets.items():
+            self._states[pid].position = offset
+        queued = list(offsets)
+        if queued:
+            self._checkpoint()  # committed before the answer: the request survives this worker
+        applied = sorted(pid for pid in queued if pid in self._states and not self._states[pid].dirty)
+        log.info("pipeline %s: live snapshot %s of %s queued in %s", self.spec.name, request.id, request.table, applied)
+        self.control.acknowledge(command, self.member_id, {"partitions": applied, "skipped": sorted(skipped)})
+
     # --- status ----------------------------------------------------------------------------------
 
     def _take_snapshot(self) -> None:
@@ -404,7 +445,7 @@ class GroupPipelineRunner(PipelineRunner):
         self._last_snapshot_at = self.clock()
         paused = self._paused()
         now_s = self.clock()
-        partitions = {}
+        partitions: dict[str, dict[str, Any]] = {}
         for pid, state in sorted(self._states.items()):
             committed = state.committed
             mark = committed.watermark_us if committed is not None else None
@@ -416,6 +457,10 @@ class GroupPipelineRunner(PipelineRunner):
                 "watermark_us": mark,
                 "lag_s": None if mark is None else round(max(0.0, now_s - mark / 1e6), 3),
             }
+            if isinstance(self.source, LiveSnapshotSource):
+                progress = self.source.live_snapshot_progress(state.partition, state.position)
+                if progress:
+                    partitions[pid]["live_snapshots"] = [p.to_json() for p in progress]
         self.snapshot = {
             "state": "PAUSED" if paused else "RUNNING",
             "buckets": sorted(self.buckets.owned),

@@ -30,15 +30,22 @@ from prometheus_client import generate_latest
 
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import Checkpoint, CheckpointStore, PluginContext
-from cdcflow.errors import CdcflowError, ConfigError, EngineUnavailableError, GroupUnavailableError
+from cdcflow.errors import (
+    CdcflowError,
+    ConfigError,
+    EngineUnavailableError,
+    GroupUnavailableError,
+    SnapshotRequestError,
+)
 from cdcflow.group.access import exposure_warnings
 from cdcflow.group.config import GroupConfig
-from cdcflow.group.control import ControlChannel, OffsetsCommand
+from cdcflow.group.control import ControlChannel, OffsetsCommand, SnapshotCommand
 from cdcflow.group.coordinator import GroupCoordinator, wait_or_exit
 from cdcflow.group.membership import MembershipWatch, member_client_id
 from cdcflow.group.rest import Reply, register_routes
 from cdcflow.group.runner import GroupPipelineRunner, OwnershipChange
 from cdcflow.group.topics import ensure_topic
+from cdcflow.live_snapshots import LiveSnapshotSource, SnapshotRequest
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.pipeline import BucketAssignment, build_runner
 from cdcflow.processes import install_stop_handlers, tune_garbage_collector
@@ -203,6 +210,7 @@ class GroupWorker:
             runner.on_report = self._report_now.set
             self.runners[spec.name] = runner
         self.control.on_command = self._route_command
+        self.control.on_snapshot = self._route_command
         self.control.on_partitions = self._partitions_announced
         self.control.on_pause = self._pause_changed
         for name, runner in self.runners.items():
@@ -348,7 +356,7 @@ class GroupWorker:
 
     # --- control topic events ------------------------------------------------------------------
 
-    def _route_command(self, command: OffsetsCommand) -> None:
+    def _route_command(self, command: OffsetsCommand | SnapshotCommand) -> None:
         runner = self.runners.get(command.pipeline)
         if runner is not None:
             runner.offsets_command(command)
@@ -523,6 +531,54 @@ class GroupWorker:
             )
         what = "reset to their start" if partitions is None or all(v is None for v in targets.values()) else "set"
         return Reply(200, {"name": name, "partitions": applied, "message": f"{len(applied)} partitions {what}"})
+
+    def request_snapshot(self, name: str, table: str, where: str | None) -> Reply:
+        """Queue a live snapshot in every partition carrying ``table``, through the control topic:
+        each owner puts it into its partitions' offsets and commits before it answers."""
+        unknown = self._unknown(name)
+        if unknown is not None:
+            return unknown
+        source = self.runners[name].source
+        if not isinstance(source, LiveSnapshotSource):
+            kind = self.specs[name].source.config.type
+            return Reply(400, {"error": f"pipeline {name}: source type {kind!r} takes no live snapshots"})
+        request = SnapshotRequest(table, where)
+        try:
+            source.check_snapshot_request(request)
+        except SnapshotRequestError as exc:
+            return Reply(400, {"error": f"{type(exc).__name__}: {exc}"})
+        known = set(self.control.announced_partitions(name) or ()) | set(self.runners[name].listed_partition_ids)
+
+        def answered(acks: Mapping[str, Mapping[str, Any]]) -> set[str]:
+            return {pid for a in acks.values() for pid in (*a.get("partitions", []), *a.get("skipped", []))}
+
+        command = self.control.send_snapshot_command(name, request.to_json())
+        try:
+            answers = self.control.wait_for_acks(
+                command,
+                lambda acks: any("refused" in a for a in acks.values()) or known <= answered(acks),
+                _OFFSETS_ANSWER_TIMEOUT_S,
+            )
+        finally:
+            self.control.forget_command(command)
+        refused = [a["refused"] for a in answers.values() if "refused" in a]
+        queued = sorted({pid for a in answers.values() for pid in a.get("partitions", [])})
+        if refused:
+            return Reply(409, {"error": f"pipeline {name}: {refused[0]}", "partitions": queued})
+        missing = sorted(known - answered(answers))
+        if missing:
+            return Reply(
+                504,
+                {
+                    "error": f"no owner answered for {missing} in time (a rebalance?); the snapshot is queued in "
+                    f"{queued or 'no partition'}: ask again (it is queued again where it was)",
+                    "partitions": queued,
+                },
+            )
+        if not queued:
+            return Reply(400, {"error": f"pipeline {name}: none of its partitions carries {table}"})
+        body = {"name": name, "request": request.id, "table": table, "where": request.where, "partitions": queued}
+        return Reply(200, body)
 
 
 def offsets_body(name: str, checkpoints: Mapping[str, Checkpoint]) -> dict[str, Any]:

@@ -73,7 +73,7 @@ from cdcflow.contract import (
     Succession,
     offset_key,
 )
-from cdcflow.errors import SnapshotTableError, SnapshotUnsupportedError
+from cdcflow.errors import SnapshotTableError, SnapshotUnsupportedError, SourceUnavailableError
 from cdcflow.events import Record
 from cdcflow.live_snapshots import LiveSnapshotProgress, SnapshotRequest
 from cdcflow.metrics import source_counter
@@ -1167,8 +1167,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
     # --- live snapshots (cdcflow.live_snapshots.LiveSnapshotSource) -----------------------------
 
     def check_snapshot_request(self, request: SnapshotRequest) -> None:
+        if self._live is None:
+            raise SourceUnavailableError("the source is not open yet (the pipeline is starting): ask again")
         self._live_table(request.table)
-        assert self._live is not None, "open() first"
         self._live.check_request(request)
 
     def with_snapshot_request(self, partition: Partition, offset: Offset, request: SnapshotRequest) -> Offset | None:

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from cdcflow.cli import main as cdcflow_main
 from cdcflow.metrics import METRICS_REGISTRY
 from tests.integration.conftest import REPO
+from tests.integration.group_helpers import Group, group_section
 from tests.integration.live_snapshot_helpers import ChangingRows, live_snapshot_of, older_after_newer
 from tests.integration.snapshot_helpers import Written, replayed, runner_for, running, written
 
@@ -268,3 +270,90 @@ def test_when_needed_snapshots_a_new_pipeline_and_one_whose_segment_is_gone(
         pipeline.wait_for(lambda: len(states) >= 2, 60, "two checkpoints")
     assert not pipeline.failure, pipeline.failure
     assert states == [None] * len(states)
+
+
+def test_a_group_member_takes_a_live_snapshot_through_its_rest_api_from_an_operator(
+    tmp_path: Path, cassandra_session: Any, cdc_raw_dir: Path, keyspace: str, kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """POST /pipelines/{name}/snapshots (cdcflow snapshot NAME TABLE --url): 401 without credentials,
+    403 for a viewer, queued and committed by the partition's owner for an operator; its progress in
+    the pipeline's status while it runs; a bad condition refused with the database's reason."""
+    newest = _newest_segment(cdc_raw_dir)
+    tokens = _table(cassandra_session, keyspace, rows=100)
+    table, name = f"{keyspace}.items", f"live-{keyspace}"
+    operator, viewer = "Operator-Token-live-0123456789", "Viewer-Password-live"
+    (tmp_path / "rest-secrets.properties").write_text(f"ann = {viewer}\nci-token = {operator}\n")
+    group = group_section(kafka_bootstrap, f"grp-{topic_prefix}", "kafka", 2).replace(
+        'rest: {port: "${REST_PORT:-8083}"}',
+        'rest: {port: "${REST_PORT:-8083}", '
+        "auth: {users: {ann: {password: '${file:rest-secrets.properties:ann}', role: viewer}}, "
+        "tokens: {ci: {token: '${file:rest-secrets.properties:ci-token}', role: operator}}}}",
+    )
+    source = {
+        "type": "cassandra_commitlog",
+        "cdc_raw": str(cdc_raw_dir),
+        "cluster": "live",
+        "node": "node1",
+        "tables": [table],
+        "processed_segments": "keep",
+        "error_store": {"type": "file", "path": "errors.jsonl"},
+        "snapshot_chunk_rows": 10,
+    }
+    file = tmp_path / "group.yaml"
+    file.write_text(
+        f"name: {name}\n"
+        f"source: {json.dumps(source)}\n"
+        "sink: {type: file, path: out/changes.jsonl}\n"
+        f"checkpoint: {{type: kafka, bootstrap_servers: '{kafka_bootstrap}', topic: {topic_prefix}-offsets, "
+        "interval_ms: 200}\n"
+        f"engine:\n  poll_interval_ms: 50\n  group: {group}\n"
+    )
+    _starting_at(file, newest)
+    members = Group(file, tmp_path)
+    member = members.start("w0")
+    url = f"http://127.0.0.1:{member.port}"
+    out = tmp_path / "out" / "changes.jsonl"
+    bearer = {"Authorization": f"Bearer {operator}"}
+
+    def status() -> dict[str, Any]:
+        answer: dict[str, Any] = requests.get(f"{url}/pipelines/{name}/status", headers=bearer, timeout=10).json()
+        return answer
+
+    def cdcflow(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cdcflow.cli", "snapshot", name, table, *args, "--url", url]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+    try:
+        members.wait_until(lambda: {e.id for e in written(out) if e.op == "c"} >= set(tokens), 120, "the inserts")
+        before = len(written(out))
+        body = {"table": table}
+        assert requests.post(f"{url}/pipelines/{name}/snapshots", json=body, timeout=30).status_code == 401
+        as_viewer = requests.post(f"{url}/pipelines/{name}/snapshots", json=body, auth=("ann", viewer), timeout=30)
+        assert as_viewer.status_code == 403, as_viewer.text
+        refused = cdcflow("--where", "nope = 1", "--token", operator)
+        assert refused.returncode == 1 and "400" in refused.stderr and "refuses" in refused.stderr, refused.stderr
+
+        asked = cdcflow("--token", operator)
+        assert asked.returncode == 0, asked.stderr + member.log_text()[-3000:]
+        assert f"of {table} queued in 1 partitions" in asked.stdout
+        # Committed before the answer: the partition's checkpoint holds the request.
+        progress: list[Any] = []
+
+        def reading() -> bool:
+            shown = status()["partitions"].get("node1", {}).get("live_snapshots", [])
+            progress.extend(shown)
+            return bool(shown)
+
+        members.wait_until(reading, 30, "the snapshot's progress in the status")
+        assert progress[0]["table"] == table and progress[0]["state"] == "READING"
+        members.wait_until(
+            lambda: (
+                {e.id for e in written(out)[before:] if e.op == "r"} == set(tokens)
+                and "live_snapshots" not in status()["partitions"]["node1"]
+            ),
+            120,
+            "every row of the snapshot",
+        )
+        assert max(p["done"] for p in progress) < 1
+    finally:
+        members.kill_all()
