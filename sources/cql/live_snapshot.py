@@ -470,8 +470,11 @@ class LiveSnapshots:
 
     def forget(self, partition_id: str) -> None:
         """The partition is done (finished, or no longer this process's): its chunk goes."""
-        self._windows.pop(partition_id, None)
+        window = self._windows.pop(partition_id, None)
         self._skips.pop(partition_id, None)
+        if window is not None:
+            forget_live_snapshot(self._context.pipeline, window.table.name, partition_id)
+            self._progress.update(partition_id, window.table.name, None)
 
     # --- reading ------------------------------------------------------------------------------
 

@@ -1187,8 +1187,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         return self._live.with_request(offset, request)
 
     def live_snapshot_progress(self, partition: Partition, offset: Offset) -> list[LiveSnapshotProgress]:
-        if self._live is None or self._slice(partition) is not None:
-            return []
+        if self._live is None or self._slice(partition) is not None or self._finished(self._group(partition), offset):
+            return []  # a finished group's unfinished requests are its successors' (they take them)
         return self._live.progress(partition, offset)
 
     def _live_table(self, name: str) -> tuple[SnapshotTable, tuple[str, ...], RowToRecord]:

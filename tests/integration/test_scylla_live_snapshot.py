@@ -199,3 +199,49 @@ def test_when_needed_snapshots_new_groups_and_goes_on_from_the_ttl_horizon_with_
         pipeline.wait_for(lambda: snapshotted(runner, first), 120, "the snapshot after the TTL passed")
     assert not pipeline.failure, pipeline.failure
     assert all(checkpoint.offset["ts"] > long_ago for checkpoint in runner.store.load().values())
+
+
+def test_a_new_generation_mid_snapshot_hands_the_unfinished_chunks_to_its_groups(
+    tmp_path: Path, cassandra_session: Any, keyspace: str, scylla_writer: ScyllaCdcWriter
+) -> None:
+    """A node joins while the snapshot runs: the old generation's groups end (4 s later) before
+    the high watermark of the chunk they are reading; the new generation's groups take the
+    requests they left unfinished when they start, and snapshot their own ranges. Rows keep
+    changing throughout: still no value goes back, and every row comes."""
+    writer = scylla_writer
+    table, keys = _table(writer, keyspace, rows=240)
+    file = _pipeline(tmp_path, writer, table)
+    before = _caught_up(file, set(keys))
+    assert cdcflow_main(["snapshot", str(file), table]) == 0
+    old_groups = set(_live_states(file))
+
+    hot = keys[::4]
+    changing = ChangingRows(hot, lambda key, value: writer.update(table, {"id": key}, {"v": value}), pause_s=0.005)
+    runner = runner_for(file)
+    out = tmp_path / "out" / "changes.jsonl"
+    with running(runner) as pipeline:
+        changing.start()
+        try:
+            pipeline.wait_for(lambda: any(e.op == "r" for e in written(out)[before:]), 60, "the first rows")
+            switch_us = writer.join_node(vnodes=4)
+
+            def done() -> bool:
+                # An old group ends at the switch, keeping what it left unfinished (its successors took it).
+                committed = runner.store.load()
+                return set(committed) > old_groups and all(
+                    live_snapshot_of(c) is None or (pid in old_groups and c.offset["ts"] >= switch_us - 1)
+                    for pid, c in committed.items()
+                )
+
+            pipeline.wait_for(done, 180, "the snapshot")
+        finally:
+            changing.stop()
+        pipeline.wait_for(lambda: replayed(written(out)) == _table_state(cassandra_session, table), 60, "the changes")
+    assert not pipeline.failure, pipeline.failure
+
+    during = written(out)[before:]
+    rows = [e for e in during if e.op == "r"]
+    assert older_after_newer(during) == []
+    assert {e.id for e in rows} | {e.id for e in during if e.op == "u"} == set(keys)
+    # The new generation's groups delivered rows: the requests their predecessors left them.
+    assert {e.source["partition"] for e in rows} - old_groups
