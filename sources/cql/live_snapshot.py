@@ -378,7 +378,9 @@ class _Progress:
         self._rows = 0
 
     def update(self, partition: str, table: str, share: float | None, rows: int = 0) -> None:
-        """``share`` None: the partition's snapshot of ``table`` is over."""
+        """``share`` None: the partition's snapshot of ``table`` is over. A partition starting or
+        ending a snapshot is drawn at once; a share moving, at most four times a second."""
+        joined = (partition, table) not in self._shares
         if share is None:
             self._shares.pop((partition, table), None)
         else:
@@ -395,6 +397,7 @@ class _Progress:
             f"live snapshot of {', '.join(tables)}: {mean:.0%} of {running} partition"
             f"{'' if running == 1 else 's'}, {self._rows:,} rows delivered by this process",
             False,
+            force=joined or share is None,
         )
 
 
