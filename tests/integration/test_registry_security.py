@@ -37,7 +37,7 @@ class SecureRegistry:
 def secure_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureRegistry]:
     folder = tmp_path_factory.mktemp("registry-tls")
     make_certificates(folder)  # ca.pem, server.pem (127.0.0.1), server-key.pem
-    port = os.environ.get("CDCFLOW_SECURE_REGISTRY_PORT", "18081")
+    port = os.environ.get("CDCFLOW_SECURE_REGISTRY_PORT", "18581")
     env = {
         **os.environ,
         "REGISTRY_PORT": port,
