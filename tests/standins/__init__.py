@@ -1,1 +1,1 @@
-"""Stand-ins for services that cannot run on the build machines (see README, Limits)."""
+"""Stand-ins for services that cannot run on the build machines (see docs/scylla.md and docs/tikv.md)."""
