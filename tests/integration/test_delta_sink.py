@@ -213,7 +213,7 @@ def assert_mirror_is_the_final_state(table: Path, expected: dict[int, dict[str, 
 def test_datagen_changes_end_as_the_state_their_change_log_implies_through_a_driver_sigkill(tmp_path: Path) -> None:
     """A bounded datagen into the mirror on local[2], its driver SIGKILLed once a batch is in the
     table, then run again to the end: the mirror is each key's last change, each batch written once."""
-    count, keys = 3_000, 300  # three batches: one merged before the kill, the rest after
+    count, keys = 2_000, 200  # two batches of 1,000 (500 a partition): one merged before the kill, one after
     file = datagen_pipeline(tmp_path, "mirror", count, keys, "local[2]", per_read=500)
     table = tmp_path / "lake" / "datagen.shop.table_0"
     process = run_pipeline(file)
