@@ -147,7 +147,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         return 2
     if engines == {"spark"}:
-        from cdcflow.spark_engine import run_spark
+        from cdcflow.spark_engine.runner import run_spark
 
         return run_spark(specs, registry)
     from cdcflow.group.worker import group_of, run_group_worker

@@ -93,3 +93,21 @@ def test_the_product_neither_imports_nor_loads_test_stand_ins() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/")
     assert loaded.stdout.strip() == "[]"
+
+
+def test_listing_plugins_and_validating_a_worker_pipeline_import_no_pyspark() -> None:
+    # pyspark (and the JVM bridge it brings) is for running a Spark pipeline or planning its query:
+    # `cdcflow plugins list` and `cdcflow validate` of a worker pipeline load every built-in plugin,
+    # the Spark-only sinks among them, and still must not import it.
+    probe = (
+        "import sys\n"
+        "from cdcflow.cli import main\n"
+        "for argv in (['plugins', 'list'], ['validate', sys.argv[1]]):\n"
+        "    assert main(argv) == 0, argv\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('pyspark', 'py4j')))"
+    )
+    pipeline = REPO / "config" / "datagen-to-kafka.yaml"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe, str(pipeline)], capture_output=True, text=True, check=True, cwd="/"
+    )
+    assert loaded.stdout.strip().splitlines()[-1] == "[]"
