@@ -140,7 +140,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     registry = _registry()
     specs = _load_all(args.files, registry)
     log.info("cdcflow core: %s", core_description())
-    engines = {args.engine} if args.engine else {s.engine.type for s in specs}
+    if args.engine:
+        specs = [spec.on_engine(args.engine) for spec in specs]
+    engines = {s.engine.type for s in specs}
     if len(engines) > 1:
         print(
             "error: these files mix engine types; run worker and spark pipelines in separate commands", file=sys.stderr
@@ -154,8 +156,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if group_of(specs) is not None:
         return run_group_worker(specs, registry, args.rest_port)
-    workers = args.workers or max(s.engine.workers for s in specs)
-    metrics_port = args.metrics_port if args.metrics_port is not None else specs[0].engine.metrics_port
+    workers = args.workers or max(s.worker_engine.workers for s in specs)
+    metrics_port = args.metrics_port if args.metrics_port is not None else specs[0].worker_engine.metrics_port
     if args.worker_count is None and workers > 1:
         passthrough = ["--log-format", args.log_format, "--log-level", args.log_level]
         if metrics_port is not None:

@@ -14,25 +14,33 @@ import types
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Protocol, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from cdcflow._config_fields import NAME_PATTERN, ResolvedLocation, ResolvedPath
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
 from cdcflow.contract import FencingCheckpointStore, NestedPluginSection, PluginConfig
-from cdcflow.errors import ConfigError, ConfigFieldError, FieldProblem, UnknownPluginTypeError, closest_name
+from cdcflow.errors import (
+    ConfigError,
+    ConfigFieldError,
+    EngineUnsupportedError,
+    FieldProblem,
+    UnknownPluginTypeError,
+    closest_name,
+)
+from cdcflow.group.config import GroupConfig
 from cdcflow.redaction import contains_secret, remember_secret_fields
 from cdcflow.transactions import TransactionalSinkConfig, TransactionalStoreConfig, exactly_once_requested
-
-if TYPE_CHECKING:
-    from cdcflow.group.config import GroupConfig
 
 __all__ = [
     "NAME_PATTERN",
     "ConfigWarning",
     "EngineConfig",
+    "EngineSettings",
+    "EngineType",
     "ErrorsConfig",
     "PipelineConfig",
     "PipelineSpec",
@@ -41,38 +49,17 @@ __all__ = [
     "ResolvedPath",
     "ResolvedPlugin",
     "RetryConfig",
+    "SparkEngineConfig",
+    "WorkerEngineConfig",
+    "engine_for",
     "load_pipeline",
     "parse_pipeline",
     "validate_plugin_config",
 ]
 
 
-def _resolve_against_pipeline_folder(value: Path, info: ValidationInfo) -> Path:
-    base = (info.context or {}).get("base_dir")
-    path = value.expanduser()
-    return path if path.is_absolute() or base is None else (Path(base) / path).resolve()
-
-
-ResolvedPath = Annotated[Path, AfterValidator(_resolve_against_pipeline_folder)]
-"""A filesystem path in a config; a relative one resolves against the pipeline file's folder."""
-
-_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-"""What a pipeline's or a group's name may be: it becomes part of file paths, topics and ids."""
-
 # What a value of a pattern looks like, in words, for the error that says a value does not match.
 _PATTERNS_IN_WORDS = {NAME_PATTERN: "letters, digits, '.', '_' and '-', starting with a letter or digit"}
-
-
-def _resolve_location(value: str, info: ValidationInfo) -> str:
-    if _URI_SCHEME.match(value):
-        return value  # hdfs://, s3a://, file://...: Spark's Hadoop filesystems take it as it is
-    return str(_resolve_against_pipeline_folder(Path(value), info))
-
-
-ResolvedLocation = Annotated[str, AfterValidator(_resolve_location)]
-"""A path or a Hadoop filesystem URI; a relative path resolves against the pipeline file's folder."""
 
 
 class _Strict(BaseModel):
@@ -110,18 +97,20 @@ class ErrorsConfig(_Strict):
         return self.tolerance == "all" and self.dead_letter == "none"
 
 
-class EngineConfig(_Strict):
-    type: Literal["worker", "spark"] = "worker"
-    workers: int = Field(default=1, ge=1, description="worker processes that split the partitions")
+EngineType = Literal["worker", "spark"]
+
+
+class EngineSettings(_Strict):
+    """The settings both engines read; each engine's model adds its own (``engine.type`` chooses)."""
+
+    type: EngineType = Field(description="the engine: worker or spark")
     batch_size: int = Field(default=2000, ge=1, description="records per sink.write call")
     max_records_per_read: int = Field(
         default=50_000,
         ge=1,
         description="records one read of one partition may take (a read cycle; a Spark micro-batch); bounds replay",
     )
-    poll_interval_ms: int = Field(default=200, ge=1, description="idle wait when no partition has news")
     partition_refresh_ms: int = Field(default=30_000, ge=1, description="how often partitions are listed")
-    metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Prometheus port; null: off")
     startup_timeout_s: float = Field(
         default=30.0,
         gt=0,
@@ -133,32 +122,73 @@ class EngineConfig(_Strict):
         description="after SIGTERM, the process ends within this: flushed and checkpointed, or exit 1 "
         "without committing what the sink did not acknowledge",
     )
+
+
+class WorkerEngineConfig(EngineSettings):
+    """``engine: {type: worker}``, the default: the delivery loop in this process, in worker processes
+    that split the partitions, or in a worker group across machines."""
+
+    type: Literal["worker"] = Field(default="worker", description="the worker engine")
+    workers: int = Field(default=1, ge=1, description="worker processes that split the partitions")
+    poll_interval_ms: int = Field(default=200, ge=1, description="idle wait when no partition has news")
+    metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Prometheus port; null: off")
     data_loss_warn_s: float = Field(
         default=3600.0,
         ge=0,
         description="a WARN log when a partition's data-loss headroom (cdcflow_data_loss_headroom_seconds: "
         "cdc_raw space, ScyllaDB log TTL, TiKV GC TTL) falls below this; 0: never",
     )
-    master: str | None = Field(default=None, description="Spark master URL (spark engine); default local[*]")
-    trigger_interval_ms: int = Field(
-        default=1000, ge=0, description="how often Spark plans a micro-batch (spark engine)"
+    group: GroupConfig | None = Field(
+        default=None,
+        description="run as a worker group across machines: identical `cdcflow run` processes share the "
+        "pipeline's partitions",
     )
-    conf: dict[str, str] = Field(default_factory=dict, description="Spark configuration (spark engine)")
+
+
+class SparkEngineConfig(EngineSettings):
+    """``engine: {type: spark}``: the pipeline as a Spark Structured Streaming query, on a local
+    Spark or a cluster."""
+
+    type: Literal["spark"] = Field(description="the spark engine")
+    master: str | None = Field(default=None, description="Spark master URL; default local[*]")
+    trigger_interval_ms: int = Field(default=1000, ge=0, description="how often Spark plans a micro-batch")
+    conf: dict[str, str] = Field(default_factory=dict, description="Spark configuration")
     python: str | None = Field(
         default=None,
         description="the Python executors run (spark.pyspark.python), with cdcflow and the pipeline's plugins "
-        "installed; default $PYSPARK_PYTHON, else the interpreter running cdcflow (spark engine)",
+        "installed; default $PYSPARK_PYTHON, else the interpreter running cdcflow",
     )
     executor_timeout_s: float = Field(
         default=120.0,
         gt=0,
-        description="on a cluster, how long to wait for a first executor before failing with the resources "
-        "asked for (spark engine)",
+        description="on a cluster, how long to wait for a first executor before failing with the resources asked for",
     )
-    group: dict[str, Any] | None = Field(
-        default=None,
-        description="run as a worker group across machines (worker engine): see cdcflow.group.GroupConfig",
-    )
+
+
+def _engine_type(section: Any) -> Any:
+    """Which engine model a section is: its ``type``, worker when it names none."""
+    if isinstance(section, Mapping):
+        return section.get("type", "worker")
+    return getattr(section, "type", "worker")
+
+
+EngineConfig = Annotated[
+    Annotated[WorkerEngineConfig, Tag("worker")] | Annotated[SparkEngineConfig, Tag("spark")],
+    Discriminator(_engine_type),
+]
+"""``engine``: the worker engine's settings or the spark engine's, as ``engine.type`` says; a
+setting of the other engine is refused, naming the engine it belongs to."""
+
+_ENGINE_CONFIG: TypeAdapter[EngineConfig] = TypeAdapter(EngineConfig)
+
+
+def engine_for(engine: EngineConfig, engine_type: EngineType) -> EngineConfig:
+    """``engine`` as ``engine_type``'s settings (``cdcflow run --engine`` overriding a file's type):
+    the settings both engines read carry over, the other engine's take their defaults."""
+    if engine.type == engine_type:
+        return engine
+    shared = {name: getattr(engine, name) for name in EngineSettings.model_fields}
+    return _ENGINE_CONFIG.validate_python({**shared, "type": engine_type})
 
 
 class PipelineConfig(_Strict):
@@ -170,7 +200,7 @@ class PipelineConfig(_Strict):
     sink: dict[str, Any]
     checkpoint: dict[str, Any] | None = None
     errors: ErrorsConfig = ErrorsConfig()
-    engine: EngineConfig = EngineConfig()
+    engine: EngineConfig = WorkerEngineConfig()
 
 
 class PluginLookup(Protocol):
@@ -221,6 +251,31 @@ class PipelineSpec:
     def base_dir(self) -> Path:
         return self.file.parent
 
+    @property
+    def worker_engine(self) -> WorkerEngineConfig:
+        """The worker engine's settings; EngineUnsupportedError for a pipeline of another engine."""
+        if not isinstance(self.engine, WorkerEngineConfig):
+            raise EngineUnsupportedError(self._not_on("worker"))
+        return self.engine
+
+    @property
+    def spark_engine(self) -> SparkEngineConfig:
+        """The spark engine's settings; EngineUnsupportedError for a pipeline of another engine."""
+        if not isinstance(self.engine, SparkEngineConfig):
+            raise EngineUnsupportedError(self._not_on("spark"))
+        return self.engine
+
+    def on_engine(self, engine_type: EngineType) -> PipelineSpec:
+        """This pipeline on ``engine_type`` whatever its file says (``cdcflow run --engine``): see
+        :func:`engine_for`."""
+        return replace(self, engine=engine_for(self.engine, engine_type))
+
+    def _not_on(self, engine_type: str) -> str:
+        return (
+            f"{self.file}: pipeline {self.name} is set for the {self.engine.type} engine (engine.type), "
+            f"not the {engine_type} engine"
+        )
+
 
 def load_pipeline(file: Path | str, registry: PluginLookup, environ: Mapping[str, str] | None = None) -> PipelineSpec:
     """Read, interpolate and validate a pipeline file. Raises a ConfigError subclass naming every
@@ -254,10 +309,13 @@ def parse_pipeline(
     lines = lines or {}
     if not isinstance(data, dict):
         raise ConfigFieldError(file, [FieldProblem("", "a mapping of pipeline fields", _describe(data), 1)])
-    context = {"base_dir": file.parent}
+    given_name = data.get("name")
+    name = given_name if isinstance(given_name, str) else "pipeline"
+    # Relative paths resolve against the file's folder; a worker group is named after the pipeline.
+    context = {"base_dir": file.parent, "pipeline": name}
     problems: list[FieldProblem] = []
     try:
-        pipeline: PipelineConfig | None = PipelineConfig.model_validate(data)
+        pipeline: PipelineConfig | None = PipelineConfig.model_validate(data, context=context)
     except ValidationError as exc:
         pipeline = None
         problems += _problems(exc, (), PipelineConfig, lines)
@@ -275,8 +333,6 @@ def parse_pipeline(
         [resolve("transform", t, ("transforms", i)) for i, t in enumerate(listed)] if isinstance(listed, list) else []
     )
     sink = resolve("sink", data.get("sink"), ("sink",))
-    given_name = data.get("name")
-    name = given_name if isinstance(given_name, str) else "pipeline"
     checkpoint_section = data.get("checkpoint")
     if checkpoint_section is None:
         checkpoint_section = {"type": "file", "path": f"state/{name}"}
@@ -287,14 +343,14 @@ def parse_pipeline(
     found, warnings = _dead_letter_checks(errors_section, lines)
     problems += found
 
-    engine = pipeline.engine if pipeline is not None else _valid_or_none(EngineConfig, data.get("engine", {}))
+    engine = pipeline.engine if pipeline is not None else _engine_or_none(data.get("engine", {}), context)
     group = None
     if engine is not None:
         problems += _engine_problems(engine, sink, dead_letter, checkpoint, lines)
         problems += _delivery_problems(engine, sink, dead_letter, checkpoint, lines)
-        if engine.group is not None:
-            group, found = _resolve_group(name, engine, checkpoint, lines, context)
-            problems += found
+        if engine.type == "worker" and engine.group is not None:
+            group = engine.group
+            problems += _group_problems(engine, checkpoint, lines)
     if problems or pipeline is None:
         raise ConfigFieldError(file, _in_file_order(problems))
     assert source is not None and sink is not None and checkpoint is not None
@@ -314,10 +370,10 @@ def parse_pipeline(
     )
 
 
-def _valid_or_none(model: type[_Strict], section: Any) -> Any:
-    """``section`` as ``model``, or None when it is not one (its problems are reported already)."""
+def _engine_or_none(section: Any, context: Mapping[str, Any]) -> EngineConfig | None:
+    """``section`` as an engine's settings, or None when it is not (its problems are reported already)."""
     try:
-        return model.model_validate(section)
+        return _ENGINE_CONFIG.validate_python(section, context=dict(context))
     except ValidationError:
         return None
 
@@ -445,33 +501,11 @@ def _delivery_problems(
     return problems
 
 
-def _resolve_group(
-    name: str,
-    engine: EngineConfig,
-    checkpoint: ResolvedPlugin | None,
-    lines: Mapping[FieldPath, int],
-    context: Mapping[str, Any],
-) -> tuple[GroupConfig | None, list[FieldProblem]]:
-    """``engine.group`` against its model, and what a group needs of the rest of the file."""
-    from cdcflow.group.config import GroupConfig  # here: the group package imports this module
-
-    path: FieldPath = ("engine", "group")
-    problems: list[FieldProblem] = []
-    group = None
-    try:
-        section = {"id": f"cdcflow-{name}", **(engine.group or {})}
-        group = GroupConfig.model_validate(section, context=dict(context))  # relative certificate paths
-    except ValidationError as exc:
-        problems += _problems(exc, path, GroupConfig, lines)
-    if engine.type != "worker":
-        problems.append(
-            FieldProblem(
-                "engine.group",
-                "no group with engine.type spark (Spark spreads its own work)",
-                "a group",
-                lines.get(path),
-            )
-        )
+def _group_problems(
+    engine: WorkerEngineConfig, checkpoint: ResolvedPlugin | None, lines: Mapping[FieldPath, int]
+) -> list[FieldProblem]:
+    """What a worker group (``engine.group``) needs of the rest of the file."""
+    problems = []
     if engine.workers != 1:
         problems.append(
             FieldProblem(
@@ -491,7 +525,7 @@ def _resolve_group(
                 lines.get(("checkpoint", "type"), lines.get(("checkpoint",))),
             )
         )
-    return group, problems
+    return problems
 
 
 def resolve_plugin_config(
@@ -636,10 +670,19 @@ def _problem(error: ErrorDetails, place: _Place, prefix: FieldPath, lines: Mappi
     if kind == "missing":
         return FieldProblem(dotted(location), "a value (the field is required)", "nothing", line)
     if kind == "extra_forbidden":
+        name = place.path[-1] if place.path else None
+        other = _choice_with_field(place, name)
+        if other is not None:  # engine: {type: worker, master: ...}: the other kind's setting
+            chooser = dotted((*prefix, *place.path[:-1], other.field))
+            reason = f"{name} is a setting of {chooser} {other.tag}, not of {chooser} {place.choice}"
+            return FieldProblem.because(dotted(location), reason, _describe(error["input"]), line)
         known = sorted(place.container.model_fields) if place.container is not None else []
         expected = f"one of the known fields ({', '.join(known)})" if known else "no such field"
-        name = place.path[-1] if place.path else None
         return FieldProblem(dotted(location), expected, "an unrecognized field", line, closest_name(name, known))
+    if kind == "union_tag_invalid":
+        unknown = _unknown_choice(error, place, location, lines)
+        if unknown is not None:
+            return unknown
     if kind in ("value_error", "assertion_error"):
         # The check explains itself; a whole section the file shows anyway is not repeated.
         found = "" if isinstance(error["input"], Mapping) else _describe(error["input"])
@@ -750,6 +793,16 @@ class _Place:
     union_at: int | None
     field: FieldInfo | None
     container: type[BaseModel] | None
+    choice: str | None  # the tag of the last tagged union's member passed through (``worker``)
+    choices: Mapping[str, type[BaseModel]]  # that union's members by tag
+
+
+@dataclass(frozen=True)
+class _OtherChoice:
+    """The member of a tagged union that has a field the chosen member lacks, and how it is chosen."""
+
+    tag: str
+    field: str  # the field whose value chooses (``type``)
 
 
 def _place(model: type[BaseModel], loc: Sequence[str | int]) -> _Place:
@@ -758,11 +811,18 @@ def _place(model: type[BaseModel], loc: Sequence[str | int]) -> _Place:
     union_at: int | None = None
     field_info: FieldInfo | None = None
     container: type[BaseModel] | None = None
+    choice: str | None = None
+    choices: Mapping[str, type[BaseModel]] = {}
     for part in loc:
         current = _without_none(current)
         if _is_union(current):
             union_at = len(path) if union_at is None else union_at
-            current = next((m for m in get_args(current) if _tag_names(part, m)), Any)
+            tagged = _tagged_members(current)
+            if tagged and isinstance(part, str) and part in tagged:
+                choice, choices = part, tagged
+                current = tagged[part]
+            else:
+                current = next((m for m in get_args(current) if _tag_names(part, m)), Any)
             continue
         path.append(part)
         container = None
@@ -776,7 +836,62 @@ def _place(model: type[BaseModel], loc: Sequence[str | int]) -> _Place:
             current = get_args(current)[0]
         else:
             current = Any
-    return _Place(tuple(path), union_at, field_info, container)
+    return _Place(tuple(path), union_at, field_info, container, choice, choices)
+
+
+def _tagged_members(union: Any) -> dict[str, type[BaseModel]]:
+    """A tagged union's models by tag (``Annotated[WorkerEngineConfig, Tag("worker")]``); empty for
+    another union."""
+    members: dict[str, type[BaseModel]] = {}
+    for member in get_args(union):
+        if get_origin(member) is not Annotated:
+            return {}
+        model, *metadata = get_args(member)
+        tag = next((m.tag for m in metadata if isinstance(m, Tag)), None)
+        if tag is None or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return {}
+        members[tag] = model
+    return members
+
+
+def _choosing_field(members: Mapping[str, type[BaseModel]]) -> str | None:
+    """The field whose value is each member's tag (``type: Literal["worker"]``), if one is."""
+    for name in next(iter(members.values())).model_fields if members else ():
+        if all(
+            name in model.model_fields and get_args(model.model_fields[name].annotation) == (tag,)
+            for tag, model in members.items()
+        ):
+            return name
+    return None
+
+
+def _choice_with_field(place: _Place, name: str | int | None) -> _OtherChoice | None:
+    """The other member of the tagged union ``place`` went through that has field ``name``."""
+    chooser = _choosing_field(place.choices)
+    if chooser is None or not isinstance(name, str):
+        return None
+    for tag, model in place.choices.items():
+        if tag != place.choice and name in model.model_fields:
+            return _OtherChoice(tag, chooser)
+    return None
+
+
+def _unknown_choice(
+    error: ErrorDetails, place: _Place, location: FieldPath, lines: Mapping[FieldPath, int]
+) -> FieldProblem | None:
+    """A tagged union's choosing field naming no member (``engine: {type: sprak}``), said of that field."""
+    members = _tagged_members(_without_none(place.field.annotation)) if place.field is not None else {}
+    chooser = _choosing_field(members)
+    given = error["input"]
+    if chooser is None or not isinstance(given, Mapping):
+        return None
+    tags = [repr(tag) for tag in members]
+    expected = ", ".join(tags[:-1]) + f" or {tags[-1]}" if len(tags) > 1 else tags[0]
+    where: FieldPath = (*location, chooser)
+    found = given.get(chooser)
+    return FieldProblem(
+        dotted(where), expected, _describe(found), _nearest_line(where, lines), _suggested(found, list(members))
+    )
 
 
 def _is_union(annotation: Any) -> bool:

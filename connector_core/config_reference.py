@@ -31,7 +31,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from cdcflow.config import EngineConfig, ErrorsConfig, PipelineConfig
+from cdcflow.config import ErrorsConfig, PipelineConfig, SparkEngineConfig, WorkerEngineConfig
 from cdcflow.group.config import GroupConfig
 
 __all__ = ["DEFAULT_OUTPUT", "github_anchor", "main", "render_config_reference"]
@@ -70,7 +70,8 @@ _KIND_HEADINGS: Mapping[str, str] = {
 _PIPELINE_SECTIONS: Sequence[tuple[str, type[BaseModel]]] = (
     ("The pipeline file", PipelineConfig),
     ("`errors`", ErrorsConfig),
-    ("`engine`", EngineConfig),
+    ("`engine` (type worker)", WorkerEngineConfig),
+    ("`engine` (type spark)", SparkEngineConfig),
     ("`engine.group`", GroupConfig),
 )
 
@@ -82,7 +83,6 @@ _UNTYPED_FIELDS: Mapping[tuple[str, str], str] = {
     ("PipelineConfig", "sink"): "a [sink](#sinks) section",
     ("PipelineConfig", "checkpoint"): "a [checkpoint store](#checkpoint-stores) section \\| null",
     ("ErrorsConfig", "dead_letter"): 'a [sink](#sinks) section \\| "none" \\| null',
-    ("EngineConfig", "group"): "[`engine.group`](#enginegroup) \\| null",
     ("KafkaSinkConfig", "converter"): 'a [converter](#converters) name or section: "json", "avro" or {type: ...}',
     ("KafkaSourceConfig", "converter"): 'a [converter](#converters) name or section: "json", "avro" or {type: ...}',
 }

@@ -46,7 +46,9 @@ def check_pipeline(spec: PipelineSpec, registry: Any) -> list[PluginChecks]:
     if spec.engine.type == "spark":
         from cdcflow.spark_engine.prerequisites import check_spark_engine
 
-        reports.append(PluginChecks("engine (spark)", check_spark_engine(spec.engine, spec.engine.startup_timeout_s)))
+        reports.append(
+            PluginChecks("engine (spark)", check_spark_engine(spec.spark_engine, spec.engine.startup_timeout_s))
+        )
     return [report for report in reports if report.results]
 
 

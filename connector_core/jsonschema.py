@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from cdcflow.config import PipelineConfig
-from cdcflow.group.config import GroupConfig
 
 __all__ = ["pipeline_json_schema"]
 
@@ -43,12 +42,9 @@ def pipeline_json_schema(registry: Any) -> dict[str, Any]:
             ],
             "description": errors["properties"]["dead_letter"].get("description", ""),
         }
-    engine = definitions.get("EngineConfig")
-    if engine is not None:
-        group = GroupConfig.model_json_schema(ref_template="#/$defs/{model}")
-        definitions.update(group.pop("$defs", {}))
-        group["required"] = [r for r in group.get("required", []) if r != "id"]  # it has a default
-        engine["properties"]["group"] = {"anyOf": [group, {"type": "null"}]}
+    group = definitions.get("GroupConfig")
+    if group is not None:  # a pipeline file's group is named after the pipeline unless it says
+        group["required"] = [r for r in group.get("required", []) if r != "id"]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "cdcflow pipeline"
     return schema

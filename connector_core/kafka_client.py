@@ -20,7 +20,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from cdcflow.config import ResolvedPath
+from cdcflow._config_fields import ResolvedPath
 from cdcflow.errors import ConfigError, StartupCheckError
 
 __all__ = ["LIBRDKAFKA_LOGGER", "TOMBSTONE_HEADER", "KafkaClientConfig", "KafkaClientFileError"]

@@ -397,7 +397,7 @@ class PipelineRunner:
             if drained or stopping:
                 return
             if not progressed:
-                self._wait(self.spec.engine.poll_interval_ms / 1000)
+                self._wait(self.spec.worker_engine.poll_interval_ms / 1000)
 
     # --- hooks a worker group's runner (cdcflow.group) overrides; these are the one-process defaults
 
@@ -719,7 +719,7 @@ class PipelineRunner:
         self.metrics.forget_data_loss_headroom(measured)
 
     def _warn_of_little_headroom(self, pid: str, headroom: DataLossHeadroom, now: float) -> None:
-        limit = self.spec.engine.data_loss_warn_s
+        limit = self.spec.worker_engine.data_loss_warn_s
         if not limit or headroom.seconds >= limit:
             self._headroom_warned_at.pop(pid, None)
             return

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import socket
-from typing import Literal, Self
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from cdcflow.config import ResolvedPath
+from cdcflow._config_fields import ResolvedPath
 from cdcflow.errors import RestTlsError
 from cdcflow.kafka_client import KafkaClientConfig
 
@@ -153,6 +154,15 @@ class GroupConfig(_Strict):
     replication_factor: int = Field(default=1, ge=1, description="of the assignment and control topics")
     status_interval_s: float = Field(default=2.0, gt=0, description="how often a worker publishes its status")
     rest: RestConfig = RestConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_after_the_pipeline(cls, data: Any, info: ValidationInfo) -> Any:
+        """A group with no ``id`` is named after the pipeline it is loaded with (validation context ``pipeline``)."""
+        pipeline = (info.context or {}).get("pipeline")
+        if isinstance(data, Mapping) and "id" not in data and pipeline is not None:
+            return {"id": f"cdcflow-{pipeline}", **data}
+        return data
 
     @field_validator("instance_id")
     @classmethod

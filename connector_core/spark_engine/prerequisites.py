@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from cdcflow.config import EngineConfig
+from cdcflow.config import SparkEngineConfig
 from cdcflow.errors import EngineUnavailableError
 from cdcflow.prerequisites import CheckResult
 from cdcflow.spark_engine.session import _check_java, is_local_master, spark_version
@@ -20,7 +20,7 @@ __all__ = ["check_spark_engine"]
 _STANDALONE = "spark://"
 
 
-def check_spark_engine(engine: EngineConfig, timeout_s: float) -> Sequence[CheckResult]:
+def check_spark_engine(engine: SparkEngineConfig, timeout_s: float) -> Sequence[CheckResult]:
     return [_check_runtime(), *_check_master(engine.master, timeout_s), _check_executor_python(engine)]
 
 
@@ -56,7 +56,7 @@ def _check_master(master: str | None, timeout_s: float) -> list[CheckResult]:
     return results
 
 
-def _check_executor_python(engine: EngineConfig) -> CheckResult:
+def _check_executor_python(engine: SparkEngineConfig) -> CheckResult:
     """Spark refuses an executor whose Python's minor version is not the driver's ("Python in
     worker has different version"), and an executor without cdcflow cannot read a source."""
     python = engine.python or os.environ.get("PYSPARK_PYTHON") or sys.executable

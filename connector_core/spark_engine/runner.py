@@ -119,6 +119,7 @@ def run_spark(specs: Sequence[PipelineSpec], factory: Any) -> int:
 
 def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event) -> None:
     """Run ``spec`` on Spark until its bounded source is drained or ``stop`` is set."""
+    engine = spec.spark_engine
     location = checkpoint_location(spec)
     context = PluginContext(spec.name, spec.file, factory=registry, logger=logging.getLogger(f"cdcflow.{spec.name}"))
     sink: Sink[Any] = registry.create(spec.sink, context)
@@ -141,10 +142,10 @@ def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event)
         needed = sink.spark_session_conf() if isinstance(sink, SparkBatchWriter) else {}
         session = spark_session(
             f"cdcflow-{spec.name}",
-            spec.engine.master,
-            {**needed, **spec.engine.conf},
-            python=spec.engine.python,
-            executor_timeout_s=spec.engine.executor_timeout_s,
+            engine.master,
+            {**needed, **engine.conf},
+            python=engine.python,
+            executor_timeout_s=engine.executor_timeout_s,
         )
         _run_query(session, spec, sink, view, location, stop)
     finally:
@@ -188,7 +189,7 @@ def _run_query(
         stream.writeStream.queryName(spec.name)
         .foreachBatch(write_batch)
         .option("checkpointLocation", str(location))
-        .trigger(processingTime=f"{spec.engine.trigger_interval_ms} milliseconds")
+        .trigger(processingTime=f"{spec.spark_engine.trigger_interval_ms} milliseconds")
         .start()
     )
     try:

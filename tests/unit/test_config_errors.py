@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from cdcflow.cli import main
-from cdcflow.config import load_pipeline
-from cdcflow.errors import ConfigFieldError, ConfigFileError, MissingEnvironmentVariableError
+from cdcflow.config import SparkEngineConfig, WorkerEngineConfig, load_pipeline
+from cdcflow.errors import ConfigFieldError, ConfigFileError, EngineUnsupportedError, MissingEnvironmentVariableError
+from cdcflow.group.config import GroupConfig
 from cdcflow.plugins import PluginRegistry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,7 +151,7 @@ def test_dollar_escapes_and_environment_values_keep_their_text(tmp_path: Path, r
         "sink: {type: kafka, bootstrap_servers: 'b:1', kafka: {security_protocol: SASL_PLAINTEXT, "
         "sasl_mechanism: PLAIN, sasl_username: '${USER_NAME}', sasl_password: 'pa$$${SECRET}'}}\n"
         "checkpoint: {type: file, path: '$$HOME/state'}\n"
-        "engine: {workers: '${WORKERS}', conf: {spark.executor.cores: '${CORES}'}}\n",
+        "engine: {type: spark, batch_size: '${WORKERS}', conf: {spark.executor.cores: '${CORES}'}}\n",
     )
     environ = {"COUNT": "42", "USER_NAME": "007", "SECRET": "1.10", "WORKERS": "3", "CORES": "2"}
     spec = load_pipeline(file, registry, environ=environ)
@@ -161,8 +162,8 @@ def test_dollar_escapes_and_environment_values_keep_their_text(tmp_path: Path, r
     assert kafka.sasl_username == "007"  # not the integer 7
     assert kafka.sasl_password.get_secret_value() == "pa$1.10"  # not the float 1.1
     assert spec.checkpoint.config.path == tmp_path / "$HOME" / "state"  # type: ignore[attr-defined]
-    assert spec.engine.workers == 3
-    assert spec.engine.conf == {"spark.executor.cores": "2"}
+    assert spec.engine.batch_size == 3
+    assert spec.spark_engine.conf == {"spark.executor.cores": "2"}
 
 
 def test_relative_paths_resolve_against_the_pipeline_folder(tmp_path: Path, registry: PluginRegistry) -> None:
@@ -259,7 +260,8 @@ def test_shipped_json_schema_is_current(capsys: pytest.CaptureFixture[str]) -> N
         shipped_types = {c["properties"]["type"]["const"] for c in shipped["properties"][section]["oneOf"]}
         assert shipped_types <= generated_types
     assert shipped["properties"]["engine"] == generated["properties"]["engine"]
-    assert shipped["$defs"]["EngineConfig"] == generated["$defs"]["EngineConfig"]
+    for model in ("WorkerEngineConfig", "SparkEngineConfig", "GroupConfig"):
+        assert shipped["$defs"][model] == generated["$defs"][model], model
 
 
 def test_pipeline_and_plugin_problems_are_reported_in_one_pass(tmp_path: Path, registry: PluginRegistry) -> None:
@@ -271,6 +273,88 @@ def test_pipeline_and_plugin_problems_are_reported_in_one_pass(tmp_path: Path, r
         (3, "sink.type"),
         (4, "engine.workers"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("engine", "line", "expected"),
+    [
+        # A setting of the other engine, whether engine.type says worker or leaves it to the default.
+        (
+            "engine: {type: worker, master: 'local[2]'}\n",
+            4,
+            "field engine.master: master is a setting of engine.type spark, not of engine.type worker "
+            "(found 'local[2]')",
+        ),
+        (
+            "engine:\n  workers: 2\n  trigger_interval_ms: 500\n",
+            6,
+            "field engine.trigger_interval_ms: trigger_interval_ms is a setting of engine.type spark, "
+            "not of engine.type worker (found int 500)",
+        ),
+        (
+            "engine: {type: spark, poll_interval_ms: 50}\n",
+            4,
+            "field engine.poll_interval_ms: poll_interval_ms is a setting of engine.type worker, "
+            "not of engine.type spark (found int 50)",
+        ),
+        (
+            "engine: {type: spark, group: {bootstrap_servers: 'b:1'}}\n",
+            4,
+            "field engine.group: group is a setting of engine.type worker, not of engine.type spark",
+        ),
+        # Neither engine's: the engine's own fields and "did you mean".
+        ("engine: {type: spark, mastre: x}\n", 4, "field engine.mastre: expected one of the known fields ("),
+        (
+            "engine: {type: sprak}\n",
+            4,
+            "field engine.type: expected 'worker' or 'spark', found 'sprak'; did you mean 'spark'?",
+        ),
+    ],
+)
+def test_an_engine_takes_only_its_own_settings(
+    tmp_path: Path, registry: PluginRegistry, engine: str, line: int, expected: str
+) -> None:
+    file = write(tmp_path, "name: p\n" + GOOD_SOURCE + GOOD_SINK + engine)
+    with pytest.raises(ConfigFieldError) as caught:
+        load_pipeline(file, registry)
+    [problem] = problem_lines(caught.value)
+    assert problem.startswith(f"{file}: line {line}: {expected}")
+    if "mastre" in engine:
+        assert "master" in problem and "workers" not in problem and problem.endswith("did you mean master?")
+
+
+def test_each_engine_has_its_own_model(tmp_path: Path, registry: PluginRegistry) -> None:
+    worker = load_pipeline(write(tmp_path, "name: p\n" + GOOD_SOURCE + GOOD_SINK + "engine: {workers: 2}\n"), registry)
+    assert isinstance(worker.engine, WorkerEngineConfig) and worker.worker_engine.workers == 2
+    spark = load_pipeline(
+        write(
+            tmp_path,
+            "name: p\n" + GOOD_SOURCE + GOOD_SINK + "engine: {type: spark, master: 'local[1]', batch_size: 7}\n",
+        ),
+        registry,
+    )
+    assert isinstance(spark.engine, SparkEngineConfig) and spark.spark_engine.master == "local[1]"
+    with pytest.raises(EngineUnsupportedError, match="set for the spark engine"):
+        _ = spark.worker_engine
+    # `cdcflow run --engine worker` of it: the shared settings carry over, the worker's are defaults.
+    on_worker = spark.on_engine("worker")
+    assert on_worker.worker_engine == WorkerEngineConfig(batch_size=7)
+    assert worker.on_engine("spark").spark_engine == SparkEngineConfig(type="spark")
+
+
+def test_the_group_is_typed_and_named_after_the_pipeline(tmp_path: Path, registry: PluginRegistry) -> None:
+    file = write(
+        tmp_path,
+        "name: orders\n"
+        + GOOD_SOURCE
+        + GOOD_SINK
+        + "checkpoint: {type: kafka, bootstrap_servers: 'b:1'}\n"
+        + "engine: {group: {bootstrap_servers: 'b:1', buckets: 8}}\n",
+    )
+    spec = load_pipeline(file, registry)
+    group = spec.worker_engine.group
+    assert isinstance(group, GroupConfig) and spec.group is group
+    assert (group.id, group.buckets) == ("cdcflow-orders", 8)
 
 
 def test_a_spark_only_sink_on_the_worker_engine_is_a_field_error(tmp_path: Path, registry: PluginRegistry) -> None:

@@ -47,15 +47,15 @@ def test_a_whole_file_and_keys_of_properties_and_json_files(tmp_path: Path, regi
         "pipeline.yaml",
         "name: p\nsource: {type: datagen, count: 10}\n"
         + sasl_sink("'${file:secrets/kafka-password}'")
-        + "engine:\n  workers: '${file:"
+        + "engine:\n  type: spark\n  batch_size: '${file:"
         + str(tmp_path / "secrets/app.json")
         + ":workers}'\n"
         + "  conf: {spark.hadoop.fs.s3a.secret.key: 'k-${file:secrets/app.properties:registry.password}'}\n",
     )
     spec = load_pipeline(file, registry, environ={})
     assert spec.sink.config.kafka.sasl_password.get_secret_value() == "Whole-File-Secret-1"  # type: ignore[attr-defined]
-    assert spec.engine.workers == 3
-    assert spec.engine.conf == {"spark.hadoop.fs.s3a.secret.key": "k-Props-Secret-2"}
+    assert spec.engine.batch_size == 3
+    assert spec.spark_engine.conf == {"spark.hadoop.fs.s3a.secret.key": "k-Props-Secret-2"}
 
 
 def test_properties_files_are_read_as_java_reads_them() -> None:
