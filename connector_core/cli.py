@@ -11,12 +11,15 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineSpec, load_pipeline
 from cdcflow.contract import PluginContext
 from cdcflow.errors import CdcflowError, ConfigError, PluginError
 from cdcflow.redaction import RedactingFormatter, redact
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = ["CommandLine", "main"]
 
@@ -56,7 +59,7 @@ def _configure_logging(fmt: str, level: str) -> None:
 
 
 @functools.cache
-def _registry() -> Any:
+def _registry() -> PluginRegistry:
     # Once per process: main() loads it to collect plugin commands, the command uses it again.
     from cdcflow.plugins import PluginRegistry
 
@@ -66,7 +69,7 @@ def _registry() -> Any:
     return registry
 
 
-def _load_all(files: Sequence[str], registry: Any) -> list[PipelineSpec]:
+def _load_all(files: Sequence[str], registry: PluginRegistry) -> list[PipelineSpec]:
     specs, errors = [], []
     for file in files:
         try:
@@ -102,7 +105,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_every_plugin(spec: PipelineSpec, registry: Any) -> None:
+def _build_every_plugin(spec: PipelineSpec, registry: PluginRegistry) -> None:
     """Build each plugin, which checks what its model alone cannot (a schema registry client's
     settings); plugins do no I/O before ``open``."""
     context = PluginContext(pipeline=spec.name, pipeline_file=spec.file)
@@ -357,7 +360,7 @@ class CommandLine:
         )
 
 
-def _parser(registry: Any) -> argparse.ArgumentParser:
+def _parser(registry: PluginRegistry) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdcflow", description="Change-data-capture pipelines")
     parser.add_argument("--log-format", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="info")

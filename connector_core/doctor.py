@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import textwrap
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import Offset, PluginContext
 from cdcflow.prerequisites import CheckResult, CheckStatus, PluginChecks, PrerequisiteScope, plugin_place
 from cdcflow.transactions import exactly_once_requested
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = ["check_pipeline", "render_checks"]
 
@@ -26,7 +29,7 @@ _CHECK_WIDTH = 40
 _TEXT_WIDTH = 70
 
 
-def check_pipeline(spec: PipelineSpec, registry: Any) -> list[PluginChecks]:
+def check_pipeline(spec: PipelineSpec, registry: PluginRegistry) -> list[PluginChecks]:
     """Every check of ``spec``'s plugins (source, transforms, sink, checkpoint store, dead
     letters) and of its engine; plugins with none are left out."""
     context = PluginContext(pipeline=spec.name, pipeline_file=spec.file, logger=logging.getLogger("cdcflow.doctor"))
@@ -66,7 +69,7 @@ def _checks_of(plugin: Any, scope: PrerequisiteScope) -> list[CheckResult]:
         ]
 
 
-def _committed_offsets(spec: PipelineSpec, registry: Any, context: PluginContext) -> Mapping[str, Offset]:
+def _committed_offsets(spec: PipelineSpec, registry: PluginRegistry, context: PluginContext) -> Mapping[str, Offset]:
     """What the pipeline committed, by partition id: its checkpoint store's, or for the spark
     engine the offsets of the last batch Spark committed."""
     if spec.engine.type == "spark":

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineConfig
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = ["pipeline_json_schema"]
 
 _SECTIONS = {"source": "source", "sink": "sink", "checkpoint": "checkpoint"}
 
 
-def _plugin_choices(registry: Any, kind: str, definitions: dict[str, Any]) -> dict[str, Any]:
+def _plugin_choices(registry: PluginRegistry, kind: str, definitions: dict[str, Any]) -> dict[str, Any]:
     choices = []
     for registered in registry.registered(kind):
         schema = registered.cls.config_model.model_json_schema(ref_template="#/$defs/{model}")
@@ -25,7 +28,7 @@ def _plugin_choices(registry: Any, kind: str, definitions: dict[str, Any]) -> di
     return {"oneOf": choices} if choices else {"type": "object"}
 
 
-def pipeline_json_schema(registry: Any) -> dict[str, Any]:
+def pipeline_json_schema(registry: PluginRegistry) -> dict[str, Any]:
     schema = PipelineConfig.model_json_schema(ref_template="#/$defs/{model}")
     definitions: dict[str, Any] = schema.setdefault("$defs", {})
     properties = schema["properties"]

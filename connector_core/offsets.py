@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import (
@@ -37,6 +37,9 @@ from cdcflow.contract import (
 )
 from cdcflow.errors import PipelineRunningError, SnapshotTableError, SnapshotUnsupportedError, UnknownPartitionError
 from cdcflow.live_snapshots import LiveSnapshotSource, SnapshotRequest
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = ["PipelineOffsets", "lock_file", "pipeline_running"]
 
@@ -87,7 +90,7 @@ def _pipeline_stopped(spec: PipelineSpec) -> Iterator[None]:
 class PipelineOffsets:
     """Show or change one pipeline's offsets while it is stopped."""
 
-    def __init__(self, spec: PipelineSpec, registry: Any) -> None:
+    def __init__(self, spec: PipelineSpec, registry: PluginRegistry) -> None:
         self.spec = spec
         self.registry = registry
         self.context = PluginContext(spec.name, spec.file)

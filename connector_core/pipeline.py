@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcflow.batches import EventBatch
 from cdcflow.config import PipelineSpec
@@ -56,6 +56,9 @@ from cdcflow.transactions import (
     exactly_once_requested,
     fenced_out_of_the_pipeline,
 )
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = [
     "DEAD_LETTER_STAGE_HEADER",
@@ -777,7 +780,7 @@ def _committed_offsets_in(store: CheckpointStore[Any]) -> Callable[[], dict[str,
 
 def build_runner(
     spec: PipelineSpec,
-    factory: Any,
+    factory: PluginRegistry,
     assignment: PartitionAssignment | None = None,
     stop: threading.Event | None = None,
     worker_id: str = "0",

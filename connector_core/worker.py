@@ -11,13 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cdcflow.config import PipelineSpec
 from cdcflow.metrics import serve_metrics
 from cdcflow.offsets import pipeline_running
 from cdcflow.pipeline import AllPartitions, HashAssignment, PartitionAssignment, build_runner
 from cdcflow.processes import run_in_threads, tune_garbage_collector
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = ["WorkerOptions", "run_worker", "run_worker_processes"]
 
@@ -34,7 +37,7 @@ class WorkerOptions:
         return AllPartitions() if self.worker_count == 1 else HashAssignment(self.worker_index, self.worker_count)
 
 
-def run_worker(specs: Sequence[PipelineSpec], factory: Any, options: WorkerOptions) -> int:
+def run_worker(specs: Sequence[PipelineSpec], factory: PluginRegistry, options: WorkerOptions) -> int:
     """Run pipelines in this process until drained or signalled. Returns the process exit code."""
     tune_garbage_collector()
     if options.metrics_port is not None:

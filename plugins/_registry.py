@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -15,6 +15,9 @@ from cdcflow.config import ResolvedPlugin, validate_plugin_config
 from cdcflow.contract import Converter, PluginContext, Sink
 from cdcflow.errors import PluginConflictError, PluginLoadError, UnknownPluginTypeError
 from cdcflow.plugins.hookspecs import PROJECT_NAME, CdcflowHookSpecs
+
+if TYPE_CHECKING:
+    from cdcflow.cli import CommandLine
 
 __all__ = ["ENTRY_POINT_GROUP", "KINDS", "PluginRegistry", "RegisteredType"]
 
@@ -103,7 +106,7 @@ class PluginRegistry:
             raise PluginConflictError(kind, type_name, existing.provider, provider)
         self._types[kind][type_name] = RegisteredType(kind, type_name, plugin_cls, provider)
 
-    def add_cli_commands(self, commands: Any) -> None:
+    def add_cli_commands(self, commands: CommandLine) -> None:
         """Let every plugin add its ``cdcflow`` subcommands (:meth:`CdcflowHookSpecs.cdcflow_cli_commands`)."""
         self._manager.hook.cdcflow_cli_commands(commands=commands)
 
@@ -122,6 +125,9 @@ class PluginRegistry:
     # --- building plugin instances -----------------------------------------------------------
 
     def create(self, resolved: ResolvedPlugin, context: PluginContext) -> Any:
+        """An instance of ``resolved``'s plugin class, with this registry as its factory. Any: the
+        class is found by the name a file gives, so the caller states what kind it asked for
+        (``sink: Sink[Any] = registry.create(spec.sink, context)``)."""
         return resolved.cls(resolved.config, _with_factory(context, self, resolved.field_path))
 
     def create_sink(self, config: Mapping[str, Any], context: PluginContext) -> Sink[Any]:

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -51,6 +51,9 @@ from cdcflow.pipeline import BucketAssignment, build_runner
 from cdcflow.processes import install_stop_handlers, tune_garbage_collector
 from cdcflow.retry import Backoff
 
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
+
 __all__ = ["GroupWorker", "group_of", "run_group_worker", "running_members"]
 
 log = logging.getLogger("cdcflow.group")
@@ -74,7 +77,7 @@ def group_of(specs: Sequence[PipelineSpec]) -> GroupConfig | None:
     return next(g for g in groups.values() if g is not None)
 
 
-def run_group_worker(specs: Sequence[PipelineSpec], factory: Any, rest_port: int | None = None) -> int:
+def run_group_worker(specs: Sequence[PipelineSpec], factory: PluginRegistry, rest_port: int | None = None) -> int:
     group = group_of(specs)
     assert group is not None, "run_group_worker needs pipelines with engine.group"
     if rest_port is not None:
@@ -158,7 +161,7 @@ class _Listener:
 class GroupWorker:
     """This process's membership: build, run, answer the REST API, leave."""
 
-    def __init__(self, specs: Sequence[PipelineSpec], factory: Any, config: GroupConfig) -> None:
+    def __init__(self, specs: Sequence[PipelineSpec], factory: PluginRegistry, config: GroupConfig) -> None:
         self.specs = {spec.name: spec for spec in specs}
         self.factory = factory
         self.config = config

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
@@ -38,6 +38,9 @@ from cdcflow.record_errors import RejectedRecordRouter
 from cdcflow.schemas import infer_row_schema
 from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, RowTyping, record_to_row, stream_arrow_schema
 from cdcflow.succession import SuccessionGate
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = ["DATA_SOURCE_NAME", "CdcflowDataSource", "SourceJob", "build_plugin", "decode_native_batches"]
 
@@ -83,7 +86,7 @@ class SourceJob:
         return job
 
 
-_registry: Any = None
+_registry: PluginRegistry | None = None
 
 
 def build_plugin(

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.config import PipelineSpec, ResolvedPlugin
 from cdcflow.contract import Offset, Partition, PluginContext, Sink, Source, SparkBatchWriter
@@ -42,6 +42,9 @@ from cdcflow.spark_engine.datasource import (
 )
 from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, DecodedBatch, record_from_row
 from cdcflow.spark_engine.session import spark_session
+
+if TYPE_CHECKING:
+    from cdcflow.plugins import PluginRegistry
 
 __all__ = ["checkpoint_location", "run_spark", "run_spark_pipeline"]
 
@@ -107,7 +110,7 @@ class _DriverView:
         return all(pid in end and self.source.is_finished(p, end[pid]) for pid, p in known.items())
 
 
-def run_spark(specs: Sequence[PipelineSpec], factory: Any) -> int:
+def run_spark(specs: Sequence[PipelineSpec], factory: PluginRegistry) -> int:
     """Run pipelines as Spark queries (one shared session) until drained or signalled."""
 
     def run_one(spec: PipelineSpec, stop: threading.Event) -> None:
@@ -117,7 +120,7 @@ def run_spark(specs: Sequence[PipelineSpec], factory: Any) -> int:
     return run_in_threads(specs, run_one)
 
 
-def run_spark_pipeline(spec: PipelineSpec, registry: Any, stop: threading.Event) -> None:
+def run_spark_pipeline(spec: PipelineSpec, registry: PluginRegistry, stop: threading.Event) -> None:
     """Run ``spec`` on Spark until its bounded source is drained or ``stop`` is set."""
     engine = spec.spark_engine
     location = checkpoint_location(spec)
