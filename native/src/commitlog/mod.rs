@@ -734,7 +734,12 @@ mod tests {
         assert_eq!(items[0], (0, 22, b"0123456789".to_vec(), None));
         assert_eq!(
             items[1],
-            (22, 67, payload[22..].to_vec(), Some("entry size CRC does not match".to_string()))
+            (
+                22,
+                67,
+                payload[22..].to_vec(),
+                Some("entry size CRC does not match".to_string())
+            )
         );
         assert!(!clean_end);
     }
@@ -748,7 +753,12 @@ mod tests {
         assert_eq!(
             items,
             vec![
-                (0, 22, damaged.to_vec(), Some("entry data CRC does not match".to_string())),
+                (
+                    0,
+                    22,
+                    damaged.to_vec(),
+                    Some("entry data CRC does not match".to_string())
+                ),
                 (22, 45, b"ABCDEFGHIJK".to_vec(), None),
             ]
         );
@@ -772,7 +782,10 @@ mod tests {
             0x92, 0xa8, 0x5c,
         ];
         let (items, clean_end) = items(&small);
-        assert_eq!(items, vec![(0, 21, small.to_vec(), Some("entry size 9 is too small".to_string()))]);
+        assert_eq!(
+            items,
+            vec![(0, 21, small.to_vec(), Some("entry size 9 is too small".to_string()))]
+        );
         assert!(!clean_end);
     }
 
@@ -780,6 +793,14 @@ mod tests {
     fn an_entry_running_past_its_section_is_a_fault() {
         let cut = &DIGITS[..21]; // the data CRC's last byte missing
         let (items, _) = items(cut);
-        assert_eq!(items, vec![(0, 21, cut.to_vec(), Some("entry size 10 runs past its section".to_string()))]);
+        assert_eq!(
+            items,
+            vec![(
+                0,
+                21,
+                cut.to_vec(),
+                Some("entry size 10 runs past its section".to_string())
+            )]
+        );
     }
 }

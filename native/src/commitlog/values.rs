@@ -584,7 +584,10 @@ mod tests {
         assert_eq!(read(&[0x80, 0x80]), Some((128, 2)));
         assert_eq!(read(&[0xbf, 0xff]), Some((16383, 2)));
         assert_eq!(read(&[0xc0, 0x40, 0x00]), Some((16384, 3)));
-        assert_eq!(read(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]), Some((u64::MAX, 9)));
+        assert_eq!(
+            read(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            Some((u64::MAX, 9))
+        );
         // At an offset, the next offset is past the vint.
         assert_eq!(read_unsigned_vint(&[0x01, 0x81, 0x00], 1).ok(), Some((256, 3)));
     }
@@ -673,8 +676,16 @@ mod tests {
     #[test]
     fn text_is_strict_utf8() {
         assert_eq!(decoded(Kind::Text, "zürich".as_bytes()).as_deref(), Some("'zürich'"));
-        assert_eq!(decoded(Kind::Text, &[b'a', 0xc3]), None, "a cut-short sequence is declined");
-        assert_eq!(decoded(Kind::Text, &[0xed, 0xa0, 0x80]), None, "a surrogate is not UTF-8");
+        assert_eq!(
+            decoded(Kind::Text, &[b'a', 0xc3]),
+            None,
+            "a cut-short sequence is declined"
+        );
+        assert_eq!(
+            decoded(Kind::Text, &[0xed, 0xa0, 0x80]),
+            None,
+            "a surrogate is not UTF-8"
+        );
     }
 
     #[test]
