@@ -672,8 +672,10 @@ mod tests {
         b'K', 0x8e, 0x92, 0x8b, 0x72,
     ];
 
-    /// Each item as (start, end, mutation or raw bytes, fault reason).
-    fn items(payload: &[u8]) -> (Vec<(usize, usize, Vec<u8>, Option<String>)>, bool) {
+    /// An item as (start, end, mutation or raw bytes, fault reason).
+    type Item = (usize, usize, Vec<u8>, Option<String>);
+
+    fn items(payload: &[u8]) -> (Vec<Item>, bool) {
         let (items, clean_end) = frame(payload);
         let items = items
             .into_iter()

@@ -611,7 +611,7 @@ mod tests {
     fn frozen_collections_hold_int32_lengths_and_minus_one_for_null() {
         // list<int> [7, null]: count 2, then (4, 00 00 00 07) and (-1).
         let raw = [0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff];
-        let items = frozen_collection(&raw).ok().expect("a sound collection");
+        let items = frozen_collection(&raw).expect("a sound collection");
         assert_eq!(items, vec![Some(&[0u8, 0, 0, 7][..]), None]);
         assert_eq!(frozen_collection(&[]).ok(), Some(vec![]));
         // Says 3 elements, holds 2; an element longer than what is left; a count cut short.
