@@ -157,7 +157,7 @@ class EngineConfig(_Strict):
     )
     group: dict[str, Any] | None = Field(
         default=None,
-        description="run as a worker group across machines (worker engine): see cdcflow.group.GroupConfig",
+        description="run as a worker group across machines (worker engine): see cdcflow.group.config.GroupConfig",
     )
 
 
