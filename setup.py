@@ -15,7 +15,15 @@ if os.environ.get("CDCFLOW_NATIVE_BUILD", "1") != "0" and shutil.which("cargo"):
     from setuptools_rust import Binding, RustExtension
 
     rust_extensions.append(
-        RustExtension("cdcflow._native", "native/Cargo.toml", binding=Binding.PyO3, optional=True, debug=False)
+        RustExtension(
+            "cdcflow._native",
+            "native/Cargo.toml",
+            binding=Binding.PyO3,
+            optional=True,
+            debug=False,
+            # An extension module links no libpython (without it, `cargo test` links one to run).
+            features=["extension-module"],
+        )
     )
 
 setup(rust_extensions=rust_extensions)

@@ -126,7 +126,7 @@ class HashAssignment:
 class BucketAssignment:
     """A worker group's share: the partitions of the buckets the group's coordinator gave this
     worker. ``owned`` changes only in the delivery thread, between reads (see
-    :class:`cdcflow.group.GroupPipelineRunner`); other threads only read it."""
+    :class:`cdcflow.group.runner.GroupPipelineRunner`); other threads only read it."""
 
     buckets: int
     owned: frozenset[int] = frozenset()

@@ -8,7 +8,7 @@ Kafka Connect's ``Decimal`` with scale 0 (unscaled two's-complement bytes; Avro 
 ``decimal`` logical type), or text under ``string``. User types are Avro records and Connect
 structs whose fields are all optional. ``uuid``/``timeuuid`` are Avro strings with the ``uuid``
 logical type; ``timestamp`` carries ``timestamp-millis``; maps whose keys are not text are Avro
-arrays of key/value records (Avro map keys are strings). :mod:`cdcflow._typed_values` turns event
+arrays of key/value records (Avro map keys are strings). :mod:`cdcflow.wire_values` turns event
 values into what these schemas describe, and back.
 """
 

@@ -25,6 +25,17 @@ stop_started() { if [ "${#started[@]}" -gt 0 ]; then bash scripts/services.sh st
 trap stop_started EXIT
 python -m ruff check .
 bash scripts/typecheck.sh
+# The compiled core's own Rust tests (framing, values, Avro, JSON, decimals; native/src/**, under
+# #[cfg(test)]) with the whole suite. Its test binary links libpython and embeds the venv's Python.
+# The compiled core is optional, so without cargo they are skipped, saying so.
+[ -d "$HOME/.cargo/bin" ] && PATH="$HOME/.cargo/bin:$PATH"
+if [ "$#" -eq 0 ]; then
+  if command -v cargo >/dev/null 2>&1; then
+    PYO3_PYTHON="$(command -v python)" cargo test --quiet --manifest-path native/Cargo.toml
+  else
+    echo "test: cargo is not on the PATH: the compiled core's Rust tests (native/) are skipped"
+  fi
+fi
 python -m pytest -q -p no:cacheprovider --durations=20 "$@"
 # The run above used the compiled core when it is built (its equivalence tests compare it with the
 # pure-Python reference); the reference is what runs without a Rust toolchain, so its unit tests

@@ -1234,3 +1234,142 @@ impl AvroWriter {
         Ok(PyBytes::new(py, &out))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Expected bytes from the Avro 1.11 specification's binary encoding: int and long as zig-zag
+    //! varints (its table: 0 → 00, -1 → 01, 1 → 02, -2 → 03, 2 → 04, -64 → 7f, 64 → 80 01), strings
+    //! and bytes as a long length then the bytes, float and double as little-endian IEEE 754,
+    //! boolean as one byte, a union as the branch's index then its value, arrays and maps as
+    //! blocks (a count, the items, a zero count), enums as the symbol's index, fixed as its bytes.
+    use super::{write_long, AvroWriter};
+    use crate::batch::Datum;
+    use crate::decimal::Decimal;
+    use pyo3::prelude::*;
+    use pyo3::types::PyDict;
+
+    fn writer(py: Python<'_>, schema: &str) -> AvroWriter {
+        let schema = py.import("json").unwrap().call_method1("loads", (schema,)).unwrap();
+        AvroWriter::new(py, &schema, &PyDict::new(py), false).unwrap()
+    }
+
+    /// The encoding of the Python value `datum` (a Python expression) with `schema`.
+    fn encoded(schema: &str, datum: &std::ffi::CStr) -> PyResult<Vec<u8>> {
+        Python::attach(|py| {
+            let writer = writer(py, schema);
+            let datum = py.eval(datum, None, None)?;
+            let mut out = Vec::new();
+            writer.write(py, &mut out, writer.root, &datum, 0)?;
+            Ok(out)
+        })
+    }
+
+    #[test]
+    fn longs_are_zig_zag_varints() {
+        let long = |value: i64| {
+            let mut out = Vec::new();
+            write_long(&mut out, value);
+            out
+        };
+        assert_eq!(long(0), [0x00]);
+        assert_eq!(long(-1), [0x01]);
+        assert_eq!(long(1), [0x02]);
+        assert_eq!(long(-2), [0x03]);
+        assert_eq!(long(2), [0x04]);
+        assert_eq!(long(-64), [0x7f]);
+        assert_eq!(long(64), [0x80, 0x01]);
+        assert_eq!(long(8192), [0x80, 0x80, 0x01]);
+        assert_eq!(
+            long(i64::MAX),
+            [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]
+        );
+        assert_eq!(
+            long(i64::MIN),
+            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]
+        );
+    }
+
+    const RECORD: &str = r#"{"type": "record", "name": "R", "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+        {"name": "score", "type": ["null", "int"]}, {"name": "ok", "type": "boolean"},
+        {"name": "ratio", "type": "double"}, {"name": "f", "type": "float"}]}"#;
+
+    #[test]
+    fn a_record_is_its_fields_in_order() {
+        let datum = c"{'id': -3, 'name': 'hé', 'score': 64, 'ok': True, 'ratio': 0.5, 'f': 1.0}";
+        let expected = [
+            0x05, // id -3
+            0x06, b'h', 0xc3, 0xa9, // name: 3 UTF-8 bytes
+            0x02, 0x80, 0x01, // score: branch 1 (int), 64
+            0x01, // ok
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xe0, 0x3f, // ratio 0.5
+            0x00, 0x00, 0x80, 0x3f, // f 1.0
+        ];
+        assert_eq!(encoded(RECORD, datum).unwrap(), expected);
+        let datum = c"{'id': 0, 'name': '', 'score': None, 'ok': False, 'ratio': 0.0, 'f': 0.0}";
+        // Each field's zero: one byte each for the first four, 8 and 4 zero bytes for the floats.
+        assert_eq!(encoded(RECORD, datum).unwrap(), vec![0u8; 16]);
+    }
+
+    #[test]
+    fn a_union_writes_the_index_of_the_branch_it_takes() {
+        // null second: None is branch 1, an int branch 0.
+        assert_eq!(encoded(r#"["int", "null"]"#, c"None").unwrap(), [0x02]);
+        assert_eq!(encoded(r#"["int", "null"]"#, c"-1").unwrap(), [0x00, 0x01]);
+        assert_eq!(encoded(r#"["null", "string"]"#, c"'a'").unwrap(), [0x02, 0x02, b'a']);
+    }
+
+    #[test]
+    fn arrays_and_maps_are_blocks_ended_by_a_zero_count() {
+        let array = r#"{"type": "array", "items": "int"}"#;
+        assert_eq!(encoded(array, c"[1, 2, 3]").unwrap(), [0x06, 0x02, 0x04, 0x06, 0x00]);
+        assert_eq!(encoded(array, c"[]").unwrap(), [0x00]);
+        let map = r#"{"type": "map", "values": "long"}"#;
+        assert_eq!(encoded(map, c"{'a': 1}").unwrap(), [0x02, 0x02, b'a', 0x02, 0x00]);
+    }
+
+    #[test]
+    fn enums_fixed_and_bytes() {
+        let enum_schema = r#"{"type": "enum", "name": "E", "symbols": ["A", "B", "C"]}"#;
+        assert_eq!(encoded(enum_schema, c"'C'").unwrap(), [0x04]);
+        assert!(encoded(enum_schema, c"'D'").is_err(), "not a symbol");
+        let fixed = r#"{"type": "fixed", "name": "F", "size": 2}"#;
+        assert_eq!(encoded(fixed, c"b'\\x01\\x02'").unwrap(), [0x01, 0x02]);
+        assert!(encoded(fixed, c"b'\\x01'").is_err(), "a fixed of the wrong size");
+        assert_eq!(encoded(r#""bytes""#, c"b'\\x00\\xff'").unwrap(), [0x04, 0x00, 0xff]);
+    }
+
+    #[test]
+    fn an_int_out_of_range_is_refused() {
+        assert_eq!(
+            encoded(r#""int""#, c"2**31 - 1").unwrap(),
+            [0xfe, 0xff, 0xff, 0xff, 0x0f]
+        );
+        assert!(encoded(r#""int""#, c"2**31").is_err());
+        assert!(encoded(r#""long""#, c"2**63").is_err());
+    }
+
+    #[test]
+    fn a_held_decimal_is_debeziums_variable_scale_record() {
+        // io.debezium.data.VariableScaleDecimal: the scale (an int), the unscaled number as
+        // big-endian two's complement bytes; -123.45 is scale 2, unscaled -12345 = cf c7.
+        let schema = r#"["null", {"type": "record", "name": "VariableScaleDecimal",
+            "namespace": "io.debezium.data",
+            "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}]"#;
+        Python::attach(|py| {
+            let writer = writer(py, schema);
+            let decimal = Decimal {
+                scale: 2,
+                unscaled: -12345,
+            };
+            let mut out = Vec::new();
+            writer
+                .write_datum(&mut out, writer.root, Datum::Decimal(decimal))
+                .unwrap();
+            assert_eq!(out, [0x02, 0x04, 0x04, 0xcf, 0xc7]);
+            out.clear();
+            writer.write_datum(&mut out, writer.root, Datum::Null).unwrap();
+            assert_eq!(out, [0x00]);
+        });
+    }
+}

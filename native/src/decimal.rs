@@ -147,4 +147,48 @@ mod tests {
         assert_eq!(bytes(-128), vec![0x80]);
         assert_eq!(bytes(-129), vec![0xff, 0x7f]);
     }
+
+    #[test]
+    fn a_stored_decimal_is_an_int32_scale_then_big_endian_twos_complement() {
+        // Cassandra's DecimalType: scale 2 (00 00 00 02), unscaled 0x3039 = 12345.
+        assert_eq!(
+            Decimal::from_cql(&[0, 0, 0, 2, 0x30, 0x39]),
+            Some(Decimal {
+                scale: 2,
+                unscaled: 12345
+            })
+        );
+        // A negative scale; a negative unscaled number is sign-extended (ff 00 = -256).
+        assert_eq!(
+            Decimal::from_cql(&[0xff, 0xff, 0xff, 0xfe, 0xff, 0x00]),
+            Some(Decimal {
+                scale: -2,
+                unscaled: -256
+            })
+        );
+        // Zero bytes of unscaled number is zero; 16 bytes is the widest held here.
+        assert_eq!(
+            Decimal::from_cql(&[0, 0, 0, 0]),
+            Some(Decimal { scale: 0, unscaled: 0 })
+        );
+        let widest = [[0u8, 0, 0, 0].as_slice(), &[0x80], &[0u8; 15]].concat();
+        assert_eq!(Decimal::from_cql(&widest).map(|d| d.unscaled), Some(i128::MIN));
+        assert_eq!(
+            Decimal::from_cql(&[0u8; 21]),
+            None,
+            "wider than 128 bits: the reference's"
+        );
+        assert_eq!(Decimal::from_cql(&[0, 0, 1]), None, "a scale cut short");
+    }
+
+    #[test]
+    fn the_double_is_the_one_nearest_the_exact_number() {
+        // float(Decimal("123.45")), float(Decimal("-1E+3")), float(Decimal("0.1")).
+        let double = |scale, unscaled| Decimal { scale, unscaled }.to_f64();
+        assert_eq!(double(2, 12345), 123.45);
+        assert_eq!(double(-3, -1), -1000.0);
+        assert_eq!(double(1, 1), 0.1);
+        // 2^53 + 1 is not a double: it rounds to even, 2^53.
+        assert_eq!(double(0, 9007199254740993), 9007199254740992.0);
+    }
 }

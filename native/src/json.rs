@@ -343,3 +343,136 @@ pub fn float_text(value: f64) -> String {
     write_float(&mut out, value);
     String::from_utf8(out).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    //! Expected texts: RFC 8259 (what must be escaped: `"`, `\` and U+0000 to U+001F), Python's
+    //! `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` and `repr(float)` written out
+    //! by hand, RFC 4648's base64 test vectors.
+    use super::{write_base64, write_float, write_scalar, write_text, JsonEncoder};
+    use crate::batch::Datum;
+    use crate::decimal::Decimal;
+    use pyo3::prelude::*;
+
+    fn text(bytes: &[u8]) -> String {
+        let mut out = Vec::new();
+        write_text(&mut out, bytes);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn float(value: f64) -> String {
+        let mut out = Vec::new();
+        write_float(&mut out, value);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn strings_escape_quote_backslash_and_control_characters_only() {
+        assert_eq!(text(b"plain"), r#""plain""#);
+        assert_eq!(text(b"a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(text(b"\n\r\t\x08\x0c"), r#""\n\r\t\b\f""#);
+        // Other controls as \u00XX with lowercase hex; DEL and non-ASCII as they are.
+        assert_eq!(text(b"\x00\x1f\x7f"), "\"\\u0000\\u001f\x7f\"");
+        assert_eq!(text("é€😀".as_bytes()), "\"é€😀\"");
+        assert_eq!(text(b"x\ny"), r#""x\ny""#);
+    }
+
+    #[test]
+    fn floats_are_written_as_pythons_repr() {
+        let cases = [
+            (0.1, "0.1"),
+            (100.0, "100.0"),
+            (1.5, "1.5"),
+            (-0.0, "-0.0"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1e22, "1e+22"),
+            (123456789012345678.0, "1.2345678901234568e+17"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (2.5e-5, "2.5e-05"),
+            (1.0 / 3.0, "0.3333333333333333"),
+            (5e-324, "5e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(float(value), expected, "repr({value:e})");
+        }
+    }
+
+    #[test]
+    fn non_finite_floats_are_javascript_names_as_json_dumps_writes_them() {
+        assert_eq!(float(f64::NAN), "NaN");
+        assert_eq!(float(f64::INFINITY), "Infinity");
+        assert_eq!(float(f64::NEG_INFINITY), "-Infinity");
+    }
+
+    #[test]
+    fn base64_is_rfc_4648s() {
+        let encode = |data: &[u8]| {
+            let mut out = Vec::new();
+            write_base64(&mut out, data);
+            String::from_utf8(out).unwrap()
+        };
+        let vectors: [(&[u8], &str); 8] = [
+            (b"", ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"fooba", "Zm9vYmE="),
+            (b"foobar", "Zm9vYmFy"),
+            (&[0xfb, 0xff], "+/8="),
+        ];
+        for (data, expected) in vectors {
+            assert_eq!(encode(data), expected);
+        }
+    }
+
+    #[test]
+    fn scalars_held_by_the_core_are_written_as_their_python_values() {
+        let scalar = |datum: Datum<'_>| {
+            let mut out = Vec::new();
+            write_scalar(&mut out, datum);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(scalar(Datum::Null), "null");
+        assert_eq!(scalar(Datum::Bool(false)), "false");
+        assert_eq!(scalar(Datum::Long(i64::MIN)), "-9223372036854775808");
+        assert_eq!(scalar(Datum::Double(2.0)), "2.0");
+        assert_eq!(scalar(Datum::Text("tab\there")), r#""tab\there""#);
+        let uuid = [
+            0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00,
+        ];
+        assert_eq!(scalar(Datum::Uuid(&uuid)), r#""123e4567-e89b-12d3-a456-426614174000""#);
+        // json_default writes a Decimal as str(): plain text here.
+        let decimal = Decimal {
+            scale: 3,
+            unscaled: -1500,
+        };
+        assert_eq!(scalar(Datum::Decimal(decimal)), r#""-1.500""#);
+    }
+
+    #[test]
+    fn python_values_are_written_as_compact_json_dumps_writes_them() {
+        Python::attach(|py| {
+            let builtins = py.import("builtins").unwrap();
+            let encoder = JsonEncoder {
+                default: builtins.getattr("repr").unwrap().unbind(),
+            };
+            let dumps = |source: &std::ffi::CStr| {
+                let value = py.eval(source, None, None).unwrap();
+                let mut out = Vec::new();
+                encoder.write_value(py, &mut out, &value).unwrap();
+                String::from_utf8(out).unwrap()
+            };
+            assert_eq!(
+                dumps(c"{'k': [1, True, None, 2**70, 1.0, 'x'], 1: False, 2.5: 0, None: 1}"),
+                r#"{"k":[1,true,null,1180591620717411303424,1.0,"x"],"1":false,"2.5":0,"null":1}"#
+            );
+            // A tuple is an array; what JSON has no type for goes through default (repr here).
+            assert_eq!(dumps(c"((), complex(1, 2))"), r#"[[],"(1+2j)"]"#);
+            assert_eq!(dumps(c"-2**63 - 1"), "-9223372036854775809");
+        });
+    }
+}

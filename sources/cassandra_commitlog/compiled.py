@@ -8,8 +8,8 @@ mutation it does not decode exactly as the reference does (a value it cannot rea
 table, a ``system_schema`` update), and the reference then decodes it, or raises the error cdcflow
 stores. What the compiled core does not decode itself (``duration``, user types as dicts, custom
 types, IPv6 addresses) is decoded by the reference's own ``CqlType``, so a change there needs no
-change in Rust; a type it does decode (``values.rs``: ``decimal`` to the same ``Decimal``, made
-from the same text) must follow a change of the reference (``cqltypes``).
+change in Rust; a type it does decode (``native/src/commitlog/values.rs``: ``decimal`` to the same
+``Decimal``, made from the same text) must follow a change of the reference (``cqltypes``).
 ``tests/unit/test_compiled_commitlog.py`` and ``test_compact_commitlog.py`` hold the paths equal.
 """
 

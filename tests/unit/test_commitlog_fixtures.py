@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.sources.cassandra_commitlog.cdc_index import index_path, read_cdc_index
+from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex, index_path, read_cdc_index
 from cdcflow.sources.cassandra_commitlog.changes import RowChange, row_changes
 from cdcflow.sources.cassandra_commitlog.exceptions import (
     CommitLogError,
@@ -192,8 +192,11 @@ def test_empty_or_half_written_cdc_index_reads_as_unknown(tmp_path: Path) -> Non
     assert read_cdc_index(index) is None
     index.write_text("\nCOMPLETED")
     assert read_cdc_index(index) is None
+    # Cassandra's two forms (CommitLogSegment.writeCDCIndexFile): the offset, then COMPLETED once closed.
+    index.write_text("4096")
+    assert read_cdc_index(index) == CdcIndex(offset=4096, completed=False)
     index.write_text("4096\nCOMPLETED")
-    assert read_cdc_index(index) == read_cdc_index(index) and read_cdc_index(index).completed  # type: ignore[union-attr]
+    assert read_cdc_index(index) == CdcIndex(offset=4096, completed=True)
 
 
 def _header(version: int, segment_id: int, parameters: dict[str, str]) -> bytes:

@@ -653,3 +653,156 @@ impl CompactBatchBuilder {
         Ok(Some(skipped))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Entries framed as Cassandra writes them (`CommitLog.add`: the size as a big-endian int32,
+    //! the CRC32 of those 4 bytes, the mutation, then one CRC32 continued from the size's over the
+    //! mutation). The CRC bytes below were computed with Python's `zlib.crc32`, not with this crate.
+    use super::{frame, Framed};
+
+    /// `b"0123456789"` framed: size 10, CRC32(00 00 00 0a), the mutation, CRC32 of all 14 bytes.
+    const DIGITS: [u8; 22] = [
+        0x00, 0x00, 0x00, 0x0a, 0xc1, 0x91, 0x36, 0x02, b'0', b'1', b'2', b'3', b'4', b'5', b'6', b'7', b'8', b'9',
+        0x76, 0x1a, 0x8e, 0xf3,
+    ];
+    /// `b"ABCDEFGHIJK"` framed (size 11).
+    const LETTERS: [u8; 23] = [
+        0x00, 0x00, 0x00, 0x0b, 0xb6, 0x96, 0x06, 0x94, b'A', b'B', b'C', b'D', b'E', b'F', b'G', b'H', b'I', b'J',
+        b'K', 0x8e, 0x92, 0x8b, 0x72,
+    ];
+
+    /// An item as (start, end, mutation or raw bytes, fault reason).
+    type Item = (usize, usize, Vec<u8>, Option<String>);
+
+    fn items(payload: &[u8]) -> (Vec<Item>, bool) {
+        let (items, clean_end) = frame(payload);
+        let items = items
+            .into_iter()
+            .map(|item| match item {
+                Framed::Entry { start, end, mutation } => (start, end, mutation.to_vec(), None),
+                Framed::Fault {
+                    start,
+                    end,
+                    raw,
+                    reason,
+                } => (start, end, raw.to_vec(), Some(reason)),
+            })
+            .collect();
+        (items, clean_end)
+    }
+
+    fn concat(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    #[test]
+    fn an_entry_is_its_mutation_between_the_size_crc_and_the_data_crc() {
+        let (items, clean_end) = items(&DIGITS);
+        assert_eq!(items, vec![(0, 22, b"0123456789".to_vec(), None)]);
+        assert!(!clean_end, "no zero size: the section may go on");
+    }
+
+    #[test]
+    fn a_zero_size_after_the_last_entry_is_a_clean_end() {
+        let payload = concat(&[&DIGITS, &LETTERS, &[0u8; 12]]);
+        let (items, clean_end) = items(&payload);
+        assert_eq!(
+            items,
+            vec![
+                (0, 22, b"0123456789".to_vec(), None),
+                (22, 45, b"ABCDEFGHIJK".to_vec(), None),
+            ]
+        );
+        assert!(clean_end);
+    }
+
+    #[test]
+    fn fewer_than_four_bytes_left_are_padding_not_a_fault() {
+        let payload = concat(&[&DIGITS, &[0xff, 0xff, 0xff]]);
+        let (items, clean_end) = items(&payload);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].3, None);
+        assert!(!clean_end);
+    }
+
+    #[test]
+    fn a_damaged_size_crc_ends_the_section_with_everything_after_it_as_one_fault() {
+        let mut damaged = LETTERS;
+        damaged[5] ^= 0x01; // a bit of the size's CRC
+        let payload = concat(&[&DIGITS, &damaged, &DIGITS]);
+        let (items, clean_end) = items(&payload);
+        assert_eq!(items.len(), 2, "nothing after an unreliable size can be located");
+        assert_eq!(items[0], (0, 22, b"0123456789".to_vec(), None));
+        assert_eq!(
+            items[1],
+            (
+                22,
+                67,
+                payload[22..].to_vec(),
+                Some("entry size CRC does not match".to_string())
+            )
+        );
+        assert!(!clean_end);
+    }
+
+    #[test]
+    fn a_damaged_mutation_is_a_fault_of_that_entry_alone() {
+        let mut damaged = DIGITS;
+        damaged[12] = b'x'; // the mutation's fifth byte: its data CRC no longer matches
+        let payload = concat(&[&damaged, &LETTERS]);
+        let (items, _) = items(&payload);
+        assert_eq!(
+            items,
+            vec![
+                (
+                    0,
+                    22,
+                    damaged.to_vec(),
+                    Some("entry data CRC does not match".to_string())
+                ),
+                (22, 45, b"ABCDEFGHIJK".to_vec(), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_data_crc_continues_from_the_sizes_crc() {
+        // The same entry with its data CRC over the mutation alone (CRC32(b"0123456789") =
+        // a6 84 c7 c6): Cassandra's CRC covers the size too, so this one does not match.
+        let mut alone = DIGITS;
+        alone[18..].copy_from_slice(&[0xa6, 0x84, 0xc7, 0xc6]);
+        let (items, _) = items(&alone);
+        assert_eq!(items[0].3.as_deref(), Some("entry data CRC does not match"));
+    }
+
+    #[test]
+    fn a_size_below_cassandras_smallest_mutation_is_a_fault() {
+        // `b"012345678"` framed with correct CRCs: size 9 is below the 10-byte minimum.
+        let small = [
+            0x00, 0x00, 0x00, 0x09, 0x58, 0x98, 0x67, 0xb8, b'0', b'1', b'2', b'3', b'4', b'5', b'6', b'7', b'8', 0x22,
+            0x92, 0xa8, 0x5c,
+        ];
+        let (items, clean_end) = items(&small);
+        assert_eq!(
+            items,
+            vec![(0, 21, small.to_vec(), Some("entry size 9 is too small".to_string()))]
+        );
+        assert!(!clean_end);
+    }
+
+    #[test]
+    fn an_entry_running_past_its_section_is_a_fault() {
+        let cut = &DIGITS[..21]; // the data CRC's last byte missing
+        let (items, _) = items(cut);
+        assert_eq!(
+            items,
+            vec![(
+                0,
+                21,
+                cut.to_vec(),
+                Some("entry size 10 runs past its section".to_string())
+            )]
+        );
+    }
+}

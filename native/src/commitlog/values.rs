@@ -4,8 +4,9 @@
 //! `cdcflow.sources.cql.cqltypes` (the reference) for the types decoded here (`decimal` to the
 //! same `Decimal`, made from the same text); every other type (IPv6 `inet`; `duration`; user
 //! types, as dicts; custom types; `empty`) is handed to the reference's own decoder, so a change
-//! to how the reference represents them needs no change here. A type moved from the reference to Rust must keep its
-//! exact result: `tests/unit/test_compiled_core.py` holds the two equal over every type.
+//! to how the reference represents them needs no change here. A type moved from the reference to
+//! Rust must keep its exact result: `tests/unit/test_compiled_commitlog.py` holds the two equal
+//! over random tables of every type.
 //!
 //! Every function here returns `Err(Decline)` instead of raising: the caller then lets the
 //! reference decode the whole mutation, which raises the error cdcflow reports.
@@ -565,4 +566,135 @@ fn frozen_collection(raw: &[u8]) -> R<Vec<Option<&[u8]>>> {
         return Err(Decline("collection holds fewer elements than it says"));
     }
     Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Expected values from Cassandra's formats: `VIntCoding` (the unsigned vint: as many 1 bits
+    //! leading the first byte as bytes follow it), the native protocol's collection and value
+    //! encodings (int32 counts and lengths, -1 for null; `date` as days with the epoch at 2^31;
+    //! `decimal` as an int32 scale then a big-endian two's complement), RFC 4122's uuid text.
+    use super::{frozen_collection, read_unsigned_vint, uuid_string, CqlType, Kind};
+    use pyo3::prelude::*;
+
+    #[test]
+    fn unsigned_vints_take_as_many_extra_bytes_as_leading_ones() {
+        let read = |bytes: &[u8]| read_unsigned_vint(bytes, 0).ok();
+        assert_eq!(read(&[0x00]), Some((0, 1)));
+        assert_eq!(read(&[0x7f]), Some((127, 1)));
+        assert_eq!(read(&[0x80, 0x80]), Some((128, 2)));
+        assert_eq!(read(&[0xbf, 0xff]), Some((16383, 2)));
+        assert_eq!(read(&[0xc0, 0x40, 0x00]), Some((16384, 3)));
+        assert_eq!(
+            read(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            Some((u64::MAX, 9))
+        );
+        // At an offset, the next offset is past the vint.
+        assert_eq!(read_unsigned_vint(&[0x01, 0x81, 0x00], 1).ok(), Some((256, 3)));
+    }
+
+    #[test]
+    fn a_vint_cut_short_is_declined() {
+        assert!(read_unsigned_vint(&[], 0).is_err());
+        assert!(read_unsigned_vint(&[0xc0, 0x40], 0).is_err());
+        assert!(read_unsigned_vint(&[0x05], 1).is_err());
+    }
+
+    #[test]
+    fn uuid_text_is_rfc_4122s() {
+        let bytes = [
+            0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
+        ];
+        assert_eq!(uuid_string(&bytes), "00112233-4455-6677-8899-aabbccddeeff");
+    }
+
+    #[test]
+    fn frozen_collections_hold_int32_lengths_and_minus_one_for_null() {
+        // list<int> [7, null]: count 2, then (4, 00 00 00 07) and (-1).
+        let raw = [0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff];
+        let items = frozen_collection(&raw).expect("a sound collection");
+        assert_eq!(items, vec![Some(&[0u8, 0, 0, 7][..]), None]);
+        assert_eq!(frozen_collection(&[]).ok(), Some(vec![]));
+        // Says 3 elements, holds 2; an element longer than what is left; a count cut short.
+        assert!(frozen_collection(&[[0, 0, 0, 3].as_slice(), &raw[4..]].concat()).is_err());
+        assert!(frozen_collection(&[0, 0, 0, 1, 0, 0, 0, 5, 1, 2]).is_err());
+        assert!(frozen_collection(&[0, 0, 1]).is_err());
+    }
+
+    fn cql(kind: Kind, fixed_length: i64, py: Python<'_>) -> CqlType {
+        CqlType {
+            kind,
+            fixed_length,
+            multi_cell: false,
+            path: None,
+            value: None,
+            members: Vec::new(),
+            reference: py.None(),
+        }
+    }
+
+    /// `repr()` of what `kind` decodes `raw` to, or None when it declines.
+    fn decoded(kind: Kind, raw: &[u8]) -> Option<String> {
+        Python::attach(|py| {
+            let value = cql(kind, -1, py).decode(py, raw).ok()?;
+            Some(value.repr().unwrap().to_string())
+        })
+    }
+
+    #[test]
+    fn integers_are_big_endian_and_signed_and_empty_is_null() {
+        assert_eq!(decoded(Kind::TinyInt, &[0xff]).as_deref(), Some("-1"));
+        assert_eq!(decoded(Kind::SmallInt, &[0x80, 0x00]).as_deref(), Some("-32768"));
+        assert_eq!(decoded(Kind::Int, &[0x00, 0x01, 0x00, 0x00]).as_deref(), Some("65536"));
+        let bigint = [0x80, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(decoded(Kind::BigInt, &bigint).as_deref(), Some("-9223372036854775808"));
+        assert_eq!(decoded(Kind::Int, &[]).as_deref(), Some("None"));
+        assert_eq!(decoded(Kind::Int, &[0, 0, 1]), None, "a wrong length is declined");
+        // varint: the shortest two's complement, any length.
+        assert_eq!(decoded(Kind::Varint, &[0x00, 0x80]).as_deref(), Some("128"));
+        assert_eq!(decoded(Kind::Varint, &[0xff, 0x7f]).as_deref(), Some("-129"));
+    }
+
+    #[test]
+    fn dates_count_days_from_an_epoch_at_two_to_the_31() {
+        assert_eq!(decoded(Kind::Date, &[0x80, 0x00, 0x00, 0x00]).as_deref(), Some("0"));
+        assert_eq!(decoded(Kind::Date, &[0x7f, 0xff, 0xff, 0xff]).as_deref(), Some("-1"));
+        // 2^31 + 19723 (2024-01-01 is 19723 days after 1970-01-01).
+        assert_eq!(decoded(Kind::Date, &[0x80, 0x00, 0x4d, 0x0b]).as_deref(), Some("19723"));
+    }
+
+    #[test]
+    fn floats_doubles_booleans_and_ipv4_addresses() {
+        assert_eq!(decoded(Kind::Float, &[0x3f, 0xc0, 0x00, 0x00]).as_deref(), Some("1.5"));
+        let double = [0xc0, 0x09, 0x21, 0xfb, 0x54, 0x44, 0x2d, 0x18]; // -pi
+        assert_eq!(decoded(Kind::Double, &double).as_deref(), Some("-3.141592653589793"));
+        assert_eq!(decoded(Kind::Boolean, &[0x00]).as_deref(), Some("False"));
+        assert_eq!(decoded(Kind::Boolean, &[0x02]).as_deref(), Some("True"));
+        assert_eq!(decoded(Kind::Inet, &[192, 168, 0, 1]).as_deref(), Some("'192.168.0.1'"));
+        assert_eq!(decoded(Kind::Uuid, &[0u8; 15]), None, "a uuid is 16 bytes");
+    }
+
+    #[test]
+    fn text_is_strict_utf8() {
+        assert_eq!(decoded(Kind::Text, "zürich".as_bytes()).as_deref(), Some("'zürich'"));
+        assert_eq!(
+            decoded(Kind::Text, &[b'a', 0xc3]),
+            None,
+            "a cut-short sequence is declined"
+        );
+        assert_eq!(
+            decoded(Kind::Text, &[0xed, 0xa0, 0x80]),
+            None,
+            "a surrogate is not UTF-8"
+        );
+    }
+
+    #[test]
+    fn decimals_are_a_scale_then_the_unscaled_number() {
+        // scale 2, unscaled 0x3039 = 12345; scale -3, unscaled -1.
+        let value = decoded(Kind::Decimal, &[0, 0, 0, 2, 0x30, 0x39]);
+        assert_eq!(value.as_deref(), Some("Decimal('123.45')"));
+        let value = decoded(Kind::Decimal, &[0xff, 0xff, 0xff, 0xfd, 0xff]);
+        assert_eq!(value.as_deref(), Some("Decimal('-1E+3')"));
+    }
 }
