@@ -31,10 +31,18 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 from pydantic import Field
 
+from cdcflow.config import RetryConfig
 from cdcflow.contract import Checkpoint, CheckpointStoreConfig, FencingCheckpointStore
-from cdcflow.errors import CheckpointCorruptError, CheckpointUnavailableError, ConfigError, TransactionFencedError
+from cdcflow.errors import (
+    CheckpointCorruptError,
+    CheckpointUnavailableError,
+    ConfigError,
+    RetriesExhaustedError,
+    TransactionFencedError,
+)
 from cdcflow.kafka_client import KafkaClientConfig
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
+from cdcflow.retry import Backoff
 from cdcflow.sinks.kafka.prerequisites import check_checkpoint_topic
 from cdcflow.sinks.kafka.sink import ProducerLane, kafka_domain
 from cdcflow.transactions import TransactionDomain
@@ -46,6 +54,10 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVA
 # The broker aborts a dead producer's transaction only at its next timeout sweep, up to this long
 # after the transaction timed out (transaction.abort.timed.out.transaction.cleanup.interval.ms).
 _ABORT_SWEEP_S = 10.0
+# Errors of a partition whose leadership is being set up or moved: they pass once it settles.
+_LEADERSHIP_MOVING = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
 # How long a release waits for its abort: a broker that does not answer aborts the transaction
 # itself (transaction_timeout_s), and so does the bucket's next claim.
 _ABORT_TIMEOUT_S = 3.0
@@ -172,9 +184,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
             )
         )
         try:
-            latest = self._read_to_end(consumer, wanted, past_open_transactions)
-        except KafkaException as exc:
-            raise CheckpointUnavailableError(f"cannot read offsets topic {self.config.topic}: {exc}") from exc
+            latest = self._read_to_end_retrying(consumer, wanted, past_open_transactions)
         finally:
             consumer.close()
         checkpoints = {}
@@ -188,6 +198,28 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
                     f"offsets topic {self.config.topic}: checkpoint of {partition_id} cannot be read: {exc}"
                 ) from exc
         return checkpoints
+
+    def _read_to_end_retrying(
+        self, consumer: Consumer, wanted: Callable[[str], bool], past_open_transactions: bool
+    ) -> dict[str, bytes | None]:
+        """:meth:`_read_to_end`, tried again with backoff for up to ``timeout_s`` while the broker
+        answers with a transient error: a topic created a moment ago (by this open() or another
+        worker's) has partitions whose leader is not serving them yet (NOT_LEADER_FOR_PARTITION)."""
+        backoff = Backoff(RetryConfig(initial_backoff_ms=100, max_backoff_ms=2000, max_elapsed_s=self.config.timeout_s))
+        while True:
+            try:
+                return self._read_to_end(consumer, wanted, past_open_transactions)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or not (error.retriable() or error.code() in _LEADERSHIP_MOVING):
+                    raise CheckpointUnavailableError(f"cannot read offsets topic {self.config.topic}: {exc}") from exc
+                try:
+                    delay = backoff.next_delay(f"reading offsets topic {self.config.topic}", exc)
+                except RetriesExhaustedError as exhausted:
+                    raise CheckpointUnavailableError(
+                        f"cannot read offsets topic {self.config.topic}: {exc} (for {self.config.timeout_s:g} s)"
+                    ) from exhausted
+                time.sleep(delay)
 
     def _high_watermarks(self, numbers: Sequence[int]) -> dict[int, int]:
         """Each partition's end, open transactions included (a read_committed consumer sees only up

@@ -285,3 +285,48 @@ def test_a_record_the_kafka_source_cannot_decode_goes_to_dead_letters_and_the_pa
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_load_waits_out_a_partition_whose_leader_is_not_serving_yet(
+    kafka_bootstrap: str, topic_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic created a moment ago (by this open() or another worker's) can answer
+    NOT_LEADER_FOR_PARTITION to the first reads (CI: `cdcflow offsets set` right after the store
+    created its topic failed with it). The broker's answer is made to come twice here, as the read
+    itself raises it: the load tries again and returns the checkpoints; an error that is not
+    transient still fails at once, naming the topic."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from cdcflow.errors import CheckpointUnavailableError
+
+    topic = f"{topic_prefix}-offsets"
+    writer = store(kafka_bootstrap, topic, "orders")
+    try:
+        writer.commit({"p/0": Checkpoint({"seq": 3}, 30, 300)})
+        reader = store(kafka_bootstrap, topic, "orders")
+        real = KafkaCheckpointStore._read_to_end
+        answers = iter([KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION])
+        tries = []
+
+        def not_led_at_first(self: KafkaCheckpointStore, *args: Any) -> Any:
+            tries.append(1)
+            code = next(answers, None)
+            if code is not None:
+                raise KafkaException(KafkaError(code, "Broker: Not leader for partition", retriable=True))
+            return real(self, *args)
+
+        monkeypatch.setattr(KafkaCheckpointStore, "_read_to_end", not_led_at_first)
+        assert reader.load() == {"p/0": Checkpoint({"seq": 3}, 30, 300)}
+        assert len(tries) == 3
+
+        def refused(self: KafkaCheckpointStore, *args: Any) -> Any:
+            raise KafkaException(
+                KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Topic authorization failed")
+            )
+
+        monkeypatch.setattr(KafkaCheckpointStore, "_read_to_end", refused)
+        with pytest.raises(CheckpointUnavailableError, match=f"cannot read offsets topic {topic}"):
+            reader.load()
+        reader.close()
+    finally:
+        writer.close()
