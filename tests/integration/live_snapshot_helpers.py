@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import random
-import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cdcflow.contract import Checkpoint
-from cdcflow.events import ChangeEvent, Record
 from cdcflow.sources.cql.live_snapshot import LIVE_FIELD
-from tests.integration.snapshot_helpers import Written, runner_for
+from tests.integration.snapshot_helpers import Written, kill_at_snapshot_rows_once, runner_for
 
 
 class ChangingRows:
@@ -100,16 +97,7 @@ def _crash_in_live_snapshot(file: Path, after_chunks: int) -> None:
                 committed_chunks[0] = max(committed_chunks[0], int(state.get("chunks", 0)))
 
     runner.store.commit = counting_commit  # type: ignore[method-assign]
-    write = runner.sink.write
-
-    def killing_write(records: Sequence[Record]) -> Any:
-        result = write(records)
-        if committed_chunks[0] >= after_chunks and any(isinstance(r, ChangeEvent) and r.op == "r" for r in records):
-            runner.sink.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-
-    runner.sink.write = killing_write  # type: ignore[method-assign]
+    kill_at_snapshot_rows_once(runner, lambda: committed_chunks[0] >= after_chunks)
     runner.run()
     raise SystemExit(3)  # the snapshot ended without the kill: the test's setup is wrong
 

@@ -167,6 +167,21 @@ def slice_of(token: int, count: int) -> int:
 # --- the crash driver --------------------------------------------------------------------------
 
 
+def kill_at_snapshot_rows_once(runner: PipelineRunner, ready: Callable[[], bool]) -> None:
+    """Once ``ready()``, the process flushes the sink and SIGKILLs itself right after a write that
+    held snapshot rows (op ``r``): a crash mid-snapshot, after what ``ready`` waited for."""
+    write = runner.sink.write
+
+    def killing_write(records: Sequence[Record]) -> Any:
+        result = write(records)
+        if ready() and any(isinstance(r, ChangeEvent) and r.op == "r" for r in records):
+            runner.sink.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    runner.sink.write = killing_write  # type: ignore[method-assign]
+
+
 def _crash_in_snapshot(file: Path, after_slices: int, during: list[str]) -> None:
     """Run ``file``'s pipeline; at its first snapshot write run the CQL statements ``during``;
     once ``after_slices`` slices are committed, SIGKILL this process right after the next write
@@ -190,16 +205,7 @@ def _crash_in_snapshot(file: Path, after_slices: int, during: list[str]) -> None
         cluster.shutdown()
 
     hook_first_snapshot_write(runner, change)
-    write = runner.sink.write
-
-    def killing_write(records: Sequence[Record]) -> Any:
-        result = write(records)
-        if len(committed_slices) >= after_slices and any(isinstance(r, ChangeEvent) and r.op == "r" for r in records):
-            runner.sink.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-
-    runner.sink.write = killing_write  # type: ignore[method-assign]
+    kill_at_snapshot_rows_once(runner, lambda: len(committed_slices) >= after_slices)
     runner.run()
     raise SystemExit(3)  # the snapshot ended without the kill: the test's setup is wrong
 
