@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cdcflow.config import PipelineSpec, load_pipeline
 from cdcflow.contract import PluginContext
 from cdcflow.errors import CdcflowError, ConfigError, PluginError
+from cdcflow.extras import require_engine_extras
 from cdcflow.redaction import RedactingFormatter, redact
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     for file in args.files:  # every file's problems, not only the first file's
         try:
             spec = load_pipeline(file, registry)
+            require_engine_extras(spec)
             _build_every_plugin(spec, registry)
         except ConfigError as exc:
             errors.append(str(exc))
@@ -145,6 +147,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     log.info("cdcflow core: %s", core_description())
     if args.engine:
         specs = [spec.on_engine(args.engine) for spec in specs]
+    for spec in specs:
+        require_engine_extras(spec)
     engines = {s.engine.type for s in specs}
     if len(engines) > 1:
         print(
@@ -172,10 +176,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_plugins_list(args: argparse.Namespace) -> int:
     registry = _registry()
-    rows = [(t.kind, t.type_name, t.provider) for t in registry.registered()]
+    rows = [(t.kind, t.type_name, t.provider, t.unavailable) for t in registry.registered()]
     width = max((len(r[1]) for r in rows), default=4)
-    for kind, name, provider in rows:
-        print(f"{kind:<11} {name:<{width}}  {provider}")
+    for kind, name, provider, unavailable in rows:
+        status = f"  unavailable: {unavailable}" if unavailable is not None else ""
+        print(f"{kind:<11} {name:<{width}}  {provider}{status}")
     from cdcflow.native import core_description
 
     print(f"{'core':<11} {core_description()}")

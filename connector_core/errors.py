@@ -19,7 +19,8 @@ by type, never by parsing messages. No error's text shows a secret a pipeline fi
     ├── PluginError
     │   ├── UnknownPluginTypeError
     │   ├── PluginConflictError        two packages claim one type name
-    │   └── PluginLoadError
+    │   ├── PluginLoadError
+    │   └── MissingExtraError          the plugin or engine needs an optional dependency group not installed
     ├── SourceError
     │   ├── SourceUnavailableError     (transient)
     │   └── SourceDataError            an input the source cannot decode
@@ -81,6 +82,7 @@ __all__ = [
     "IncompatibleSchemaError",
     "MalformedEnvironmentReferenceError",
     "MissingEnvironmentVariableError",
+    "MissingExtraError",
     "MissingSecretKeyError",
     "OffsetsChangeError",
     "PipelineRunningError",
@@ -265,6 +267,17 @@ class PluginLoadError(PluginError):
     def __init__(self, plugin: str, cause: BaseException) -> None:
         self.plugin = plugin
         super().__init__(f"plugin {plugin} failed to load: {type(cause).__name__}: {cause}")
+
+
+class MissingExtraError(PluginError):
+    """What a pipeline names (``source cassandra_commitlog``, ``engine spark``) needs an optional
+    dependency group (``cdcflow[cassandra]``) that is not installed."""
+
+    def __init__(self, needed_by: str, requirement: str, missing_module: str) -> None:
+        self.needed_by, self.requirement, self.missing_module = needed_by, requirement, missing_module
+        super().__init__(
+            f"{needed_by} needs {requirement}: pip install '{requirement}' (missing module {missing_module})"
+        )
 
 
 # --- data path -----------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pluggy
 
 from cdcflow.config import ResolvedPlugin, validate_plugin_config
 from cdcflow.contract import Converter, PluginContext, Sink
-from cdcflow.errors import PluginConflictError, PluginLoadError, UnknownPluginTypeError
+from cdcflow.errors import MissingExtraError, PluginConflictError, PluginLoadError, UnknownPluginTypeError
+from cdcflow.extras import Extra, missing_extra
 from cdcflow.plugins.hookspecs import PROJECT_NAME, CdcflowHookSpecs
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class RegisteredType:
     type_name: str
     cls: type[Any]
     provider: str  # "<distribution> (<entry point>)" or the module name
+    unavailable: MissingExtraError | None = None  # an extra this type needs is not installed
 
     @property
     def builtin(self) -> bool:
@@ -92,19 +94,21 @@ class PluginRegistry:
     def register(self, plugin: object, provider: str) -> None:
         """Register a plugin object (usually a module with ``@hookimpl`` functions)."""
         self._manager.register(plugin, name=provider)
+        extras = _required_extras(plugin)
         for kind, hook_name in KINDS.items():
             implementation = getattr(plugin, hook_name, None)
             if implementation is None:
                 continue
             for plugin_cls in implementation():
-                self._add(kind, plugin_cls, provider)
+                self._add(kind, plugin_cls, provider, extras)
 
-    def _add(self, kind: str, plugin_cls: type[Any], provider: str) -> None:
+    def _add(self, kind: str, plugin_cls: type[Any], provider: str, extras: list[Extra]) -> None:
         type_name = plugin_cls.type_name
         existing = self._types[kind].get(type_name)
         if existing is not None and existing.cls is not plugin_cls:
             raise PluginConflictError(kind, type_name, existing.provider, provider)
-        self._types[kind][type_name] = RegisteredType(kind, type_name, plugin_cls, provider)
+        unavailable = missing_extra(f"{kind} {type_name}", extras)
+        self._types[kind][type_name] = RegisteredType(kind, type_name, plugin_cls, provider, unavailable)
 
     def add_cli_commands(self, commands: CommandLine) -> None:
         """Let every plugin add its ``cdcflow`` subcommands (:meth:`CdcflowHookSpecs.cdcflow_cli_commands`)."""
@@ -113,10 +117,15 @@ class PluginRegistry:
     # --- lookups -------------------------------------------------------------------------------
 
     def lookup(self, kind: str, type_name: str) -> type[Any]:
+        """The class of a type a pipeline names; :class:`MissingExtraError` when it needs an extra not installed."""
         try:
-            return self._types[kind][type_name].cls
+            registered = self._types[kind][type_name]
         except KeyError:
             raise UnknownPluginTypeError(kind, type_name, list(self._types[kind])) from None
+        missing = registered.unavailable
+        if missing is not None:
+            raise MissingExtraError(missing.needed_by, missing.requirement, missing.missing_module)
+        return registered.cls
 
     def registered(self, kind: str | None = None) -> list[RegisteredType]:
         kinds = [kind] if kind else list(KINDS)
@@ -144,6 +153,11 @@ class PluginRegistry:
         )
         converter: Converter[Any] = self.create(resolved, context)
         return converter
+
+
+def _required_extras(plugin: object) -> list[Extra]:
+    hook = getattr(plugin, "cdcflow_required_extras", None)
+    return list(hook()) if hook is not None else []
 
 
 def _with_factory(context: PluginContext, registry: PluginRegistry, field_path: str) -> PluginContext:

@@ -19,6 +19,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from cdcflow.cli import CommandLine
+    from cdcflow.extras import Extra
 
 __all__ = ["PROJECT_NAME", "CdcflowHookSpecs", "hookimpl", "hookspec"]
 
@@ -75,6 +76,21 @@ class CdcflowHookSpecs:
     @hookspec
     def cdcflow_checkpoint_store_types(self) -> list[type[Any]]:
         """Checkpoint store classes (subclasses of :class:`cdcflow.contract.CheckpointStore`)."""
+        raise NotImplementedError
+
+    # --- installation ------------------------------------------------------------------------
+
+    @hookspec
+    def cdcflow_required_extras(self) -> list[Extra]:
+        """The optional dependency groups (:class:`cdcflow.extras.Extra`) every type this plugin
+        contributes needs, e.g. ``[cdcflow.extras.CASSANDRA]``.
+
+        The plugin's module must import without them (import their modules inside the functions
+        that use them). When one is not installed, ``cdcflow plugins list`` shows the plugin's
+        types as unavailable and a pipeline naming one fails at ``validate`` and ``run`` with a
+        :class:`~cdcflow.errors.MissingExtraError` naming the extra and the pip command. A
+        third-party plugin names its own distribution's extras: ``Extra("s3", ("boto3",), "my-plugin")``.
+        """
         raise NotImplementedError
 
     # --- command line ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install cdcflow into its own virtual environment, .venv (never into the system's Python, which
 # Debian and Ubuntu refuse as "externally managed"), and Spark's Kafka connector from Maven Central.
-#   bash scripts/setup.sh          cdcflow and its runtime dependencies
+#   bash scripts/setup.sh          cdcflow and the runtime dependencies of every connector and engine
 #   bash scripts/setup.sh --dev    also the test tools (pytest, ruff, mypy...), as scripts/test.sh does
 # CDCFLOW_VENV names another environment folder (an existing one is reused); PYTHON the interpreter.
 set -euo pipefail
@@ -20,8 +20,10 @@ if [ ! -x "$venv/bin/python" ]; then
     exit 1
   fi
 fi
-extras=""
-[ "${1:-}" = "--dev" ] && extras="[dev]"
+# Every extra (cdcflow[all]: the Cassandra, ScyllaDB, TiKV, Spark and worker-group dependencies;
+# docs/installation.md), so that everything in the README runs.
+extras="[all]"
+[ "${1:-}" = "--dev" ] && extras="[all,dev]"
 # The compiled core (native/, Rust) is built by this install when cargo is on the PATH (rustup puts
 # it in ~/.cargo/bin); crates come from crates.io. Without it, or with CDCFLOW_NATIVE_BUILD=0,
 # cdcflow installs and runs on its pure-Python core.

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from cdcflow.extras import SPARK, Extra
 from cdcflow.plugins.hookspecs import hookimpl
 from cdcflow.sinks.delta_spark.sink import DeltaSink
 
@@ -9,3 +10,8 @@ from cdcflow.sinks.delta_spark.sink import DeltaSink
 @hookimpl
 def cdcflow_sink_types() -> list[type[Any]]:
     return [DeltaSink]
+
+
+@hookimpl
+def cdcflow_required_extras() -> list[Extra]:
+    return [SPARK]

@@ -25,14 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 from pydantic import Field
 
 from cdcflow.config import RetryConfig
-from cdcflow.contract import Checkpoint, CheckpointStoreConfig, FencingCheckpointStore
+from cdcflow.contract import Checkpoint, CheckpointStoreConfig, FencingCheckpointStore, PluginContext
 from cdcflow.errors import (
     CheckpointCorruptError,
     CheckpointUnavailableError,
@@ -44,6 +44,7 @@ from cdcflow.kafka_client import KafkaClientConfig
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.retry import Backoff
 from cdcflow.sinks.kafka.prerequisites import check_checkpoint_topic
+from cdcflow.sinks.kafka.producer import KafkaProducer, ProducerFactory, confluent_producer
 from cdcflow.sinks.kafka.sink import ProducerLane, kafka_domain
 from cdcflow.transactions import TransactionDomain
 
@@ -89,7 +90,7 @@ class _Claim:
     """A bucket this store holds: its transactional producer (a sink's lane with exactly_once),
     and whether a failed commit left a transaction to abort before the next one."""
 
-    producer: Producer
+    producer: KafkaProducer
     lane: ProducerLane | None = None
     needs_abort: bool = False
 
@@ -102,10 +103,21 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
     type_name = "kafka"
     config_model = KafkaCheckpointConfig
 
-    _producer: Producer | None = None
+    _producer: KafkaProducer | None = None
     _admin: AdminClient | None = None
     _lane_factory: Callable[[str, float], ProducerLane] | None = None
     _cluster_checked = False
+
+    def __init__(
+        self,
+        config: KafkaCheckpointConfig,
+        context: PluginContext,
+        producer_factory: ProducerFactory = confluent_producer,
+    ) -> None:
+        super().__init__(config, context)
+        # The seam for unit tests of the store's bookkeeping (cdcflow.sinks.kafka.producer).
+        self._producer_factory = producer_factory
+        self._claims: dict[int, _Claim] = {}
 
     def _settings(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return self.config.kafka.librdkafka_settings(self.config.bootstrap_servers, extra)
@@ -120,7 +132,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         return check_checkpoint_topic(self.config, self.context.pipeline, scope) if scope.thorough else ()
 
     def open(self) -> None:
-        self._claims: dict[int, _Claim] = {}
+        self._claims = {}
         self._admin = AdminClient(self._settings())
         topic = NewTopic(
             self.config.topic,
@@ -136,7 +148,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         except Exception as exc:  # a timeout from the future: the broker is not there
             raise CheckpointUnavailableError(f"cannot create offsets topic {self.config.topic}: {exc}") from exc
         # One request in flight, like the sink: see KafkaSink._settings for the loss it prevents.
-        self._producer = Producer(
+        self._producer = self._producer_factory(
             self._settings(
                 {
                     "enable.idempotence": True,
@@ -346,23 +358,28 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
         return CheckpointUnavailableError(f"offsets topic {self.config.topic}: bucket {bucket}: {error.str()}")
 
     def claim(self, buckets: Collection[int], bucket_of: Callable[[str], int]) -> dict[str, Checkpoint]:
-        new = sorted(set(buckets) - set(self._claims))
-        if new:
-            with ThreadPoolExecutor(max_workers=min(16, len(new)), thread_name_prefix="claim") as pool:
-                results = list(pool.map(self._fence, new))
-            failures = [r for r in results if isinstance(r, BaseException)]
-            for bucket, result in zip(new, results, strict=True):
-                if isinstance(result, _Claim):
-                    self._claims[bucket] = result
-            mismatch = next((f for f in failures if isinstance(f, ConfigError)), None)
-            if mismatch is not None:
-                raise mismatch
-            if failures:
-                raise CheckpointUnavailableError(
-                    f"offsets topic {self.config.topic}: cannot claim {len(failures)} bucket(s): {failures[0]}"
-                ) from failures[0]
+        self._fence_new(buckets)
         wanted = set(buckets)
         return self._load(lambda partition_id: bucket_of(partition_id) in wanted)
+
+    def _fence_new(self, buckets: Collection[int]) -> None:
+        """Fence the buckets of ``buckets`` not claimed yet, in parallel; each one fenced is claimed."""
+        new = sorted(set(buckets) - set(self._claims))
+        if not new:
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(new)), thread_name_prefix="claim") as pool:
+            results = list(pool.map(self._fence, new))
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for bucket, result in zip(new, results, strict=True):
+            if isinstance(result, _Claim):
+                self._claims[bucket] = result
+        mismatch = next((f for f in failures if isinstance(f, ConfigError)), None)
+        if mismatch is not None:
+            raise mismatch
+        if failures:
+            raise CheckpointUnavailableError(
+                f"offsets topic {self.config.topic}: cannot claim {len(failures)} bucket(s): {failures[0]}"
+            ) from failures[0]
 
     def _fence(self, bucket: int) -> _Claim | BaseException:
         """The bucket's transactional producer, initialised: from now on the previous one is fenced,
@@ -374,7 +391,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
                 producer = lane.client
                 self._check_same_cluster(producer)
             else:
-                producer = Producer(
+                producer = self._producer_factory(
                     self._settings(
                         {
                             "transactional.id": self.transactional_id(bucket),
@@ -389,7 +406,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
             return exc
         return _Claim(producer, lane)
 
-    def _check_same_cluster(self, producer: Producer) -> None:
+    def _check_same_cluster(self, producer: KafkaProducer) -> None:
         """A lane writes the checkpoints to the sink's cluster, and loading reads this store's: one
         cluster, or a restart would not find them."""
         if self._cluster_checked:
@@ -451,7 +468,7 @@ class KafkaCheckpointStore(FencingCheckpointStore[KafkaCheckpointConfig]):
                 claim.lane.in_transaction = False
         return "committed"
 
-    def _commit_transaction(self, producer: Producer) -> None:
+    def _commit_transaction(self, producer: KafkaProducer) -> None:
         """Commit, calling again while librdkafka says the commit may still go through: a timed
         out commit's outcome is unknown until a retry returns (librdkafka's commit_transaction)."""
         deadline = time.monotonic() + self.config.transaction_timeout_s

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 from pydantic import Field
 
 from cdcflow.batches import EventBatch
@@ -35,6 +35,7 @@ from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.schemas import DecimalHandling
 from cdcflow.sinks.kafka.exceptions import RecordRefusedInTransactionError, TombstoneWithheldError
 from cdcflow.sinks.kafka.prerequisites import check_sink_topics
+from cdcflow.sinks.kafka.producer import KafkaProducer, ProducerFactory, ProducerWrites, confluent_producer
 from cdcflow.transactions import Delivery, TransactionDomain
 
 __all__ = ["KafkaSink", "KafkaSinkConfig", "ProducerLane", "kafka_domain"]
@@ -164,8 +165,8 @@ class ProducerLane:
     into a lane (the pipeline's, and a Kafka dead-letter sink) shares what it holds."""
 
     transactional: bool = False
-    producer: Producer = field(init=False)  # what the sink writes through
-    client: Producer = field(init=False)  # the producer itself (a store's to fence, begin, commit)
+    producer: ProducerWrites = field(init=False)  # what the sink writes through
+    client: KafkaProducer = field(init=False)  # the producer itself (a store's to fence, begin, commit)
     rejected: list[Rejected] = field(default_factory=list)
     undelivered: list[KafkaError] = field(default_factory=list)
     # Tombstones waiting for a flush of the producer, by (topic, key), in the order of their deletes; one per
@@ -205,7 +206,7 @@ class _FenceAwareProducer:
     that exception set, which turns it into a SystemError: Producer.c and confluent_kafka.c,
     error_cb and dr_msg_cb.)"""
 
-    def __init__(self, client: Producer) -> None:
+    def __init__(self, client: KafkaProducer) -> None:
         self.client = client
         self.produce = client.produce
 
@@ -250,8 +251,12 @@ class KafkaSink(Sink[KafkaSinkConfig]):
     type_name = "kafka"
     config_model = KafkaSinkConfig
 
-    def __init__(self, config: KafkaSinkConfig, context: PluginContext) -> None:
+    def __init__(
+        self, config: KafkaSinkConfig, context: PluginContext, producer_factory: ProducerFactory = confluent_producer
+    ) -> None:
         super().__init__(config, context)
+        # The seam for unit tests of this sink's logic (cdcflow.sinks.kafka.producer).
+        self._producer_factory = producer_factory
         self.converter: Converter[Any] = converter_from_fields(
             config.converter,
             config.schema_registry_url,
@@ -266,7 +271,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     # The lane's state under the names the write path uses.
     @property
-    def _producer(self) -> Producer | None:
+    def _producer(self) -> ProducerWrites | None:
         return None if self._lane is None else self._lane.producer
 
     @property
@@ -337,7 +342,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
     def _own_lane(self) -> ProducerLane:
         lane = ProducerLane()
         try:
-            lane.client = lane.producer = Producer(self._settings(lane.on_delivery))
+            lane.client = lane.producer = self._producer_factory(self._settings(lane.on_delivery))
         except KafkaException as exc:
             raise SinkUnavailableError(
                 f"cannot create a Kafka producer for {self.config.bootstrap_servers}: {exc}"
@@ -358,12 +363,12 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         # then fails the flush, and the transaction is aborted.
         settings["message.timeout.ms"] = min(int(settings["message.timeout.ms"]), timeout_ms)
         try:
-            lane.client = Producer(settings)
+            lane.client = self._producer_factory(settings)
         except KafkaException as exc:
             raise SinkUnavailableError(
                 f"cannot create a transactional Kafka producer for {self.config.bootstrap_servers}: {exc}"
             ) from exc
-        lane.producer = _FenceAwareProducer(lane.client)  # type: ignore[assignment]
+        lane.producer = _FenceAwareProducer(lane.client)
         return lane
 
     def write_into(self, lane: ProducerLane) -> None:
@@ -449,7 +454,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def _produced_at_once(
         self,
-        producer: Producer,
+        producer: ProducerWrites,
         topic: str,
         key: bytes | None,
         value: bytes | None,
@@ -470,7 +475,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             return False
         return True
 
-    def _send(self, producer: Producer, message: _Outgoing, rejected: list[Rejected]) -> None:
+    def _send(self, producer: ProducerWrites, message: _Outgoing, rejected: list[Rejected]) -> None:
         """Produce ``message``, or hold it behind the pending tombstone of its topic and key; a
         delete that Kafka does not refuse at once leaves its tombstone pending."""
         waiting = self._pending.get((message.topic, message.key))
@@ -492,7 +497,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     def _produce(
         self,
-        producer: Producer,
+        producer: ProducerWrites,
         topic: str,
         key: bytes | None,
         value: bytes | None,
@@ -518,7 +523,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                     self._replace_producer()
                 raise SinkUnavailableError(f"Kafka refused a record for {topic}: {exc}") from exc
 
-    def _write_tombstones(self, producer: Producer) -> None:
+    def _write_tombstones(self, producer: ProducerWrites) -> None:
         """Rounds until no tombstone is pending: flush the producer (every delivery report of what
         was produced is then served, so each pending tombstone's delete is known taken or
         refused), then write the tombstones of deletes Kafka took, send those it refused to the
@@ -554,7 +559,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 lane.undelivered.append(error)
         return bool(lane.undelivered)
 
-    def _release_pending(self, producer: Producer) -> None:
+    def _release_pending(self, producer: ProducerWrites) -> None:
         """One round's writes, in the order of the deletes: each tombstone (or, for a delete Kafka
         refused, the delete's and the tombstone's dead letters), then what was held behind it, up
         to a held delete, whose tombstone pends in turn with the rest held behind it."""
@@ -588,7 +593,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                 except (BufferError, KafkaException):
                     self._send(producer, message, rejected)
 
-    def _write_tombstones_early(self, producer: Producer) -> None:
+    def _write_tombstones_early(self, producer: ProducerWrites) -> None:
         """Once the held messages pass _HELD_BYTES_BEFORE_TOMBSTONES, the tombstones are written now
         rather than at the checkpoint: held messages cost CPU, and memory outside the producer's
         buffer, which stays bounded so however long the checkpoint interval."""

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from cdcflow.extras import TIKV, Extra
 from cdcflow.plugins.hookspecs import hookimpl
 from cdcflow.sinks.tikv.sink import TiKVSink
 
@@ -9,3 +10,8 @@ from cdcflow.sinks.tikv.sink import TiKVSink
 @hookimpl
 def cdcflow_sink_types() -> list[type[Any]]:
     return [TiKVSink]
+
+
+@hookimpl
+def cdcflow_required_extras() -> list[Extra]:
+    return [TIKV]

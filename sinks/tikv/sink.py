@@ -39,7 +39,7 @@ from cdcflow.errors import (
 )
 from cdcflow.events import ChangeEvent, Op, Record
 from cdcflow.retry import Backoff
-from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client import KeyCodec
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
 
@@ -104,6 +104,10 @@ class TiKVSink(Sink[TiKVSinkConfig]):
     def __init__(self, config: TiKVSinkConfig, context: PluginContext) -> None:
         super().__init__(config, context)
         self.codec = KeyCodec(config.api_version, config.keyspace_id if config.api_version == 2 else 0)
+        # grpc is the cdcflow[tikv] extra: imported here so that the plugin registers without it.
+        from cdcflow.sources.tikv_client.pd import PDClient
+        from cdcflow.sources.tikv_client.rawkv import RawKVClient
+
         self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
         self.client = RawKVClient(self.pd, self.codec, config.request_timeout_s)
         self._key_prefix_bytes = len(self.codec.request_key(b""))

@@ -3,6 +3,7 @@
 from typing import Any
 
 from cdcflow.cli import CommandLine
+from cdcflow.extras import CASSANDRA, Extra
 from cdcflow.plugins.hookspecs import hookimpl
 from cdcflow.sources.cassandra_commitlog.commands import add_commands
 from cdcflow.sources.cassandra_commitlog.snapshot import CassandraSnapshotSource
@@ -17,3 +18,8 @@ def cdcflow_source_types() -> list[type[Any]]:
 @hookimpl
 def cdcflow_cli_commands(commands: CommandLine) -> None:
     add_commands(commands)
+
+
+@hookimpl
+def cdcflow_required_extras() -> list[Extra]:
+    return [CASSANDRA]

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from cdcflow.extras import SCYLLA, Extra
 from cdcflow.plugins.hookspecs import hookimpl
 from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource
 
@@ -9,3 +10,8 @@ from cdcflow.sources.scylla_cdc.source import ScyllaCdcSource
 @hookimpl
 def cdcflow_source_types() -> list[type[Any]]:
     return [ScyllaCdcSource]
+
+
+@hookimpl
+def cdcflow_required_extras() -> list[Extra]:
+    return [SCYLLA]

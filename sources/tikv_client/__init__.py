@@ -1,8 +1,11 @@
-"""A PD/TiKV client for RawKV (API V1 and V2) over gRPC, written against cdcflow's own protos."""
+"""A PD/TiKV client for RawKV (API V1 and V2) over gRPC, written against cdcflow's own protos.
+
+The clients (``pd.PDClient``, ``rawkv.RawKVClient``) need grpcio and protobuf, the ``cdcflow[tikv]``
+extra; this package imports only what a config model needs, so the TiKV plugins register (and
+``cdcflow plugins list`` names the missing extra) without them.
+"""
 
 from cdcflow.sources.tikv_client.codec import KeyCodec
-from cdcflow.sources.tikv_client.pd import PDClient, RegionInfo
-from cdcflow.sources.tikv_client.rawkv import RawKVClient
 from cdcflow.sources.tikv_client.tls import TLSConfig
 
-__all__ = ["KeyCodec", "PDClient", "RawKVClient", "RegionInfo", "TLSConfig"]
+__all__ = ["KeyCodec", "TLSConfig"]

@@ -10,12 +10,16 @@ certificates are used by the next connection, as TiKV reloads its own.
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from cdcflow.config import ResolvedPath
 from cdcflow.errors import ConfigError
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
+
+if TYPE_CHECKING:
+    import grpc
 
 __all__ = ["TLSConfig", "TLSFileError"]
 
@@ -34,6 +38,8 @@ class TLSConfig(BaseModel):
     key: ResolvedPath = Field(description="the private key of cert")
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
+        import grpc  # cdcflow[tikv]: the config model is read without it (cdcflow.extras)
+
         material = {}
         for name in ("ca", "cert", "key"):
             path = getattr(self, name)

@@ -18,11 +18,14 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cdcflow.contract import Partition
 from cdcflow.sources.tikv_client.codec import KeyCodec, decode_memcomparable
-from cdcflow.sources.tikv_client.pd import PDClient
 from cdcflow.sources.tikv_rawkv.exceptions import PartitionLayoutError
+
+if TYPE_CHECKING:
+    from cdcflow.sources.tikv_client.pd import PDClient
 
 __all__ = ["PartitionLayout"]
 

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from cdcflow.extras import TIKV, Extra
 from cdcflow.plugins.hookspecs import hookimpl
 from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSource
 
@@ -9,3 +10,8 @@ from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSource
 @hookimpl
 def cdcflow_source_types() -> list[type[Any]]:
     return [TiKVRawKVSource]
+
+
+@hookimpl
+def cdcflow_required_extras() -> list[Extra]:
+    return [TIKV]

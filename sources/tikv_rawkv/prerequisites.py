@@ -26,10 +26,9 @@ from cdcflow.errors import CdcflowError
 from cdcflow.prerequisites import CheckResult
 from cdcflow.sources.tikv_client.codec import KeyCodec, ts_to_us
 from cdcflow.sources.tikv_client.exceptions import TiKVServerError
-from cdcflow.sources.tikv_client.pd import PDClient
-from cdcflow.sources.tikv_client.rawkv import RawKVClient
 
 if TYPE_CHECKING:
+    from cdcflow.sources.tikv_client.pd import PDClient
     from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSourceConfig
 
 __all__ = ["MIN_TIKV_VERSION", "check_api_version", "check_gc", "check_store_versions"]
@@ -80,6 +79,8 @@ def check_store_versions(pd: PDClient) -> list[CheckResult]:
 def check_api_version(pd: PDClient, config: TiKVRawKVSourceConfig, probe_key: bytes, timeout_s: float) -> CheckResult:
     """One RawGet in the followed keyspace, as API V2: V1 storage refuses it."""
     check = f"API V2 storage (keyspace {config.keyspace_id})"
+    from cdcflow.sources.tikv_client.rawkv import RawKVClient  # cdcflow[tikv] (grpc)
+
     client = RawKVClient(pd, KeyCodec(2, config.keyspace_id), timeout_s=timeout_s, backoff_budget_s=timeout_s)
     try:
         client.get(probe_key)

@@ -77,7 +77,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -89,13 +89,14 @@ from cdcflow.metrics import source_counter
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
-from cdcflow.sources.tikv_client.pd import PDClient
 from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
 from cdcflow.sources.tikv_rawkv import prerequisites
 from cdcflow.sources.tikv_rawkv.exceptions import CheckpointBehindGCSafePointError, FeedRefusedError, RowRejectedError
-from cdcflow.sources.tikv_rawkv.feed import EventFeed
 from cdcflow.sources.tikv_rawkv.layout import PartitionLayout
 from cdcflow.sources.tikv_rawkv.sorter import DELETE, PUT, Item, PartitionSorter
+
+if TYPE_CHECKING:
+    from cdcflow.sources.tikv_rawkv.feed import EventFeed
 
 __all__ = ["TiKVRawKVSource", "TiKVRawKVSourceConfig", "decode_key_setting"]
 
@@ -175,6 +176,9 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         self.codec = KeyCodec(2, config.keyspace_id)
         self.start_key = decode_key_setting(config.start_key, config.key_encoding)
         self.end_key = decode_key_setting(config.end_key, config.key_encoding)
+        # grpc is the cdcflow[tikv] extra: imported here so that the plugin registers without it.
+        from cdcflow.sources.tikv_client.pd import PDClient
+
         self.pd = PDClient(config.pd_endpoints, config.request_timeout_s, config.tls)
         # Before per-partition service safepoints each worker kept one; released at the first refresh.
         self._legacy_service_id: str | None = f"cdcflow-{context.pipeline}-w{context.worker_id}"
@@ -224,6 +228,8 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
         else:
             self._spill_dir = Path(tempfile.mkdtemp(prefix="cdcflow-tikv-sorter-"))
         self._owns_spill_dir = True
+        from cdcflow.sources.tikv_rawkv.feed import EventFeed
+
         self._feed = EventFeed(
             self.pd,
             self.codec,

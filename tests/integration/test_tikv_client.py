@@ -13,9 +13,11 @@ from cdcflow.contract import PluginContext
 from cdcflow.errors import RecordRejectedError
 from cdcflow.events import ChangeEvent, Op, SourceInfo
 from cdcflow.sinks.tikv.sink import TiKVSink, TiKVSinkConfig
-from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client import KeyCodec
 from cdcflow.sources.tikv_client.codec import encode_memcomparable
 from cdcflow.sources.tikv_client.exceptions import PDError, TiKVServerError
+from cdcflow.sources.tikv_client.pd import PDClient
+from cdcflow.sources.tikv_client.rawkv import RawKVClient
 from tests.integration.tikv_helpers import REAL_UPSTREAM, TiKVCluster, key_range, start_cluster
 from tests.standins.tikv.control import StandinCluster
 

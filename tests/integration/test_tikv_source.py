@@ -14,8 +14,9 @@ from cdcflow.contract import Offset, Partition, PluginContext, Rejected
 from cdcflow.errors import SourceUnavailableError
 from cdcflow.events import ChangeEvent, Op
 from cdcflow.metrics import METRICS_REGISTRY
-from cdcflow.sources.tikv_client import KeyCodec, RawKVClient
+from cdcflow.sources.tikv_client import KeyCodec
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, encode_memcomparable
+from cdcflow.sources.tikv_client.rawkv import RawKVClient
 from cdcflow.sources.tikv_rawkv.exceptions import FeedRefusedError, RowRejectedError
 from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSource, TiKVRawKVSourceConfig
 from cdcflow.testing import check_source_contract

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cdcflow.contract import PluginContext
-from cdcflow.sources.tikv_client import PDClient
 from cdcflow.sources.tikv_client.exceptions import TiKVServerError, TiKVUnavailableError
+from cdcflow.sources.tikv_client.pd import PDClient
 from cdcflow.sources.tikv_rawkv.exceptions import FeedRefusedError
 from cdcflow.sources.tikv_rawkv.source import TiKVRawKVSource, TiKVRawKVSourceConfig
 from tests.integration.tikv_helpers import (

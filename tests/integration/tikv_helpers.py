@@ -28,8 +28,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from cdcflow.sources.tikv_client import KeyCodec, PDClient, RawKVClient
+from cdcflow.sources.tikv_client import KeyCodec
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS
+from cdcflow.sources.tikv_client.pd import PDClient
+from cdcflow.sources.tikv_client.rawkv import RawKVClient
 from cdcflow.sources.tikv_client.tls import TLSConfig
 from tests.standins.tikv.control import REPO, StandinCluster
 
