@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow.capabilities import is_finished, watermark_of
 from cdcflow.contract import Offset, Partition, Rejected, Source, offset_key
 from cdcflow.events import Record
 
@@ -60,7 +61,7 @@ def check_source_contract(source: Source[Any], max_records: int = 100, cycles: i
         start = source.initial_offset(partition)
         _check_offset(partition, start)
         _require(list(source.read(partition, start, start)) == [], partition, "read(start, start] must be empty")
-        previous_watermark = source.watermark(partition, start)
+        previous_watermark = watermark_of(source, partition, start)
         for _ in range(cycles):
             end = source.latest_offset(partition, start, max_records)
             _check_offset(partition, end)
@@ -80,12 +81,12 @@ def check_source_contract(source: Source[Any], max_records: int = 100, cycles: i
                     source.read(partition, middle, end)
                 )
                 _require(split == first, partition, f"read({start}, {end}] differs from the same range read in two")
-            watermark = source.watermark(partition, end)
+            watermark = watermark_of(source, partition, end)
             if previous_watermark is not None and watermark is not None:
                 _require(watermark >= previous_watermark, partition, f"watermark went back at {end}")
             previous_watermark = watermark
             start = end
-        if source.is_finished(partition, start):
+        if is_finished(source, partition, start):
             again = source.latest_offset(partition, start, max_records)
             _require(offset_key(again) == offset_key(start), partition, "a finished partition moved on")
     return report

@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import Field
 
 from cdcflow.batches import EventBatch
+from cdcflow.capabilities import SerializesEventBatches
 from cdcflow.contract import Converter, NestedPluginSection, PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.converters import SubjectNameStrategy, converter_from_fields, converter_plugin_sections
 from cdcflow.errors import (
@@ -403,13 +404,17 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     @property
     def takes_event_batches(self) -> bool:
-        return self.converter.serializes_event_batches
+        converter = self.converter
+        return isinstance(converter, SerializesEventBatches) and converter.serializes_event_batches
 
     def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
         producer = self._producer
         assert producer is not None, "open() first"
         topics = [self.config.topic or table.destination() for table in batch.tables]
-        encoded = self.converter.serialize_event_batch(batch, topics, self.config.tombstones_on_delete)
+        converter = self.converter
+        if not isinstance(converter, SerializesEventBatches):
+            return None
+        encoded = converter.serialize_event_batch(batch, topics, self.config.tombstones_on_delete)
         if encoded is None:
             return None
         rejected: list[Rejected] = []

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.spark_engine.rows import (
+from cdcflow.spark_rows import (
     ROWS_NOT_TYPED,
     TYPED_IMAGE_TYPES,
     RowsNotTypedError,
