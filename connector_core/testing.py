@@ -8,7 +8,8 @@
 
 :func:`check_source_contract` raises :class:`SourceContractViolationError` naming the partition and
 the rule broken: offsets that do not survive JSON, reads that are not deterministic, ranges that
-do not split, watermarks that go back, or a finished partition that grows.
+do not split, watermarks that go back, a finished partition that grows, or compact batches
+(:class:`~cdcflow.capabilities.ReadsEventBatches`) that differ from what ``read`` gives.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.capabilities import is_finished, watermark_of
+from cdcflow.capabilities import ReadsEventBatches, is_finished, watermark_of
 from cdcflow.contract import Offset, Partition, Rejected, Source, offset_key
 from cdcflow.events import Record
 
@@ -75,6 +76,7 @@ def check_source_contract(source: Source[Any], max_records: int = 100, cycles: i
             )
             report.ranges += 1
             report.records += len(first)
+            _check_event_batches(source, partition, start, end, first)
             middle = source.latest_offset(partition, start, max(1, len(first) // 2))
             if offset_key(middle) not in (offset_key(start), offset_key(end)):
                 split = _comparable(source.read(partition, start, middle)) + _comparable(
@@ -90,6 +92,18 @@ def check_source_contract(source: Source[Any], max_records: int = 100, cycles: i
             again = source.latest_offset(partition, start, max_records)
             _require(offset_key(again) == offset_key(start), partition, "a finished partition moved on")
     return report
+
+
+def _check_event_batches(
+    source: Source[Any], partition: Partition, start: Offset, end: Offset, read: list[Any]
+) -> None:
+    """A source with compact batches gives in them exactly what ``read`` gives for the range."""
+    if not isinstance(source, ReadsEventBatches):
+        return
+    batches = source.read_event_batches(partition, start, end, max(1, len(read) // 3))
+    if batches is not None:
+        compact = _comparable(record for batch in batches for record in batch.records())
+        _require(compact == read, partition, f"read_event_batches({start}, {end}] differs from read")
 
 
 def _check_offset(partition: Partition, offset: Offset) -> None:
