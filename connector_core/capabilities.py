@@ -6,8 +6,9 @@ plugin's plain contract where it is absent, so a plugin implements only what it 
 Source capabilities: :class:`ReadsEventBatches`, :class:`ReportsWatermarks`,
 :class:`FinitePartitions`, :class:`ReportsCaughtUp`, :class:`ReportsDataLossHeadroom`,
 :class:`ForgetsPartitions`, :class:`SparkNativeSource` (and :class:`DecodesSparkBatches` beside it).
-Sink capabilities: :class:`WritesEventBatches`, :class:`WatermarkAwareSink`,
-:class:`SparkBatchWriter`. Converter: :class:`SerializesEventBatches`. Transform:
+Sink capabilities: :class:`WritesEventBatches` (with :class:`SinkEventBatchSwitch`),
+:class:`WatermarkAwareSink`, :class:`SparkBatchWriter`. Converter: :class:`SerializesEventBatches`
+(with :class:`ConverterEventBatchSwitch`). Transform:
 :class:`TransformsEventBatches`. docs/plugins.md has the table of who uses and who implements each.
 
 Importing this module imports no engine and no pyspark (Spark's types are named for type checkers
@@ -17,7 +18,7 @@ only).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from cdcflow.batches import EncodedMessages, EventBatch
 from cdcflow.contract import DataLossHeadroom, Offset, Partition, Rejected
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from cdcflow.spark_rows import RowTyping, StreamBatch
 
 __all__ = [
+    "ConverterEventBatchSwitch",
     "DecodesSparkBatches",
     "FinitePartitions",
     "ForgetsPartitions",
@@ -37,13 +39,17 @@ __all__ = [
     "ReportsDataLossHeadroom",
     "ReportsWatermarks",
     "SerializesEventBatches",
+    "SinkEventBatchSwitch",
     "SparkBatchWriter",
     "SparkNativeSource",
     "TransformsEventBatches",
     "WatermarkAwareSink",
     "WritesEventBatches",
+    "caught_up_of",
     "forget_partitions",
     "is_finished",
+    "serializes_event_batches",
+    "takes_event_batches",
     "watermark_of",
 ]
 
@@ -173,16 +179,22 @@ class DecodesSparkBatches(Protocol):
 class WritesEventBatches(Protocol):
     """A sink that takes compact batches (:mod:`cdcflow.batches`) as well as records."""
 
-    @property
-    def takes_event_batches(self) -> bool:
-        """Whether :meth:`write_event_batch` can take batches at all (the runtime then reads them;
-        the ``kafka`` sink can when its converter serialises batches)."""
-
     def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
         """``write`` for a compact batch, or None to decline it: the runtime then writes the
         batch's :meth:`~cdcflow.batches.EventBatch.records`. Same guarantees as ``write`` (may
         buffer; ``flush`` makes it durable); a record refused for good comes back as
         ``batch.record(i)``."""
+
+
+@runtime_checkable
+class SinkEventBatchSwitch(Protocol):
+    """A :class:`WritesEventBatches` sink whose config decides whether it takes batches at all
+    (the ``kafka`` sink can when its converter serialises batches). Without it, a sink that has
+    ``write_event_batch`` takes them."""
+
+    @property
+    def takes_event_batches(self) -> bool:
+        """Whether ``write_event_batch`` can take batches at all (the runtime then reads them)."""
 
 
 @runtime_checkable
@@ -220,10 +232,6 @@ class SparkBatchWriter(Protocol):
 class SerializesEventBatches(Protocol):
     """A converter the compiled core can serialise compact batches through."""
 
-    @property
-    def serializes_event_batches(self) -> bool:
-        """Whether :meth:`serialize_event_batch` can encode batches at all with this config."""
-
     def serialize_event_batch(
         self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
     ) -> EncodedMessages | None:
@@ -232,6 +240,17 @@ class SerializesEventBatches(Protocol):
         ``serialize_key``/``serialize_value`` give per record, or None when it cannot encode it
         without Python objects (also when an event does not fit its schema, so that the caller's
         per-record path rejects just that one)."""
+
+
+@runtime_checkable
+class ConverterEventBatchSwitch(Protocol):
+    """A :class:`SerializesEventBatches` converter that says whether it can encode batches at all
+    (``json`` and ``avro``: only with the compiled core). Without it, a converter that has
+    ``serialize_event_batch`` can."""
+
+    @property
+    def serializes_event_batches(self) -> bool:
+        """Whether ``serialize_event_batch`` can encode batches at all."""
 
 
 @runtime_checkable
@@ -246,17 +265,52 @@ class TransformsEventBatches(Protocol):
 
 # --- how the engines ask -----------------------------------------------------------------------
 
+# isinstance against a runtime-checkable protocol walks its members (7-20 µs on Python 3.11), and
+# the delivery loop asks for every partition on every cycle: the answer is kept per class.
+_has_capability: dict[tuple[type, type], bool] = {}
+
+
+def _has(plugin: object, capability: type) -> bool:
+    """``isinstance(plugin, capability)``, asked once per plugin class."""
+    key = (type(plugin), capability)
+    found = _has_capability.get(key)
+    if found is None:
+        found = _has_capability[key] = isinstance(plugin, capability)
+    return found
+
 
 def watermark_of(source: object, partition: Partition, offset: Offset) -> int | None:
     """``source``'s watermark of ``partition`` at ``offset``; None for a source without
     :class:`ReportsWatermarks`."""
-    return source.watermark(partition, offset) if isinstance(source, ReportsWatermarks) else None
+    return cast(ReportsWatermarks, source).watermark(partition, offset) if _has(source, ReportsWatermarks) else None
 
 
 def is_finished(source: object, partition: Partition, offset: Offset) -> bool:
     """Whether ``partition`` of ``source`` has nothing beyond ``offset``, ever; never for a source
     without :class:`FinitePartitions`."""
-    return isinstance(source, FinitePartitions) and source.is_finished(partition, offset)
+    return _has(source, FinitePartitions) and cast(FinitePartitions, source).is_finished(partition, offset)
+
+
+def caught_up_of(source: object, partition: Partition, offset: Offset) -> bool | None:
+    """``source``'s own word on whether ``partition`` is caught up at ``offset``; None (the
+    pipeline decides) for a source without :class:`ReportsCaughtUp`."""
+    return cast(ReportsCaughtUp, source).caught_up(partition, offset) if _has(source, ReportsCaughtUp) else None
+
+
+def takes_event_batches(sink: object) -> bool:
+    """Whether ``sink`` takes compact batches: it has :class:`WritesEventBatches`, and its
+    :class:`SinkEventBatchSwitch`, if it has one, is on."""
+    if not isinstance(sink, WritesEventBatches):
+        return False
+    return sink.takes_event_batches if isinstance(sink, SinkEventBatchSwitch) else True
+
+
+def serializes_event_batches(converter: object) -> bool:
+    """Whether ``converter`` encodes compact batches: it has :class:`SerializesEventBatches`, and
+    its :class:`ConverterEventBatchSwitch`, if it has one, is on."""
+    if not isinstance(converter, SerializesEventBatches):
+        return False
+    return converter.serializes_event_batches if isinstance(converter, ConverterEventBatchSwitch) else True
 
 
 def forget_partitions(source: object, partition_ids: Sequence[str]) -> None:

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cdcflow.batches import EventBatch
 from cdcflow.capabilities import (
     ReadsEventBatches,
-    ReportsCaughtUp,
     ReportsDataLossHeadroom,
     TransformsEventBatches,
     WatermarkAwareSink,
     WritesEventBatches,
+    caught_up_of,
     is_finished,
+    takes_event_batches,
     watermark_of,
 )
 from cdcflow.config import PipelineSpec
@@ -274,11 +275,7 @@ class PipelineRunner:
         # form; any stage may still decline one batch, which then goes on as records.
         self._batch_sink = self.sink if isinstance(self.sink, WritesEventBatches) else None
         self._batch_transforms = [t for t in self.transforms if isinstance(t, TransformsEventBatches)]
-        self._takes_batches = (
-            self._batch_sink is not None
-            and self._batch_sink.takes_event_batches
-            and len(self._batch_transforms) == len(self.transforms)
-        )
+        self._takes_batches = takes_event_batches(self.sink) and len(self._batch_transforms) == len(self.transforms)
         self._batches_declined_in_a_row = 0
         dead_letter = self.dead_letter
         self._rejected_records = RejectedRecordRouter(
@@ -591,8 +588,7 @@ class PipelineRunner:
         return None
 
     def _note_caught_up(self, state: _PartitionState, news: bool) -> None:
-        source = self.source
-        verdict = source.caught_up(state.partition, state.position) if isinstance(source, ReportsCaughtUp) else None
+        verdict = caught_up_of(self.source, state.partition, state.position)
         state.caught_up = state.finished or (verdict if verdict is not None else not news)
         if state.caught_up:
             now_us = int(self.clock() * 1_000_000)

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import Field
 
 from cdcflow.batches import EventBatch
-from cdcflow.capabilities import SerializesEventBatches
+from cdcflow.capabilities import SerializesEventBatches, serializes_event_batches
 from cdcflow.contract import Converter, NestedPluginSection, PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.converters import SubjectNameStrategy, converter_from_fields, converter_plugin_sections
 from cdcflow.errors import (
@@ -404,8 +404,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     @property
     def takes_event_batches(self) -> bool:
-        converter = self.converter
-        return isinstance(converter, SerializesEventBatches) and converter.serializes_event_batches
+        return serializes_event_batches(self.converter)
 
     def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
         producer = self._producer
