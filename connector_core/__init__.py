@@ -2,12 +2,14 @@
 
 This package is the public API a plugin author needs: the classes to subclass (:class:`Source`,
 :class:`Sink`, :class:`Transform`, :class:`Converter`, :class:`CheckpointStore`), the records
-(:class:`ChangeEvent`, :class:`SchemaChangeEvent`), the errors to raise (:mod:`cdcflow.errors`)
+(:class:`ChangeEvent`, :class:`SchemaChangeEvent`), the optional capabilities a plugin may add
+(:mod:`cdcflow.capabilities`), the errors to raise (:mod:`cdcflow.errors`)
 and :data:`hookimpl` to register them. The runtime lives in submodules (``cdcflow.pipeline``,
 ``cdcflow.worker``, ``cdcflow.spark_engine``...); the built-in plugins under ``cdcflow.sources``,
 ``cdcflow.sinks`` and ``cdcflow.plugins``.
 """
 
+from cdcflow.capabilities import SparkBatchWriter
 from cdcflow.contract import (
     Checkpoint,
     CheckpointStore,
@@ -20,7 +22,6 @@ from cdcflow.contract import (
     Rejected,
     Sink,
     Source,
-    SparkBatchWriter,
     Transform,
 )
 from cdcflow.errors import CdcflowError

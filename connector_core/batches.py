@@ -2,9 +2,9 @@
 core, encoded to Kafka messages without a Python object per event or per value.
 
 A source that builds its events in the compiled core (``datagen``) offers them as batches
-(:meth:`cdcflow.contract.Source.read_event_batches`); the runtime takes that path only when every stage
-has a batch form (:meth:`~cdcflow.contract.Transform.apply_to_event_batch`,
-:meth:`~cdcflow.contract.Sink.write_event_batch`), and any stage may decline a batch, which then goes on
+(:class:`~cdcflow.capabilities.ReadsEventBatches`); the runtime takes that path only when every
+stage has a batch form (:class:`~cdcflow.capabilities.TransformsEventBatches`,
+:class:`~cdcflow.capabilities.WritesEventBatches`), and any stage may decline a batch, which then goes on
 as the :class:`~cdcflow.events.ChangeEvent` objects :meth:`EventBatch.records` builds: exactly
 the events ``read`` gives for the same offsets, so offsets, determinism and rejections are the
 plugin contract's either way.

@@ -1,7 +1,10 @@
 """The plugin contract: what a source, sink, transform, converter and checkpoint store promise.
 
 Both engines (the worker and Spark) drive plugins only through these classes, so a plugin that
-honours the docstrings below runs under either, with at-least-once delivery.
+honours the docstrings below runs under either, with at-least-once delivery. The contract is
+small, like Kafka Connect's ``SourceTask``/``SinkTask``; what only some plugins can do (compact
+event batches, watermarks, finite partitions, native Spark streams...) is an optional capability
+protocol in :mod:`cdcflow.capabilities`, which the engines look for with ``isinstance``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cdcflow.batches import EncodedMessages, EventBatch
 from cdcflow.errors import TransformError
 from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent, SourceInfo
 from cdcflow.jsontext import canonical_json
@@ -37,7 +39,6 @@ __all__ = [
     "Rejected",
     "Sink",
     "Source",
-    "SparkBatchWriter",
     "Succession",
     "Transform",
     "offset_key",
@@ -158,7 +159,7 @@ class Partition:
 @dataclass(frozen=True)
 class Checkpoint:
     """A partition's committed offset, with the watermark it implies, when it was committed, and
-    whether the partition had nothing more to give then (``Source.caught_up``)."""
+    whether the partition had nothing more to give then (:class:`~cdcflow.capabilities.ReportsCaughtUp`)."""
 
     offset: Offset
     watermark_us: int | None
@@ -199,7 +200,7 @@ class DataLossHeadroom:
     """How long, at the current pace, until changes of a partition that are not yet durable
     downstream may be lost for good (``seconds``; ``inf`` when nothing in sight limits it), and
     what would lose them (``reason``: ``cdc_raw_full``, ``log_ttl``, ``gc_safepoint``...). The
-    ``cdcflow_data_loss_headroom_seconds`` gauge (see :meth:`Source.data_loss_headroom`)."""
+    ``cdcflow_data_loss_headroom_seconds`` gauge (see :class:`~cdcflow.capabilities.ReportsDataLossHeadroom`)."""
 
     seconds: float
     reason: str
@@ -269,6 +270,9 @@ class Source(_Plugin[ConfigT]):
     ``read_where_planned`` sources (push-based: rows exist in the process that followed the
     partition since ``start``, like a change feed) are read by the spark engine in the process
     that plans the batch, where ``latest_offset`` ran, and the records travel with the task.
+
+    Optional capabilities (:mod:`cdcflow.capabilities`): ``read_event_batches``, ``watermark``,
+    ``is_finished``, ``caught_up``, ``data_loss_headroom``, ``forget``, a native Spark stream.
     """
 
     bounded: bool = False
@@ -279,7 +283,9 @@ class Source(_Plugin[ConfigT]):
         """The current partitions. May change between calls (a new CDC generation, a region split);
         a partition that disappears must first have been read to its end (or its data expired).
         One that replaces others declares them in ``Partition.succeeds``: the engines then ask
-        ``is_finished`` and ``watermark`` of those at their committed offsets, in any process."""
+        those at their committed offsets, in any process, whether they are finished
+        (:class:`~cdcflow.capabilities.FinitePartitions`) or how far their watermark is
+        (:class:`~cdcflow.capabilities.ReportsWatermarks`)."""
 
     @abstractmethod
     def initial_offset(self, partition: Partition) -> Offset:
@@ -303,86 +309,6 @@ class Source(_Plugin[ConfigT]):
         like a record a sink refused, so nothing is dropped silently.
         """
 
-    def read_event_batches(
-        self, partition: Partition, start: Offset, end: Offset, batch_size: int
-    ) -> Iterator[EventBatch] | None:
-        """``read(partition, start, end)`` as compact batches of at most ``batch_size`` events
-        (:mod:`cdcflow.batches`), or None when this source has no compact form (the default) or
-        cannot give one for this range. The events, in order, must be exactly what ``read`` yields
-        for the range; the runtime asks only when every stage after the source takes batches."""
-        return None
-
-    def watermark(self, partition: Partition, offset: Offset) -> int | None:
-        """Event time (µs since the epoch) below which ``partition`` is complete at ``offset``."""
-        return None
-
-    def is_finished(self, partition: Partition, offset: Offset) -> bool:
-        """True when a bounded partition has nothing beyond ``offset``, ever."""
-        return False
-
-    def data_loss_headroom(self, partition: Partition, committed: Offset) -> DataLossHeadroom | None:
-        """How long until changes after ``committed`` (the partition's committed offset, where a
-        restart resumes) may be lost if nothing moves it on: the cdc_raw space a Cassandra node
-        has left at its current write rate, a ScyllaDB log's TTL less the partition's lag, TiKV's
-        GC TTL less the checkpoint's age. None (the default) where the source keeps nothing that
-        can expire. The delivery loop asks every few seconds, from its own thread, and publishes
-        the answer as ``cdcflow_data_loss_headroom_seconds{pipeline, partition, reason}``, counted
-        down between two asks (:mod:`cdcflow.metrics`); a cheap answer is expected (no full scan)."""
-        return None
-
-    def caught_up(self, partition: Partition, offset: Offset) -> bool | None:
-        """True when ``offset`` holds everything the partition has to give now: nothing waits
-        beyond it. The pipeline reports a caught-up partition's lag as 0 (see
-        :mod:`cdcflow.metrics`). None, the default, lets the pipeline decide: caught up when
-        ``latest_offset`` had nothing beyond the position. A source whose offsets move with time
-        even when nothing happens (a change log read up to now minus a window) says it here."""
-        return None
-
-    def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any | None:
-        """A streaming DataFrame read by a native Spark connector instead of this contract, or None.
-
-        The spark engine calls it on the driver, after ``open``; each row it yields is passed to
-        :meth:`decode_spark_row` in Spark's tasks. Spark's connector then owns the offsets (in the
-        query's checkpoint) and ``partitions``/``read`` are not used. The ``kafka`` source does this
-        to read with ``spark-sql-kafka``. ``max_records_per_read`` is ``engine.max_records_per_read``
-        (per partition and micro-batch); a connector that cannot bound each partition says in its
-        own settings what it bounds instead.
-        """
-        return None
-
-    def decode_spark_row(self, row: Mapping[str, Any]) -> Record | None:
-        """One row of :meth:`spark_native_stream` as a cdcflow record, or None for a row that
-        carries no change (the tombstone cdcflow's kafka sink writes after a delete)."""
-        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
-
-    def decode_spark_batch(self, batch: Any) -> Any | None:
-        """A whole Arrow record batch of :meth:`spark_native_stream` rows in the spark engine's
-        stream shape (``cdcflow.spark_engine.rows.stream_arrow_batch``), decoded in one go by the
-        compiled core; None (the default, or for a batch it cannot decode exactly as
-        :meth:`decode_spark_row` would) decodes it row by row. The engine asks only when no
-        transform runs and the sink takes the stream rows themselves (``parquet``)."""
-        return None
-
-    def decode_typed_spark_batch(self, batch: Any, typing: Any) -> Any | None:
-        """:meth:`decode_spark_batch` of ``batch`` typed as ``typing``
-        (``cdcflow.spark_engine.rows.RowTyping``) asks, built without the stream rows
-        (``typing.arrow_batch``): exactly what ``typing`` makes of :meth:`decode_spark_batch`'s
-        rows, or None (the default, or whenever unsure), and the engine decodes and types it so."""
-        return None
-
-    def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
-        """The offsets Spark's connector logged for :meth:`spark_native_stream`, as cdcflow
-        offsets by partition id (what ``cdcflow offsets show`` prints)."""
-        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
-
-    def spark_native_log(self, offsets: Mapping[str, Offset]) -> Any:
-        """The inverse of :meth:`spark_native_offsets`: what Spark's connector reads back."""
-        raise NotImplementedError(f"{type(self).__name__} has no native Spark stream")
-
-    @property
-    def has_spark_native_stream(self) -> bool:
-        return type(self).spark_native_stream is not Source.spark_native_stream
-
     def commit(self, offsets: Mapping[str, Offset]) -> None:
         """Told after these offsets are durable in the checkpoint store and downstream.
 
@@ -390,20 +316,14 @@ class Source(_Plugin[ConfigT]):
         here, never earlier.
         """
 
-    def forget(self, partition_ids: Sequence[str]) -> None:
-        """Forget the source's own bookmark of these partitions, so that ``initial_offset`` starts
-        them from their beginning again: ``cdcflow offsets reset`` calls it after removing their
-        checkpoints. A source whose ``initial_offset`` reads a bookmark (the ``kafka`` source reads
-        its consumer group's offsets) must implement it, or a reset would change nothing.
-        """
-
 
 class Sink(_Plugin[ConfigT]):
     """A destination. ``write`` may buffer; ``flush`` makes everything written so far durable.
 
     ``engines`` names the engines the sink runs on. A sink that writes whole Spark micro-batches
-    itself (``parquet``) also implements :class:`SparkBatchWriter`; any other sink runs under the
-    spark engine through ``write``/``flush`` in Spark's tasks.
+    itself (``parquet``) also implements :class:`~cdcflow.capabilities.SparkBatchWriter`; any
+    other sink runs under the spark engine through ``write``/``flush`` in Spark's tasks. Optional
+    capabilities (:mod:`cdcflow.capabilities`): ``write_event_batch``, ``on_watermark``.
     """
 
     engines: ClassVar[frozenset[str]] = frozenset({"worker", "spark"})
@@ -424,40 +344,6 @@ class Sink(_Plugin[ConfigT]):
         :class:`~cdcflow.errors.SinkDeliveryError` if anything else could not be made
         durable: the pipeline then replays from its last checkpoint, so nothing is lost.
         """
-
-    @property
-    def takes_event_batches(self) -> bool:
-        """Whether :meth:`write_event_batch` can take batches at all (the runtime then reads them);
-        by default, whether the sink implements it."""
-        return type(self).write_event_batch is not Sink.write_event_batch
-
-    def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
-        """:meth:`write` for a compact batch, or None to decline it (the default): the runtime then
-        writes the batch's :meth:`~cdcflow.batches.EventBatch.records`. Same guarantees as
-        ``write``; a record refused for good comes back as ``batch.record(i)``."""
-        return None
-
-    def on_watermark(self, watermark_us: int) -> None:
-        """Every record with an event time below ``watermark_us`` has been written. Sinks that
-        order writes or close time partitions act on it; others ignore it."""
-
-
-class SparkBatchWriter(ABC):
-    """A sink that writes a Spark micro-batch as a whole, with Spark's own writers."""
-
-    @abstractmethod
-    def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
-        """Write the micro-batch DataFrame ``batch`` (rows in the spark engine's stream shape).
-
-        Must be idempotent per ``batch_id``: Spark re-runs a batch whose commit a crash prevented,
-        with the same rows, and the output must then be as if it ran once. ``watermark_us`` is the
-        pipeline's watermark at the batch's end (the minimum over partitions), if the source has one.
-        """
-
-    def spark_session_conf(self) -> Mapping[str, str]:
-        """Spark settings the sink needs from the session's start (SQL extensions, catalogs: what
-        cannot be set once it runs). The pipeline's ``engine.conf`` overrides them."""
-        return {}
 
 
 class Transform(_Plugin[ConfigT]):
@@ -484,13 +370,6 @@ class Transform(_Plugin[ConfigT]):
         off their values by converters) skip this.
         """
         return schema
-
-    def apply_to_event_batch(self, batch: EventBatch) -> EventBatch | None:
-        """:meth:`apply` over a compact batch, or None when this transform needs the events as
-        Python objects (the default): the runtime then builds them and calls :meth:`apply` per
-        event. Implement it only where the result is exactly what ``apply`` gives for every event
-        and no event is dropped (``route`` renames a table's topic once per batch)."""
-        return None
 
     def apply_schema_change(self, event: SchemaChangeEvent) -> SchemaChangeEvent | None:
         """Schema-change events pass unchanged unless a transform says otherwise."""
@@ -567,21 +446,6 @@ class Converter(_Plugin[ConfigT]):
     @abstractmethod
     def serialize_value(self, record: Record, destination: str) -> bytes | None:
         """None is a tombstone."""
-
-    @property
-    def serializes_event_batches(self) -> bool:
-        """Whether :meth:`serialize_event_batch` can encode batches at all; by default, whether the
-        converter implements it."""
-        return type(self).serialize_event_batch is not Converter.serialize_event_batch
-
-    def serialize_event_batch(
-        self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
-    ) -> EncodedMessages | None:
-        """A compact batch as Kafka messages (``destinations[i]`` is where ``batch.tables[i]``
-        goes; with ``tombstones`` a keyed delete is followed by its tombstone), or None when this
-        converter cannot encode it without Python objects (the default; also when an event does not
-        fit its schema, so that the caller's per-record path rejects just that one)."""
-        return None
 
     @abstractmethod
     def deserialize(self, destination: str, data: bytes) -> dict[str, Any]:

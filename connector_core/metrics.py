@@ -4,7 +4,7 @@
 partitions a process owns, of
 
 * 0 for a partition that has delivered (and committed) everything its source has now, its
-  *caught up* state. Each source says what that means (``Source.caught_up``):
+  *caught up* state. Each source says what that means (:class:`~cdcflow.capabilities.ReportsCaughtUp`):
 
   - ``kafka``: the committed offset is the partition's end offset;
   - ``datagen``: every event due by now (at its ``rate``) is delivered; a bounded one once drained;
@@ -24,7 +24,7 @@ someone for nothing.
 
 ``cdcflow_data_loss_headroom_seconds{pipeline, partition, reason}`` is how long, at the current
 pace, until changes of the partition not yet durable downstream may be lost for good, as its
-source tells (``Source.data_loss_headroom``): ``cdc_raw_full`` (Cassandra: cdc_raw's free space
+source tells (:class:`~cdcflow.capabilities.ReportsDataLossHeadroom`): ``cdc_raw_full`` (Cassandra: cdc_raw's free space
 against ``cdc_total_space`` at the node's current write rate), ``log_ttl`` (ScyllaDB: the log's
 TTL less the partition's lag), ``gc_safepoint`` (TiKV: the GC TTL less the checkpoint's age).
 The loop measures it every few seconds; between two measures the gauge counts down one second a

@@ -4,7 +4,8 @@ pipeline's offsets, wherever they are kept.
 Offsets live in one of three places, and a change must reach the one the pipeline resumes from:
 
 * the worker engine's checkpoint store (file, kafka...); a source that keeps its own bookmark
-  (the ``kafka`` source's consumer group) is told as well (``Source.forget`` / ``Source.commit``);
+  (the ``kafka`` source's consumer group) is told as well
+  (:class:`~cdcflow.capabilities.ForgetsPartitions` / ``Source.commit``);
 * a worker group's store, through each bucket's claim, which fences any worker still holding it;
 * the spark engine's checkpoint folder, where Spark's offset log is the only truth.
 
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdcflow.capabilities import SparkNativeSource, forget_partitions, watermark_of
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import (
     Checkpoint,
@@ -139,7 +141,7 @@ class PipelineOffsets:
                     queued = source.with_snapshot_request(partition, offset, request)
                     carried = carried or queued is not None
                     if queued is not None and queued != offset:
-                        watermark = source.watermark(partition, queued)
+                        watermark = watermark_of(source, partition, queued)
                         checkpoints[partition.id] = Checkpoint(dict(queued), watermark, now_us)
                 if not carried:
                     raise SnapshotTableError(
@@ -169,7 +171,7 @@ class PipelineOffsets:
         checkpoints: dict[str, Checkpoint | None] = {}
         for pid, offset in targets.items():
             if offset is None:
-                source.forget([pid])
+                forget_partitions(source, [pid])
                 checkpoints[pid] = None
             else:
                 checkpoints[pid] = Checkpoint(dict(offset), _watermark(source, listed, pid, offset), now_us)
@@ -238,7 +240,7 @@ class PipelineOffsets:
         if found is None:
             return {}
         batch, logged = found
-        offsets = source.spark_native_offsets(logged) if source.has_spark_native_stream else dict(logged)
+        offsets = source.spark_native_offsets(logged) if isinstance(source, SparkNativeSource) else dict(logged)
         committed_at_us = int((location / "commits" / str(batch)).stat().st_mtime * 1_000_000)
         listed = {p.id: p for p in source.partitions()}
         return {
@@ -258,17 +260,17 @@ class PipelineOffsets:
         targets = self._targets(changes, set(listed) | set(current))
         if changes is None:
             # Everything back to the start: without its checkpoint folder the query starts afresh.
-            source.forget(sorted(targets))
+            forget_partitions(source, sorted(targets))
             shutil.rmtree(location, ignore_errors=True)
             return sorted(targets)
         for pid, offset in targets.items():
             if offset is None:
-                source.forget([pid])
+                forget_partitions(source, [pid])
                 current[pid] = source.initial_offset(listed[pid]) if pid in listed else current.pop(pid)
             else:
                 current[pid] = dict(offset)
         if current:
-            logged = source.spark_native_log(current) if source.has_spark_native_stream else current
+            logged = source.spark_native_log(current) if isinstance(source, SparkNativeSource) else current
             append_committed_batch(location, logged)
         return sorted(targets)
 
@@ -296,4 +298,4 @@ class PipelineOffsets:
 
 
 def _watermark(source: Source[Any], listed: Mapping[str, Partition], pid: str, offset: Offset) -> int | None:
-    return source.watermark(listed[pid], offset) if pid in listed else None
+    return watermark_of(source, listed[pid], offset) if pid in listed else None

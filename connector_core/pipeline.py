@@ -20,6 +20,17 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcflow.batches import EventBatch
+from cdcflow.capabilities import (
+    ReadsEventBatches,
+    ReportsDataLossHeadroom,
+    TransformsEventBatches,
+    WatermarkAwareSink,
+    WritesEventBatches,
+    caught_up_of,
+    is_finished,
+    takes_event_batches,
+    watermark_of,
+)
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import (
     Checkpoint,
@@ -77,7 +88,7 @@ __all__ = [
 
 log = logging.getLogger("cdcflow.pipeline")
 
-# How often each partition's data-loss headroom is measured (Source.data_loss_headroom), and how
+# How often each partition's data-loss headroom is measured (ReportsDataLossHeadroom), and how
 # often a partition below engine.data_loss_warn_s is warned about again.
 _HEADROOM_EVERY_S = 10.0
 _HEADROOM_WARN_EVERY_S = 600.0
@@ -262,9 +273,9 @@ class PipelineRunner:
         self.metrics.lag_seconds = self.checkpoint_lag_seconds
         # Compact batches (cdcflow.batches) only when every stage after the source has a batch
         # form; any stage may still decline one batch, which then goes on as records.
-        self._takes_batches = self.sink.takes_event_batches and all(
-            type(t).apply_to_event_batch is not Transform.apply_to_event_batch for t in self.transforms
-        )
+        self._batch_sink = self.sink if isinstance(self.sink, WritesEventBatches) else None
+        self._batch_transforms = [t for t in self.transforms if isinstance(t, TransformsEventBatches)]
+        self._takes_batches = takes_event_batches(self.sink) and len(self._batch_transforms) == len(self.transforms)
         self._batches_declined_in_a_row = 0
         dead_letter = self.dead_letter
         self._rejected_records = RejectedRecordRouter(
@@ -522,7 +533,7 @@ class PipelineRunner:
                 self._states[partition_id] = _PartitionState(partition, start, self._committed.get(partition_id))
                 # A partition never committed is known durable up to where it starts, or else
                 # from when it was first seen: its lag grows from there while its records wait.
-                first_seen_us = self.source.watermark(partition, start) or int(now * 1_000_000)
+                first_seen_us = watermark_of(self.source, partition, start) or int(now * 1_000_000)
                 self._durable_until_us.setdefault(partition_id, first_seen_us)
         self.metrics.partitions_owned.set(len(current))
 
@@ -553,8 +564,8 @@ class PipelineRunner:
                 state.uncommitted_records += records
                 state.position = end
                 progressed = True
-            state.watermark_us = self.source.watermark(state.partition, state.position)
-            state.finished = self.source.is_finished(state.partition, state.position)
+            state.watermark_us = watermark_of(self.source, state.partition, state.position)
+            state.finished = is_finished(self.source, state.partition, state.position)
             self._note_caught_up(state, news)
             if progressed and (self._checkpoint_due() or not self._committed_this_run):
                 # A cycle over many partitions (a snapshot's slices, thousands of stream groups)
@@ -577,7 +588,7 @@ class PipelineRunner:
         return None
 
     def _note_caught_up(self, state: _PartitionState, news: bool) -> None:
-        verdict = self.source.caught_up(state.partition, state.position)
+        verdict = caught_up_of(self.source, state.partition, state.position)
         state.caught_up = state.finished or (verdict if verdict is not None else not news)
         if state.caught_up:
             now_us = int(self.clock() * 1_000_000)
@@ -589,7 +600,12 @@ class PipelineRunner:
     def _deliver_range(self, partition: Partition, start: Offset, end: Offset) -> int:
         """Read (start, end] of ``partition``, transform and write it; how many records were read."""
         batch_size = self.spec.engine.batch_size
-        batches = self.source.read_event_batches(partition, start, end, batch_size) if self._takes_batches else None
+        source = self.source
+        batches = (
+            source.read_event_batches(partition, start, end, batch_size)
+            if self._takes_batches and isinstance(source, ReadsEventBatches)
+            else None
+        )
         if batches is None:
             return self._deliver(self.source.read(partition, start, end))
         read = 0
@@ -601,14 +617,14 @@ class PipelineRunner:
         return read
 
     def _deliver_batch(self, batch: EventBatch) -> None:
-        if not self._takes_batches:  # given up on batches within this read range
+        if not self._takes_batches or self._batch_sink is None:  # given up on batches within this read range
             self._write([*batch.records()])
             return
         transformed: EventBatch | None = batch
-        for transform in self.transforms:
+        for transform in self._batch_transforms:
             if transformed is not None:
                 transformed = transform.apply_to_event_batch(transformed)  # None: needs objects
-        rejected = None if transformed is None else self.sink.write_event_batch(transformed)
+        rejected = None if transformed is None else self._batch_sink.write_event_batch(transformed)
         if rejected is None:  # a stage needs Python objects for this batch
             self._write([*batch.records()])
             self._batches_declined_in_a_row += 1
@@ -667,7 +683,7 @@ class PipelineRunner:
 
     def _checkpoint(self) -> None:
         pipeline_watermark = self._pipeline_watermark()
-        if pipeline_watermark is not None:
+        if pipeline_watermark is not None and isinstance(self.sink, WatermarkAwareSink):
             self.sink.on_watermark(pipeline_watermark)
         self._flush_sinks()
         now_us = int(self.clock() * 1_000_000)
@@ -705,12 +721,15 @@ class PipelineRunner:
             return
         self._headroom_measured_at = now
         measured = []
+        source = self.source
+        if not isinstance(source, ReportsDataLossHeadroom):
+            return
         for pid, state in list(self._states.items()):
             if state.finished:
                 continue
             committed = state.committed.offset if state.committed is not None else state.position
             try:
-                headroom = self.source.data_loss_headroom(state.partition, committed)
+                headroom = source.data_loss_headroom(state.partition, committed)
             except TransientError as exc:
                 log.debug("pipeline %s: headroom of %s not measured: %s", self.spec.name, pid, exc)
                 continue

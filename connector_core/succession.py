@@ -6,7 +6,8 @@ predecessors held them before. Read side by side, the successor's newer changes 
 reach the sink before the predecessor's older ones. So a successor is not read past its start
 until each predecessor is *complete up to* ``from_us``:
 
-* it is finished at its committed offset (``Source.is_finished``: read to its end, or expired), or
+* it is finished at its committed offset (:class:`~cdcflow.capabilities.FinitePartitions`: read
+  to its end, or expired), or
   its watermark there is at or past ``from_us`` (a predecessor whose other keys go on, as a
   stream set keeping some of its streams), or
 * the source no longer lists it (a partition disappears only once read to its end or expired).
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from cdcflow.capabilities import is_finished, watermark_of
 from cdcflow.contract import Offset, Partition, Source
 
 __all__ = ["SuccessionGate"]
@@ -103,7 +105,7 @@ class SuccessionGate:
         offset = self._view.get(partition_id)
         if offset is None:
             return False  # its owner has not committed its start yet
-        if self._source.is_finished(predecessor, offset):
+        if is_finished(self._source, predecessor, offset):
             return True
-        watermark = self._source.watermark(predecessor, offset)
+        watermark = watermark_of(self._source, predecessor, offset)
         return watermark is not None and watermark >= from_us

@@ -8,7 +8,8 @@
 
 :func:`check_source_contract` raises :class:`SourceContractViolationError` naming the partition and
 the rule broken: offsets that do not survive JSON, reads that are not deterministic, ranges that
-do not split, watermarks that go back, or a finished partition that grows.
+do not split, watermarks that go back, a finished partition that grows, or compact batches
+(:class:`~cdcflow.capabilities.ReadsEventBatches`) that differ from what ``read`` gives.
 
 :func:`check_sink_contract`, :func:`check_transform_contract` and :func:`check_converter_contract`
 do the same for the other kinds (:class:`PluginContractViolationError`), and :class:`RecordingSink`
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdcflow.capabilities import ReadsEventBatches, is_finished, watermark_of
 from cdcflow.contract import (
     Converter,
     Offset,
@@ -91,7 +93,7 @@ def check_source_contract(source: Source[Any], max_records: int = 100, cycles: i
         start = source.initial_offset(partition)
         _check_offset(partition, start)
         _require(list(source.read(partition, start, start)) == [], partition, "read(start, start] must be empty")
-        previous_watermark = source.watermark(partition, start)
+        previous_watermark = watermark_of(source, partition, start)
         for _ in range(cycles):
             end = source.latest_offset(partition, start, max_records)
             _check_offset(partition, end)
@@ -105,21 +107,34 @@ def check_source_contract(source: Source[Any], max_records: int = 100, cycles: i
             )
             report.ranges += 1
             report.records += len(first)
+            _check_event_batches(source, partition, start, end, first)
             middle = source.latest_offset(partition, start, max(1, len(first) // 2))
             if offset_key(middle) not in (offset_key(start), offset_key(end)):
                 split = _comparable(source.read(partition, start, middle)) + _comparable(
                     source.read(partition, middle, end)
                 )
                 _require(split == first, partition, f"read({start}, {end}] differs from the same range read in two")
-            watermark = source.watermark(partition, end)
+            watermark = watermark_of(source, partition, end)
             if previous_watermark is not None and watermark is not None:
                 _require(watermark >= previous_watermark, partition, f"watermark went back at {end}")
             previous_watermark = watermark
             start = end
-        if source.is_finished(partition, start):
+        if is_finished(source, partition, start):
             again = source.latest_offset(partition, start, max_records)
             _require(offset_key(again) == offset_key(start), partition, "a finished partition moved on")
     return report
+
+
+def _check_event_batches(
+    source: Source[Any], partition: Partition, start: Offset, end: Offset, read: list[Any]
+) -> None:
+    """A source with compact batches gives in them exactly what ``read`` gives for the range."""
+    if not isinstance(source, ReadsEventBatches):
+        return
+    batches = source.read_event_batches(partition, start, end, max(1, len(read) // 3))
+    if batches is not None:
+        compact = _comparable(record for batch in batches for record in batch.records())
+        _require(compact == read, partition, f"read_event_batches({start}, {end}] differs from read")
 
 
 def _check_offset(partition: Partition, offset: Offset) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cdcflow.capabilities import forget_partitions, is_finished, watermark_of
 from cdcflow.contract import Checkpoint, FencingCheckpointStore, Partition
 from cdcflow.errors import SnapshotRequestError, TransientError
 from cdcflow.group.control import ControlChannel, OffsetsCommand, SnapshotCommand
@@ -303,7 +304,7 @@ class GroupPipelineRunner(PipelineRunner):
             if state is not None:
                 continue  # ours, finished (checked above); committed with the final checkpoint
             checkpoint = committed.get(pid)
-            if checkpoint is None or not self.source.is_finished(partition, checkpoint.offset):
+            if checkpoint is None or not is_finished(self.source, partition, checkpoint.offset):
                 return False
         return True
 
@@ -377,7 +378,7 @@ class GroupPipelineRunner(PipelineRunner):
             checkpoint = (
                 None
                 if offset is None
-                else Checkpoint(dict(offset), self.source.watermark(state.partition, offset), now_us)
+                else Checkpoint(dict(offset), watermark_of(self.source, state.partition, offset), now_us)
             )
             by_bucket.setdefault(self.buckets.bucket_of(pid), {})[pid] = checkpoint
         fenced = self.fencing.commit_claimed(by_bucket)
@@ -389,7 +390,7 @@ class GroupPipelineRunner(PipelineRunner):
                 state = self._states[pid]
                 if checkpoint is None:
                     self._committed.pop(pid, None)
-                    self.source.forget([pid])
+                    forget_partitions(self.source, [pid])
                     state.position = self.source.initial_offset(state.partition)
                     state.committed = None
                 else:
@@ -397,8 +398,8 @@ class GroupPipelineRunner(PipelineRunner):
                     self.source.commit({pid: checkpoint.offset})
                     state.position = dict(checkpoint.offset)
                     state.committed = checkpoint
-                state.watermark_us = self.source.watermark(state.partition, state.position)
-                state.finished = self.source.is_finished(state.partition, state.position)
+                state.watermark_us = watermark_of(self.source, state.partition, state.position)
+                state.finished = is_finished(self.source, state.partition, state.position)
                 applied.append(pid)
         if fenced:
             self._drop(fenced)

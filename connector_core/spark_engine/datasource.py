@@ -29,14 +29,16 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
+from cdcflow.capabilities import DecodesSparkBatches, SparkNativeSource
 from cdcflow.config import ErrorsConfig, PipelineSpec, ResolvedPlugin
 from cdcflow.contract import Offset, Partition, PluginContext, Rejected, Sink, Source, Transform, offset_key
+from cdcflow.errors import EngineUnsupportedError
 from cdcflow.events import ChangeEvent, Record
 from cdcflow.pipeline import apply_transforms
 from cdcflow.processes import tune_garbage_collector
 from cdcflow.record_errors import RejectedRecordRouter
 from cdcflow.schemas import infer_row_schema
-from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, RowTyping, record_to_row, stream_arrow_schema
+from cdcflow.spark_rows import STREAM_SCHEMA_DDL, RowTyping, record_to_row, stream_arrow_schema
 from cdcflow.succession import SuccessionGate
 
 if TYPE_CHECKING:
@@ -252,9 +254,11 @@ def decode_native_batches(job: SourceJob, batches: Iterator[Any], typing: RowTyp
     """``mapInArrow`` body for a source's native Spark stream: its rows, decoded by the source,
     transformed, in the stream shape; with ``typing``, typed as it asks (``typed_change_rows``)."""
     source, transforms = _source_side(job, open_source=False)
-    whole_batches = not transforms and not job.with_record
+    if not isinstance(source, SparkNativeSource):
+        raise EngineUnsupportedError(f"pipeline {job.pipeline}: source {source.type_name!r} has no native Spark stream")
+    whole_batches = not transforms and not job.with_record and isinstance(source, DecodesSparkBatches)
     for batch in batches:
-        if whole_batches and typing is not None:
+        if whole_batches and typing is not None and isinstance(source, DecodesSparkBatches):
             typed = source.decode_typed_spark_batch(batch, typing)
             if typed is not None:  # built by the compiled core without the stream rows
                 if typed.num_rows:
@@ -265,9 +269,9 @@ def decode_native_batches(job: SourceJob, batches: Iterator[Any], typing: RowTyp
 
 
 def _stream_batches(
-    job: SourceJob, source: Source[Any], transforms: list[Transform[Any]], batch: Any, whole_batch: bool
+    job: SourceJob, source: SparkNativeSource, transforms: list[Transform[Any]], batch: Any, whole_batch: bool
 ) -> Iterator[Any]:
-    if whole_batch:
+    if whole_batch and isinstance(source, DecodesSparkBatches):
         rows = source.decode_spark_batch(batch)
         if rows is not None:  # decoded by the compiled core, exactly as row by row
             if rows.num_rows:

@@ -20,8 +20,9 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdcflow.capabilities import SparkBatchWriter, SparkNativeSource, is_finished, watermark_of
 from cdcflow.config import PipelineSpec, ResolvedPlugin
-from cdcflow.contract import Offset, Partition, PluginContext, Sink, Source, SparkBatchWriter
+from cdcflow.contract import Offset, Partition, PluginContext, Sink, Source
 from cdcflow.errors import (
     EngineError,
     EngineUnavailableError,
@@ -40,8 +41,8 @@ from cdcflow.spark_engine.datasource import (
     build_plugin,
     decode_native_batches,
 )
-from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, DecodedBatch, record_from_row
 from cdcflow.spark_engine.session import spark_session
+from cdcflow.spark_rows import DecodedBatch, StreamBatch, record_from_row
 
 if TYPE_CHECKING:
     from cdcflow.plugins import PluginRegistry
@@ -92,11 +93,11 @@ class _DriverView:
 
     def watermark(self, end: dict[str, Offset]) -> int | None:
         known = self.partitions()
-        marks = [self.source.watermark(known[pid], offset) for pid, offset in end.items() if pid in known]
+        marks = [watermark_of(self.source, known[pid], offset) for pid, offset in end.items() if pid in known]
         running = [
             m
             for (pid, offset), m in zip(end.items(), marks, strict=False)
-            if m is not None and pid in known and not self.source.is_finished(known[pid], offset)
+            if m is not None and pid in known and not is_finished(self.source, known[pid], offset)
         ]
         if running:
             return min(running)
@@ -107,7 +108,7 @@ class _DriverView:
         if not self.source.bounded:
             return False
         known = self.partitions()
-        return all(pid in end and self.source.is_finished(p, end[pid]) for pid, p in known.items())
+        return all(pid in end and is_finished(self.source, p, end[pid]) for pid, p in known.items())
 
 
 def run_spark(specs: Sequence[PipelineSpec], factory: PluginRegistry) -> int:
@@ -179,11 +180,11 @@ def _run_query(
             watermark = COMPLETE_WATERMARK_US if drained else view.watermark(end)
         else:  # Spark's connector owns these offsets; it has no cdcflow watermark and no end
             drained, watermark = False, None
-        rows = DecodedBatch(batch, decode, STREAM_SCHEMA_DDL) if native is not None else batch
+        rows = DecodedBatch(batch, decode) if native is not None else StreamBatch(batch)
         if batch_writer is not None:
             batch_writer.write_batch(rows, batch_id, watermark)
         else:
-            _write_through_sink(rows, spec)
+            _write_through_sink(rows.rows(), spec)
         if drained:
             drained_at.append(batch_id)
 
@@ -281,6 +282,8 @@ def _stop_query(query: Any, spec: PipelineSpec, stop: threading.Event) -> bool:
 
 
 def _native_stream(session: Any, source: Source[Any], spec: PipelineSpec) -> Any | None:
+    if not isinstance(source, SparkNativeSource):
+        return None
     try:
         return source.spark_native_stream(session, spec.engine.max_records_per_read)
     except Exception as exc:

@@ -25,8 +25,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from cdcflow.capabilities import SparkBatchWriter
 from cdcflow.config import ResolvedLocation
-from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
+from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.errors import EngineUnsupportedError
 from cdcflow.events import Column, Record, RowSchema, UserType
 from cdcflow.schemas import UNTYPED_NULL, parse_cql_type, spark_ddl_type
@@ -48,6 +49,7 @@ from cdcflow.sinks.spark_columns import (
     merge_table_columns,
     native_values,
 )
+from cdcflow.spark_rows import StreamBatch
 
 __all__ = ["DELTA_SESSION_CONF", "DeltaSink", "DeltaSinkConfig"]
 
@@ -135,12 +137,12 @@ class DeltaSink(Sink[DeltaSinkConfig], SparkBatchWriter):
 
     # --- a micro-batch ------------------------------------------------------------------------
 
-    def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
+    def write_batch(self, batch: StreamBatch, batch_id: int, watermark_us: int | None) -> None:
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
 
-        session = batch.sparkSession
+        session = batch.session
         # The read order of each source partition, before anything shuffles the rows.
-        changes = batch.filter(F.col("kind") == "change").withColumn("__ord", F.monotonically_increasing_id())
+        changes = batch.rows().filter(F.col("kind") == "change").withColumn("__ord", F.monotonically_increasing_id())
         changes = changes.persist()
         try:
             destinations = self._destinations(changes)

@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from pydantic import Field
 
 from cdcflow.batches import EventBatch
+from cdcflow.capabilities import SerializesEventBatches, serializes_event_batches
 from cdcflow.contract import Converter, NestedPluginSection, PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.converters import SubjectNameStrategy, converter_from_fields, converter_plugin_sections
 from cdcflow.errors import (
@@ -408,13 +409,16 @@ class KafkaSink(Sink[KafkaSinkConfig]):
 
     @property
     def takes_event_batches(self) -> bool:
-        return self.converter.serializes_event_batches
+        return serializes_event_batches(self.converter)
 
     def write_event_batch(self, batch: EventBatch) -> list[Rejected] | None:
         producer = self._producer
         assert producer is not None, "open() first"
         topics = [self.config.topic or table.destination() for table in batch.tables]
-        encoded = self.converter.serialize_event_batch(batch, topics, self.config.tombstones_on_delete)
+        converter = self.converter
+        if not isinstance(converter, SerializesEventBatches):
+            return None
+        encoded = converter.serialize_event_batch(batch, topics, self.config.tombstones_on_delete)
         if encoded is None:
             return None
         rejected: list[Rejected] = []

@@ -31,8 +31,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from cdcflow.capabilities import SparkBatchWriter
 from cdcflow.config import ResolvedLocation
-from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink, SparkBatchWriter
+from cdcflow.contract import PluginConfig, PluginContext, Rejected, Sink
 from cdcflow.errors import EngineUnsupportedError
 from cdcflow.events import Column, Record, RowSchema, UserType
 from cdcflow.schemas import UNTYPED_NULL, parse_cql_type, spark_ddl_type
@@ -44,7 +45,7 @@ from cdcflow.sinks.spark_columns import (
     native_values,
 )
 from cdcflow.sinks.spark_columns import merge_table_columns as merge_columns
-from cdcflow.spark_engine.rows import ROWS_NOT_TYPED, typed_change_rows
+from cdcflow.spark_rows import StreamBatch, typed_change_rows
 
 __all__ = ["ENVELOPE_COLUMNS", "ParquetSchemaConflictError", "ParquetSink", "ParquetSinkConfig", "merge_table_columns"]
 
@@ -125,13 +126,13 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
 
     # --- Spark --------------------------------------------------------------------------------
 
-    def write_batch(self, batch: Any, batch_id: int, watermark_us: int | None) -> None:
+    def write_batch(self, batch: StreamBatch, batch_id: int, watermark_us: int | None) -> None:
         from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
 
         # Standard Parquet timestamps (INT64, microseconds, UTC), not Spark's legacy INT96 default:
         # every reader maps them to a UTC timestamp, to the millisecond Cassandra wrote.
-        batch.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        context = batch.sparkSession.sparkContext
+        batch.session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        context = batch.session.sparkContext
         if self._files is None or self._files.context is not context:
             # foreachBatch wraps each batch's session anew; the context, and its filesystem, stay.
             self._files = _HadoopFiles(context, self.config.path)
@@ -149,7 +150,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         started = time.monotonic()
         tables = self._write_as_last_batch(batch, files, staging)
         if tables is None:
-            changes = batch.filter(F.col("kind") == "change").persist()
+            changes = batch.rows().filter(F.col("kind") == "change").persist()
             try:
                 counts = changes.groupBy("destination", "row_schema").count().collect()
                 log.debug("batch %d: read and grouped in %.1fs", batch_id, time.monotonic() - started)
@@ -177,7 +178,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             self._pending_dates |= {_date_folder(t) for t in moves.values()}
             self._mark_complete(files, watermark_us)
         if self.config.compact_min_files is not None:
-            self._compact(batch.sparkSession, files, {_date_folder(t) for t in moves.values()}, batch_id)
+            self._compact(batch.session, files, {_date_folder(t) for t in moves.values()}, batch_id)
         log.debug("batch %d: %d files in %d tables", batch_id, len(moves), len(tables))
 
     def _write_tables(
@@ -203,12 +204,15 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             writer = writer.partitionBy(*partition_columns)
         writer.parquet(files.uri(f"{staging}/{_table_folder(table.destination, self.config)}"))
 
-    def _write_as_last_batch(self, batch: Any, files: _HadoopFiles, staging: str) -> list[_DestinationTable] | None:
+    def _write_as_last_batch(
+        self, batch: StreamBatch, files: _HadoopFiles, staging: str
+    ) -> list[_DestinationTable] | None:
         """Write the batch in one Spark job when the last batch had a single destination whose
         row schemas need no decision from the data (no decimals): most pipelines, batch after
-        batch. Every row is checked against those schemas in the same job, and a row of another
-        destination or schema fails the job (nothing is staged), so that the batch is written
-        the grouping way. None when it was not written."""
+        batch. The same job counts the rows of another destination or row schema, and the values
+        that do not read exactly as their column's type; when there are any, what it staged is
+        deleted and the batch is written the grouping way. None when it was not written."""
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F  # noqa: N812
 
         last = self._last_tables
@@ -220,25 +224,27 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         typed = typed_change_rows(
             batch, table.destination, known, [(c.name, c.type) for c in columns], ENVELOPE_COLUMNS
         )
-        try:
-            if typed is not None:
-                # The images typed beside the Python code that built the rows, not parsed again here.
-                key = (table.destination, tuple(c.name for c in columns))
-                if self._typed_output is None or self._typed_output[0] != key:
-                    # Built once: each Spark column expression costs a call into the JVM.
-                    values = [F.col(f"_c{i}").alias(c.name) for i, c in enumerate(columns)]
-                    self._typed_output = (key, _output_columns(values, set(key[1])))
-                self._write_table(typed.select(*self._typed_output[1]), table, files, staging)
-            else:
-                expected = (F.col("destination") == table.destination) & F.col("row_schema").isin(known)
-                changes = batch.filter(F.col("kind") == "change").filter(
-                    F.when(expected, F.lit(True)).otherwise(F.raise_error(F.lit(_SCHEMAS_CHANGED)))
-                )
-                self._write_tables(changes, [table], files, staging)
-        except Exception as exc:
-            if _SCHEMAS_CHANGED not in str(exc) and ROWS_NOT_TYPED not in str(exc):
-                raise
-            log.debug("a batch with other destinations, row schemas or values: grouping it")
+        if typed is not None:
+            # The images typed beside the Python code that built the rows, not parsed again here.
+            key = (table.destination, tuple(c.name for c in columns))
+            if self._typed_output is None or self._typed_output[0] != key:
+                # Built once: each Spark column expression costs a call into the JVM.
+                values = [F.col(f"_c{i}").alias(c.name) for i, c in enumerate(columns)]
+                self._typed_output = (key, _output_columns(values, set(key[1])))
+            self._write_table(typed.rows.select(*self._typed_output[1]), table, files, staging)
+            misfits = typed.misfits()
+        else:
+            expected = (F.col("destination") == table.destination) & F.col("row_schema").isin(known)
+            unexpected = Observation()
+            changes = (
+                batch.rows()
+                .filter(F.col("kind") == "change")
+                .observe(unexpected, F.sum(F.when(expected, 0).otherwise(1)).alias("misfits"))
+            )
+            self._write_tables(changes, [table], files, staging)
+            misfits = int(unexpected.get.get("misfits") or 0)
+        if misfits:
+            log.debug("a batch with %d rows of other destinations, row schemas or values: grouping it", misfits)
             files.delete(staging)
             self._last_tables = None
             return None
@@ -431,9 +437,6 @@ class _DestinationTable:
     destination: str
     schema: RowSchema
     rows: int
-
-
-_SCHEMAS_CHANGED = "cdcflow: a row of a destination or row schema the last batch did not have"
 
 
 def _existing_types(session: Any, files: _HadoopFiles, destination: str, config: ParquetSinkConfig) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pydantic import Field
@@ -35,6 +35,10 @@ from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 from cdcflow.native import native_module
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.schemas import UNTYPED_NULL
+from cdcflow.spark_rows import RowTyping, stream_arrow_batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["KafkaSource", "KafkaSourceConfig"]
 
@@ -255,7 +259,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
                 raise  # the registry is unreachable: read again later, nothing is wrong with the record
             raise SourceDataError(f"{what}: {exc}") from exc
 
-    def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any | None:
+    def spark_native_stream(self, session: SparkSession, max_records_per_read: int) -> DataFrame:
         # Spark's connector bounds a whole micro-batch, not each partition: max_records_per_batch.
         per_batch = self.config.max_records_per_batch or max_records_per_read * max(1, len(self.partitions()))
         options = {
@@ -285,13 +289,11 @@ class KafkaSource(Source[KafkaSourceConfig]):
         compiled = self._compiled_spark_inputs(batch)
         if compiled is None:
             return None
-        from cdcflow.spark_engine.rows import stream_arrow_batch  # the spark engine's own module: only there
-
         native, inputs = compiled
         built = native.json_envelope_rows(batch.num_rows, inputs, UNTYPED_NULL)
         return None if built is None else stream_arrow_batch(built)
 
-    def decode_typed_spark_batch(self, batch: Any, typing: Any) -> Any | None:
+    def decode_typed_spark_batch(self, batch: Any, typing: RowTyping) -> Any | None:
         compiled = self._compiled_spark_inputs(batch)
         if compiled is None:
             return None
@@ -337,7 +339,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
                     skip[row] = 1
         return native, (*arrays, bytes(skip))
 
-    def spark_native_offsets(self, logged: Any) -> dict[str, Offset]:
+    def spark_native_offsets(self, logged: Mapping[str, Any]) -> dict[str, Offset]:
         # Spark's Kafka connector logs {"topic": {"partition number": next offset}}.
         return {
             f"{topic}:{number}": {"next": int(offset)}
@@ -345,7 +347,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
             for number, offset in numbers.items()
         }
 
-    def spark_native_log(self, offsets: Mapping[str, Offset]) -> Any:
+    def spark_native_log(self, offsets: Mapping[str, Offset]) -> dict[str, Any]:
         logged: dict[str, dict[str, int]] = {}
         for partition_id, offset in offsets.items():
             topic, _, number = partition_id.rpartition(":")

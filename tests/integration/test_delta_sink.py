@@ -26,8 +26,8 @@ from cdcflow.sinks.delta_spark import (
     DeltaSinkConfig,
 )
 from cdcflow.sources.datagen.source import DatagenConfig, DatagenSource
-from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row
 from cdcflow.spark_engine.session import spark_session
+from cdcflow.spark_rows import STREAM_SCHEMA_DDL, StreamBatch, record_to_row
 from tests.integration.conftest import REPO
 from tests.integration.delta_helpers import delta_version, read_delta, written_batches
 from tests.integration.test_spark_cluster import spark_master  # noqa: F401 - the cluster fixture
@@ -75,8 +75,8 @@ def delta_sink(path: Path, mode: str = "mirror", app_id: str | None = None) -> D
     return sink
 
 
-def batch(spark: Any, events: list[ChangeEvent]) -> Any:
-    return spark.createDataFrame([record_to_row(e, False) for e in events], STREAM_SCHEMA_DDL)
+def batch(spark: Any, events: list[ChangeEvent]) -> StreamBatch:
+    return StreamBatch(spark.createDataFrame([record_to_row(e, False) for e in events], STREAM_SCHEMA_DDL))
 
 
 def by_id(rows: list[dict[str, Any]], *columns: str) -> dict[int, tuple[Any, ...]]:

@@ -18,8 +18,8 @@ from cdcflow.errors import EngineUnavailableError
 from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
 from cdcflow.schemas import infer_row_schema
 from cdcflow.sinks.parquet_spark import ParquetSchemaConflictError, ParquetSink, ParquetSinkConfig
-from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, record_to_row
 from cdcflow.spark_engine.session import spark_session
+from cdcflow.spark_rows import STREAM_SCHEMA_DDL, StreamBatch, record_to_row
 from tests.integration.parquet_helpers import read_parquet
 
 pytestmark = [pytest.mark.spark]
@@ -63,8 +63,12 @@ def sink(path: Path) -> ParquetSink:
     return ParquetSink(ParquetSinkConfig(type="parquet", path=str(path)), PluginContext("t", path / "t.yaml"))
 
 
-def batch(spark: Any, events: list[ChangeEvent]) -> Any:
+def frame(spark: Any, events: list[ChangeEvent]) -> Any:
     return spark.createDataFrame([record_to_row(e, False) for e in events], STREAM_SCHEMA_DDL)
+
+
+def batch(spark: Any, events: list[ChangeEvent]) -> StreamBatch:
+    return StreamBatch(frame(spark, events))
 
 
 def test_a_batch_run_twice_is_written_once(spark: Any, tmp_path: Path) -> None:
@@ -141,7 +145,7 @@ def test_a_batch_writes_about_rows_per_file_rows_a_file(
         ParquetSinkConfig(type="parquet", path=str(tmp_path), rows_per_file=rows_per_file),
         PluginContext("t", tmp_path / "t.yaml"),
     )
-    rows = batch(spark, [event(n, V1) for n in range(100)]).repartition(6)  # as if read by six tasks
+    rows = StreamBatch(frame(spark, [event(n, V1) for n in range(100)]).repartition(6))  # as if read by six tasks
     out.write_batch(rows, 1, None)
     written = list(tmp_path.glob("table=*/event_date=*/*.parquet"))
     assert len(written) == expected_files
@@ -186,7 +190,7 @@ def test_tables_routed_to_one_destination_are_written_as_one_table(spark: Any, t
     }
     tables = ("orders", "refunds", "audits")
     events = [table_event(tables[n % 3], n, rows[tables[n % 3]](n), schemas[tables[n % 3]]) for n in range(3000)]
-    sink(tmp_path).write_batch(batch(spark, events).repartition(4), 0, None)
+    sink(tmp_path).write_batch(StreamBatch(frame(spark, events).repartition(4)), 0, None)
 
     table = read_parquet(tmp_path)
     assert set(table.column("table").to_pylist()) == {"shared"}
@@ -248,7 +252,7 @@ def test_a_batch_mixing_destinations_schemas_and_nulls(spark: Any, tmp_path: Pat
             events.append(table_event("admins", n, {"name": None, "level": n}, None, topic="people"))
         else:
             events.append(table_event("orders", n, {"amount": n / 8 if n % 7 else None}, None, topic="sales"))
-    sink(tmp_path).write_batch(batch(spark, events).repartition(3), 0, None)
+    sink(tmp_path).write_batch(StreamBatch(frame(spark, events).repartition(3)), 0, None)
 
     table = read_parquet(tmp_path)
     by_table = {t: sorted(r["id"] for r in table.to_pylist() if r["table"] == t) for t in ("people", "sales")}
@@ -296,20 +300,21 @@ def test_rows_typed_beside_python_hold_what_from_json_reads_in_spark(spark: Any)
 
     from cdcflow.schemas import spark_ddl_type
     from cdcflow.sinks.parquet_spark.sink import ENVELOPE_COLUMNS
-    from cdcflow.spark_engine.rows import typed_change_rows
+    from cdcflow.spark_rows import typed_change_rows
 
     events = [table_event("edges", n, row, _EDGE_SCHEMA, topic="edges") for n, row in enumerate(_EDGE_ROWS)]
     deleted = events[1]
     events[1] = deleted.with_changes(op=Op.DELETE, before=deleted.after, after=None)
-    frame = batch(spark, events).coalesce(1)
+    rows = frame(spark, events).coalesce(1)
     columns = [(c.name, c.type) for c in _EDGE_SCHEMA.value_columns]
-    typed = typed_change_rows(frame, "edges", [_EDGE_SCHEMA.to_json()], columns, ENVELOPE_COLUMNS)
+    typed = typed_change_rows(StreamBatch(rows), "edges", [_EDGE_SCHEMA.to_json()], columns, ENVELOPE_COLUMNS)
     assert typed is not None
     ddl = ", ".join(f"`{name}` {spark_ddl_type(kind)}" for name, kind in columns)
     image = F.coalesce(F.col("after"), F.col("before"), F.col("key"))
-    from_json = frame.select(*ENVELOPE_COLUMNS, F.from_json(image, ddl).alias("r")).select(*ENVELOPE_COLUMNS, "r.*")
-    assert [f.dataType for f in typed.schema.fields] == [f.dataType for f in from_json.schema.fields]
-    assert [tuple(r) for r in typed.collect()] == [tuple(r) for r in from_json.collect()]
+    from_json = rows.select(*ENVELOPE_COLUMNS, F.from_json(image, ddl).alias("r")).select(*ENVELOPE_COLUMNS, "r.*")
+    assert [f.dataType for f in typed.rows.schema.fields] == [f.dataType for f in from_json.schema.fields]
+    assert [tuple(r) for r in typed.rows.collect()] == [tuple(r) for r in from_json.collect()]
+    assert typed.misfits() == 0
 
 
 def test_a_batch_like_the_last_with_a_value_its_column_cannot_type_is_written_as_a_first_batch_would_be(
@@ -333,3 +338,33 @@ def test_a_batch_like_the_last_with_a_value_its_column_cannot_type_is_written_as
 
     assert rows(tmp_path / "steady") == rows(tmp_path / "first")
     assert [r["i"] for r in rows(tmp_path / "first")][2] is None  # what from_json makes of 1.5 in an int column
+
+
+@pytest.mark.parametrize("image_columns", [(), (("tags", "list<int>"),)], ids=["typed", "parsed-by-spark"])
+def test_a_batch_with_rows_the_last_batch_had_not_is_written_whole(
+    spark: Any, tmp_path: Path, image_columns: tuple[tuple[str, str], ...]
+) -> None:
+    # A batch like the last one is written in one job that counts the rows it cannot take (another
+    # destination, another row schema); any such row sends the batch the grouping way. Were they
+    # not noticed, the orders would be lost and the users' new column missing. Both one-job
+    # paths: columns typed beside Python (text), and images Spark parses (a list column).
+    v1 = table_schema("users", ("name", "text"), *image_columns)
+    v2 = table_schema("users", ("name", "text"), *image_columns, ("email", "text"))
+    orders = table_schema("orders", ("amount", "double"))
+
+    def user(n: int, schema: RowSchema, **more: Any) -> ChangeEvent:
+        tags = {"tags": [n, n + 1]} if image_columns else {}
+        return table_event("users", n, {"name": f"u{n}", **tags, **more}, schema, topic="people")
+
+    out = sink(tmp_path)
+    out.write_batch(batch(spark, [user(n, v1) for n in range(5)]), 0, None)
+    second = [user(n, v1) for n in range(5, 8)] + [user(n, v2, email=f"{n}@x") for n in (8, 9)]
+    second += [table_event("orders", n, {"amount": n / 4}, orders, topic="sales") for n in (10, 11)]
+    out.write_batch(batch(spark, second), 1, None)
+
+    rows = read_parquet(tmp_path).to_pylist()
+    people = {r["id"]: r["email"] for r in rows if r["table"] == "people"}
+    assert people == {**{n: None for n in range(8)}, 8: "8@x", 9: "9@x"}
+    assert {r["id"]: r["amount"] for r in rows if r["table"] == "sales"} == {10: 2.5, 11: 2.75}
+    if image_columns:
+        assert {r["id"]: r["tags"] for r in rows if r["table"] == "people"} == {n: [n, n + 1] for n in range(10)}

@@ -31,7 +31,7 @@ from cdcflow.native import native_module
 from cdcflow.plugins import PluginRegistry
 from cdcflow.sources.datagen import DatagenConfig, DatagenSource
 from cdcflow.spark_engine.datasource import SourceJob, decode_native_batches
-from cdcflow.spark_engine.rows import RowsNotTypedError, RowTyping, stream_arrow_schema
+from cdcflow.spark_rows import RowsNotTypedError, RowTyping, stream_arrow_schema
 
 NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")

@@ -411,3 +411,26 @@ def test_records_dropped_without_dead_letters_are_counted_and_reported_last(
     assert set(seqs(RecordingSink.durable)) == {seq for seq in range(2000) if seq % 7}
     last = [r.getMessage() for r in caplog.records if r.name == "cdcflow.pipeline"][-1]
     assert f"2000 records read, {2000 - poisoned} written, 0 sent to the dead letters, {poisoned} dropped" in last
+
+
+class WatermarkRecordingSink(RecordingSink):
+    """A RecordingSink with the WatermarkAwareSink capability (what the tikv sink has)."""
+
+    type_name = "recording_watermarks"
+    watermarks: ClassVar[list[int]] = []
+
+    def on_watermark(self, watermark_us: int) -> None:
+        type(self).watermarks.append(watermark_us)
+
+
+def test_a_sink_with_on_watermark_hears_the_pipeline_watermark_at_checkpoints(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    registry.register(SimpleNamespace(cdcflow_sink_types=lambda: [WatermarkRecordingSink]), "tests-watermarks")
+    WatermarkRecordingSink.watermarks = []
+    pipeline(tmp_path, registry, sink={"type": "recording_watermarks"}).run()
+    heard = WatermarkRecordingSink.watermarks
+    assert len(heard) >= 2 and heard == sorted(heard)
+    checkpoints = [json.loads(f.read_text()) for f in (tmp_path / "ckpt").glob("*.checkpoint.json")]
+    # Once every partition is finished, the pipeline is complete up to the last of them.
+    assert heard[-1] == max(c["watermark_us"] for c in checkpoints)

@@ -59,3 +59,19 @@ def test_runs_in_a_pipeline(tmp_path: Path) -> None:
     assert {r["value"]["after"]["word"] for r in rows} == {f"COUNT {k}" for k in range(1, 8)}
     offsets = json.loads(cdcflow("offsets", "show", str(file)).stdout)["partitions"]
     assert {pid: o["offset"]["n"] for pid, o in offsets.items()} == {f"countdown-{p}": 7 for p in range(3)}
+
+
+def test_its_capabilities_are_found_by_protocol(tmp_path: Path) -> None:
+    from cdcflow_example_plugin import CountdownConfig, CountdownSource
+
+    from cdcflow.capabilities import FinitePartitions, ReadsEventBatches, ReportsWatermarks, is_finished, watermark_of
+    from cdcflow.contract import Partition, PluginContext
+
+    source = CountdownSource(
+        CountdownConfig(type="countdown", per_partition=3), PluginContext("t", tmp_path / "t.yaml")
+    )
+    assert isinstance(source, FinitePartitions) and isinstance(source, ReportsWatermarks)
+    assert not isinstance(source, ReadsEventBatches)
+    partition = Partition("countdown-0", {"index": 0})
+    assert watermark_of(source, partition, {"n": 2}) == 2
+    assert [is_finished(source, partition, {"n": n}) for n in (2, 3)] == [False, True]

@@ -75,6 +75,20 @@ def test_a_plugin_package_imports_no_other_plugins_internals() -> None:
     assert not offenders
 
 
+def test_no_plugin_imports_an_engines_internals() -> None:
+    # A plugin sees the engines only through the contract, the capability protocols
+    # (cdcflow.capabilities) and the public module for Spark plugins (cdcflow.spark_rows): an
+    # engine's modules may change with the engine.
+    offenders = {
+        f"{file.relative_to(REPO)}: {module}"
+        for root in ("sources", "sinks", "plugins")
+        for file in (REPO / root).rglob("*.py")
+        for module in _imports(file)
+        if module == "cdcflow.spark_engine" or module.startswith("cdcflow.spark_engine.")
+    }
+    assert not offenders
+
+
 def test_the_product_neither_imports_nor_loads_test_stand_ins() -> None:
     # Stand-ins of servers (tests/standins/: the ScyllaDB writer, the TiKV cluster) are test
     # machinery: the installed package must not ship them nor load them when a plugin starts.

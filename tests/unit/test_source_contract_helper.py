@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from cdcflow.batches import EventBatch
 from cdcflow.contract import Offset, Partition, PluginContext
 from cdcflow.events import Record
+from cdcflow.native import native_module
 from cdcflow.sources.datagen import DatagenConfig, DatagenSource
 from cdcflow.testing import SourceContractViolationError, check_source_contract
 
@@ -54,9 +56,28 @@ class BackwardsWatermark(DatagenSource):
         return -int(offset["seq"])
 
 
+class BatchesLoseAnEvent(DatagenSource):
+    """Its compact batches leave out a range's first event that ``read`` gives."""
+
+    def read_event_batches(
+        self, partition: Partition, start: Offset, end: Offset, batch_size: int
+    ) -> Iterator[EventBatch] | None:
+        batches = super().read_event_batches(partition, {**start, "seq": start["seq"] + 1}, end, batch_size)
+        assert batches is not None, "the compiled core builds datagen's batches"
+        return batches
+
+
 @pytest.mark.parametrize(
     ("source_cls", "rule"),
-    [(ForgetfulDatagen, "not deterministic"), (BackwardsWatermark, "watermark went back")],
+    [
+        (ForgetfulDatagen, "not deterministic"),
+        (BackwardsWatermark, "watermark went back"),
+        pytest.param(
+            BatchesLoseAnEvent,
+            "read_event_batches.* differs from read",
+            marks=pytest.mark.skipif(native_module() is None, reason="datagen's batches need the compiled core"),
+        ),
+    ],
 )
 def test_broken_sources_are_named_with_the_rule(source_cls: type[DatagenSource], rule: str) -> None:
     source = rated(source_cls, count=300, partitions=1)

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.spark_engine.rows import (
+from cdcflow.spark_rows import (
+    MISFITS_COLUMN,
     ROWS_NOT_TYPED,
     TYPED_IMAGE_TYPES,
     RowsNotTypedError,
@@ -174,6 +175,22 @@ def test_rows_of_another_destination_or_row_schema_are_refused() -> None:
     )
     with pytest.raises(RowsNotTypedError, match="another destination or row schema"):
         list(_typer(columns)([other_schema.filter(pa.array([True, True]))]))
+
+
+def test_a_typing_that_marks_misfits_counts_the_rows_it_could_not_type_instead_of_raising() -> None:
+    # What typed_change_rows asks for: the count travels in a column (summed by a Spark
+    # Observation), so the parquet sink needs no error text to know its one-job path failed.
+    fitting = _stream_batch([(None, None, '{"id":1}'), (None, None, '{"id":2}')], ["dest", "dest"])
+    unfit = _stream_batch([(None, None, '{"id":1.5}'), (None, None, '{"id":2}'), (None, None, "{}")], ["dest"] * 3)
+    elsewhere = _stream_batch([(None, None, '{"id":3}'), (None, None, '{"id":4}')], ["dest", "other"])
+    typing = RowTyping("dest", ("schema-1",), _ENVELOPE, (("id", "int64"),), mark_misfits=True)
+    typed, misfit, moved = list(typing([fitting, unfit, elsewhere]))
+    assert typed.schema.names == [*_ENVELOPE, "_c0", MISFITS_COLUMN]
+    assert typed.column("_c0").to_pylist() == [1, 2] and typed.column(MISFITS_COLUMN).to_pylist() == [0, 0]
+    for batch, rows in ((misfit, 3), (moved, 2)):
+        assert batch.schema.names == typed.schema.names and batch.num_rows == 1
+        assert batch.column(MISFITS_COLUMN).to_pylist() == [rows]
+        assert all(batch.column(name).to_pylist() == [None] for name in [*_ENVELOPE, "_c0"])
 
 
 @pytest.mark.parametrize("text", ['"\\ud800"', '"a\\udc00"', '"\\ud83dx"'])

@@ -1,4 +1,6 @@
-"""The one Spark row shape every cdcflow stream has, whatever its source and tables.
+"""The one Spark row shape every cdcflow stream has, whatever its source and tables: the public
+module for Spark plugins (a sink that writes whole micro-batches, a source with a native Spark
+stream), which import it rather than anything of :mod:`cdcflow.spark_engine`.
 
 A stream mixes tables whose columns differ, and Spark fixes a stream's schema when the query
 starts, so rows carry the envelope as columns and the row images as JSON text together with the
@@ -7,6 +9,10 @@ table with that schema, or, for a batch whose destination and schemas they know 
 ask :func:`typed_change_rows` for them typed beside the Python code that built the rows; sinks
 that want the cdcflow record back (every other sink) unpickle ``record``, which is only filled
 when such a sink runs.
+
+A :class:`~cdcflow.capabilities.SparkBatchWriter` gets each micro-batch as a :class:`StreamBatch`
+(:meth:`StreamBatch.rows` is the DataFrame of stream rows). Importing this module imports neither
+pyspark nor pyarrow: they load when a function that needs them runs.
 """
 
 from __future__ import annotations
@@ -15,13 +21,17 @@ import functools
 import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.events import ChangeEvent, Record, RowSchema, SchemaChangeEvent
 from cdcflow.jsontext import compact_json
 from cdcflow.schemas import spark_ddl_type
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation, SparkSession
+
 __all__ = [
+    "MISFITS_COLUMN",
     "ROWS_NOT_TYPED",
     "STREAM_COLUMNS",
     "STREAM_SCHEMA_DDL",
@@ -29,6 +39,8 @@ __all__ = [
     "DecodedBatch",
     "RowTyping",
     "RowsNotTypedError",
+    "StreamBatch",
+    "TypedChangeRows",
     "record_from_row",
     "record_to_row",
     "stream_arrow_batch",
@@ -188,7 +200,10 @@ they differ (a float in an integer column, a number in a text column, an integer
 type's range, a lone surrogate)."""
 
 ROWS_NOT_TYPED = "cdcflow: a row does not fit the batch's typed columns"
-"""In the error of a Spark job that :func:`typed_change_rows` made fail: type the batch another way."""
+"""How :class:`RowsNotTypedError`'s message begins."""
+
+MISFITS_COLUMN = "_cdcflow_misfits"
+"""The column in which a :class:`RowTyping` that marks misfits counts the rows it could not type."""
 
 
 class RowsNotTypedError(ValueError):
@@ -196,64 +211,117 @@ class RowsNotTypedError(ValueError):
     read exactly as its column's type: :func:`typed_change_rows` cannot type this batch."""
 
 
+class TypedChangeRows:
+    """The typed rows :func:`typed_change_rows` gives, and how many change rows could not be typed.
+
+    Run exactly one Spark action on :attr:`rows` (a write), then ask :meth:`misfits`: 0 means the
+    action's output is exactly what ``from_json`` with the columns' types gives; any other count
+    means a row was of another destination or row schema, or a value did not read exactly as its
+    column's type, and the action's output holds rows of nulls in their place: discard it and type
+    the batch another way."""
+
+    __slots__ = ("_observation", "rows")
+
+    def __init__(self, rows: DataFrame, observation: Observation) -> None:
+        self.rows = rows
+        self._observation = observation
+
+    def misfits(self) -> int:
+        """How many change rows the action on :attr:`rows` could not type (waits for the action)."""
+        return int(self._observation.get.get("misfits") or 0)
+
+
 def typed_change_rows(
-    batch: Any,
+    batch: StreamBatch,
     destination: str,
     row_schemas: Sequence[str],
     columns: Sequence[tuple[str, str]],
     envelope: Sequence[str],
-) -> Any | None:
-    """The change rows of the stream DataFrame ``batch`` with the ``envelope`` columns as they are
+) -> TypedChangeRows | None:
+    """The change rows of the stream batch ``batch`` with the ``envelope`` columns as they are
     and each of ``columns`` (``(name, CQL type)``) typed from the row image (after, else before,
     else key), as ``_c0``, ``_c1``...: what ``from_json`` with those Spark types gives, read by
     Arrow's JSON reader next to the Python side that built the rows, not again in the JVM.
 
-    Every row must be of ``destination`` with one of ``row_schemas``, and every value read exactly:
-    otherwise the job fails with :data:`ROWS_NOT_TYPED` in its error (the caller types the batch
-    another way). None when a column's type is not one typed here."""
+    Every row must be of ``destination`` with one of ``row_schemas``, and every value read exactly;
+    the rows that are not are counted, not typed (:meth:`TypedChangeRows.misfits`). None when a
+    column's type is not one typed here."""
     if not columns or any(kind not in TYPED_IMAGE_TYPES for _, kind in columns):
         return None
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
+
     stream_types = dict(STREAM_COLUMNS)
     ddl = ", ".join(
         [f"`{name}` {stream_types[name]}" for name in envelope]
         + [f"`_c{i}` {spark_ddl_type(kind)}" for i, (_, kind) in enumerate(columns)]
+        + [f"`{MISFITS_COLUMN}` bigint"]
     )
     typing = RowTyping(
         destination,
         tuple(row_schemas),
         tuple(envelope),
         tuple((name, TYPED_IMAGE_TYPES[kind]) for name, kind in columns),
+        mark_misfits=True,
     )
-    if isinstance(batch, DecodedBatch):
-        # Rows a source decodes in the same pass: typed there, and only the typed columns go back
-        # to the JVM, not the stream rows with their images.
-        return batch.raw.mapInArrow(functools.partial(batch.decode, typing=typing), ddl)
-    return batch.mapInArrow(typing, ddl)
+    observation = Observation()
+    counted = batch.typed_rows(typing, ddl).observe(observation, F.sum(MISFITS_COLUMN).alias("misfits"))
+    return TypedChangeRows(counted.drop(MISFITS_COLUMN), observation)
 
 
-class DecodedBatch:
-    """The stream batch of a source that decodes Spark's own rows (its native stream):
-    ``raw.mapInArrow(decode, ddl)``, planned only when a DataFrame method is first asked of it
-    (each plan sends the decoding function to the JVM again: tens of milliseconds a batch), so a
-    sink that takes :func:`typed_change_rows` of it (decoded and typed in one pass, as
-    ``decode(batches, typing=RowTyping)``) never plans the untyped stream rows."""
+class StreamBatch:
+    """A micro-batch of the stream as the spark engine hands it to a
+    :class:`~cdcflow.capabilities.SparkBatchWriter`: the stream rows (:data:`STREAM_COLUMNS`) as a
+    DataFrame, :meth:`rows`, and the same rows typed as a :class:`RowTyping` asks,
+    :meth:`typed_rows` (what :func:`typed_change_rows` uses)."""
 
-    __slots__ = ("_rows", "ddl", "decode", "raw")
+    __slots__ = ("_frame",)
 
-    def __init__(self, raw: Any, decode: Callable[..., Iterator[Any]], ddl: str) -> None:
-        self.raw = raw
-        self.decode = decode
-        self.ddl = ddl
-        self._rows: Any = None
+    def __init__(self, frame: DataFrame) -> None:
+        self._frame = frame
 
     @property
-    def sparkSession(self) -> Any:  # noqa: N802 - the DataFrame attribute it stands for
-        return self.raw.sparkSession
+    def session(self) -> SparkSession:
+        """The Spark session the batch runs in (``foreachBatch`` gives each batch its own)."""
+        return self._frame.sparkSession
 
-    def __getattr__(self, name: str) -> Any:
-        if self._rows is None:
-            self._rows = self.raw.mapInArrow(self.decode, self.ddl)
-        return getattr(self._rows, name)
+    def rows(self) -> DataFrame:
+        """The batch's stream rows."""
+        return self._frame
+
+    def typed_rows(self, typing: RowTyping, ddl: str) -> DataFrame:
+        """The rows ``typing`` makes of the batch's stream rows, as Spark columns ``ddl`` (what
+        ``typing`` does with a row it cannot type: see :class:`RowTyping`)."""
+        return self._frame.mapInArrow(typing, ddl)
+
+
+class DecodedBatch(StreamBatch):
+    """The stream batch of a source that decodes Spark's own rows (its native stream): ``raw``,
+    Spark's rows, and ``decode``, the ``mapInArrow`` function that turns them into stream rows
+    (as ``decode(batches)``) or typed rows (as ``decode(batches, typing=RowTyping)``).
+
+    :meth:`rows` plans ``raw.mapInArrow(decode, ddl)`` once, when first asked (each plan sends
+    the decoding function to the JVM again: tens of milliseconds a batch), so a sink that takes
+    :meth:`typed_rows` (decoded and typed in one pass) never plans the untyped stream rows."""
+
+    __slots__ = ("_decoded", "_raw", "ddl", "decode")
+
+    def __init__(self, raw: DataFrame, decode: Callable[..., Iterator[Any]], ddl: str = STREAM_SCHEMA_DDL) -> None:
+        super().__init__(raw)
+        self._raw = raw
+        self.decode = decode
+        self.ddl = ddl
+        self._decoded: DataFrame | None = None
+
+    def rows(self) -> DataFrame:
+        if self._decoded is None:
+            self._decoded = self._raw.mapInArrow(self.decode, self.ddl)
+        return self._decoded
+
+    def typed_rows(self, typing: RowTyping, ddl: str) -> DataFrame:
+        # Typed where the rows are decoded: only the typed columns go back to the JVM, not the
+        # stream rows with their images.
+        return self._raw.mapInArrow(functools.partial(self.decode, typing=typing), ddl)
 
 
 @dataclass(frozen=True)
@@ -264,16 +332,23 @@ class RowTyping:
 
     Called on stream-row record batches, it types them with Arrow's JSON reader (the reference);
     a source that decodes Spark's rows itself may build the same batch without the stream rows
-    (:meth:`~cdcflow.contract.Source.decode_typed_spark_batch`, with :meth:`arrow_batch`).
+    (:meth:`~cdcflow.capabilities.DecodesSparkBatches.decode_typed_spark_batch`, with
+    :meth:`arrow_batch`).
+
+    A record batch it cannot type raises :class:`RowsNotTypedError`; with ``mark_misfits`` it
+    yields instead one row of nulls with the number of change rows it stands for in a last column,
+    :data:`MISFITS_COLUMN` (0 in every typed row), which :func:`typed_change_rows` counts.
     """
 
     destination: str
     row_schemas: tuple[str, ...]
     envelope: tuple[str, ...]
     columns: tuple[tuple[str, str], ...]
+    mark_misfits: bool = False
 
     def names(self) -> list[str]:
-        return [*self.envelope, *(f"_c{i}" for i in range(len(self.columns)))]
+        names = [*self.envelope, *(f"_c{i}" for i in range(len(self.columns)))]
+        return [*names, MISFITS_COLUMN] if self.mark_misfits else names
 
     def arrow_batch(self, built: Sequence[Any]) -> Any:
         """The typed record batch the compiled core built as Arrow buffers: the stream columns
@@ -291,7 +366,7 @@ class RowTyping:
         out += [
             _arrow_array(getattr(pa, kind)(), rows, parts) for (_, kind), parts in zip(self.columns, typed, strict=True)
         ]
-        return pa.RecordBatch.from_arrays(out, names=self.names())
+        return pa.RecordBatch.from_arrays(self._marked(out, rows, 0), names=self.names())
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -301,15 +376,39 @@ class RowTyping:
             changes = batch.filter(pc.equal(batch.column("kind"), "change"))
             if not changes.num_rows:
                 continue
-            fits = pc.and_(
-                pc.equal(changes.column("destination"), self.destination),
-                pc.is_in(changes.column("row_schema"), value_set=pa.array(self.row_schemas, pa.string())),
-            )
-            if not pc.all(pc.fill_null(fits, False)).as_py():
-                raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: another destination or row schema")
-            typed = self._typed(changes)
+            try:
+                fits = pc.and_(
+                    pc.equal(changes.column("destination"), self.destination),
+                    pc.is_in(changes.column("row_schema"), value_set=pa.array(self.row_schemas, pa.string())),
+                )
+                if not pc.all(pc.fill_null(fits, False)).as_py():
+                    raise RowsNotTypedError(f"{ROWS_NOT_TYPED}: another destination or row schema")
+                typed = self._typed(changes)
+            except RowsNotTypedError:
+                if not self.mark_misfits:
+                    raise
+                yield self._misfit_batch(changes.num_rows)
+                continue
             arrays = [changes.column(name) for name in self.envelope] + typed.columns
-            yield pa.RecordBatch.from_arrays(arrays, names=self.names())
+            yield pa.RecordBatch.from_arrays(self._marked(arrays, changes.num_rows, 0), names=self.names())
+
+    def _marked(self, arrays: list[Any], rows: int, misfits: int) -> list[Any]:
+        """``arrays`` and, with ``mark_misfits``, the :data:`MISFITS_COLUMN` of ``rows`` rows."""
+        if not self.mark_misfits:
+            return arrays
+        import pyarrow as pa
+
+        return [*arrays, pa.array([misfits] * rows, pa.int64())]
+
+    def _misfit_batch(self, misfits: int) -> Any:
+        """One row of nulls standing for ``misfits`` change rows this typing could not type."""
+        import pyarrow as pa
+
+        stream_types = stream_arrow_schema()
+        types = [stream_types.field(name).type for name in self.envelope]
+        types += [getattr(pa, kind)() for _, kind in self.columns]
+        arrays = self._marked([pa.nulls(1, type=kind) for kind in types], 1, misfits)
+        return pa.RecordBatch.from_arrays(arrays, names=self.names())
 
     def _typed(self, changes: Any) -> Any:
         import pyarrow as pa
