@@ -137,6 +137,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from cdcflow.engine_checks import one_engine
     from cdcflow.native import core_description
     from cdcflow.worker import WorkerOptions, run_worker, run_worker_processes
 
@@ -145,13 +146,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     log.info("cdcflow core: %s", core_description())
     if args.engine:
         specs = [spec.on_engine(args.engine) for spec in specs]
-    engines = {s.engine.type for s in specs}
-    if len(engines) > 1:
-        print(
-            "error: these files mix engine types; run worker and spark pipelines in separate commands", file=sys.stderr
-        )
-        return 2
-    if engines == {"spark"}:
+    if one_engine(specs) == "spark":
         from cdcflow.spark_engine.runner import run_spark
 
         return run_spark(specs, registry)

@@ -35,10 +35,10 @@ from cdcflow.contract import (
     Transform,
     offset_key,
 )
+from cdcflow.engine_checks import refuse_engine_mismatches
 from cdcflow.errors import (
     CdcflowError,
     ConfigError,
-    EngineUnsupportedError,
     StartupCheckError,
     TransactionFencedError,
     TransientError,
@@ -56,6 +56,7 @@ from cdcflow.transactions import (
     exactly_once_requested,
     fenced_out_of_the_pipeline,
 )
+from cdcflow.watermarks import pipeline_watermark
 
 if TYPE_CHECKING:
     from cdcflow.plugins import PluginRegistry
@@ -657,13 +658,8 @@ class PipelineRunner:
     # --- checkpoints ---------------------------------------------------------------------------
 
     def _pipeline_watermark(self) -> int | None:
-        """The minimum over partitions still running; a finished partition no longer holds it back,
-        and once all are finished the pipeline is complete up to the last of them."""
-        running = [s.watermark_us for s in self._states.values() if not s.finished and s.watermark_us is not None]
-        if running:
-            return min(running)
-        finished = [s.watermark_us for s in self._states.values() if s.watermark_us is not None]
-        return max(finished) if finished else None
+        """The watermark of the owned partitions (:func:`cdcflow.watermarks.pipeline_watermark`)."""
+        return pipeline_watermark((s.watermark_us, s.finished) for s in self._states.values())
 
     def _checkpoint(self) -> None:
         pipeline_watermark = self._pipeline_watermark()
@@ -789,11 +785,7 @@ def build_runner(
 ) -> PipelineRunner:
     """Instantiate a pipeline's plugins through the registry (``factory``) and wire the loop
     (``runner_class`` with ``runner_options``: a worker group's runner)."""
-    if "worker" not in spec.sink.cls.engines:
-        raise EngineUnsupportedError(
-            f"{spec.file}: sink type {spec.sink.config.type!r} runs on the spark engine only; "
-            "set engine: {type: spark}"
-        )
+    refuse_engine_mismatches(spec)
     base = PluginContext(
         pipeline=spec.name,
         pipeline_file=spec.file,

@@ -10,7 +10,6 @@ a sink finishes (flushes) a batch inside ``foreachBatch``, before Spark writes t
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -25,7 +24,6 @@ from cdcflow.contract import Offset, Partition, PluginContext, Sink, Source, Spa
 from cdcflow.errors import (
     EngineError,
     EngineUnavailableError,
-    EngineUnsupportedError,
     TransientError,
 )
 from cdcflow.offsets import pipeline_running
@@ -40,8 +38,10 @@ from cdcflow.spark_engine.datasource import (
     build_plugin,
     decode_native_batches,
 )
+from cdcflow.spark_engine.offsets import batch_end_offsets, checkpoint_location, last_committed_batch
 from cdcflow.spark_engine.rows import STREAM_SCHEMA_DDL, DecodedBatch, record_from_row
 from cdcflow.spark_engine.session import spark_session
+from cdcflow.watermarks import COMPLETE_WATERMARK_US, pipeline_watermark
 
 if TYPE_CHECKING:
     from cdcflow.plugins import PluginRegistry
@@ -49,36 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["checkpoint_location", "run_spark", "run_spark_pipeline"]
 
 log = logging.getLogger("cdcflow.spark")
-
-COMPLETE_WATERMARK_US = 2**63 - 1
-
-
-def checkpoint_location(spec: PipelineSpec) -> Path:
-    """Spark's checkpoint folder: the pipeline's ``checkpoint: {type: file, path: ...}``."""
-    config = spec.checkpoint.config
-    if spec.checkpoint.config.type != "file" or not hasattr(config, "path"):
-        raise EngineUnsupportedError(
-            f"{spec.file}: checkpoint.type {config.type!r} cannot hold a Spark query's offsets; "
-            "the spark engine keeps them in Spark's checkpoint folder: use checkpoint: {type: file, path: ...}"
-        )
-    return Path(config.path)
-
-
-def committed_end_offsets(location: Path) -> tuple[int, dict[str, Offset]] | None:
-    """The last batch Spark committed in ``location`` and its end offsets, if any."""
-    commits = [int(p.name) for p in (location / "commits").glob("*") if p.name.isdigit()]
-    if not commits:
-        return None
-    batch_id = max(commits)
-    return batch_id, batch_end_offsets(location, batch_id)
-
-
-def batch_end_offsets(location: Path, batch_id: int) -> dict[str, Offset]:
-    """The end offsets Spark logged for ``batch_id`` before running it (``offsets/<id>``:
-    a version line, the batch metadata, then one line per source)."""
-    lines = (location / "offsets" / str(batch_id)).read_text().splitlines()
-    offsets: dict[str, Offset] = json.loads(lines[2])
-    return offsets
 
 
 @dataclass
@@ -91,17 +61,13 @@ class _DriverView:
         return {p.id: p for p in self.source.partitions()}
 
     def watermark(self, end: dict[str, Offset]) -> int | None:
+        """The pipeline watermark at a micro-batch's end offsets (:func:`cdcflow.watermarks.pipeline_watermark`)."""
         known = self.partitions()
-        marks = [self.source.watermark(known[pid], offset) for pid, offset in end.items() if pid in known]
-        running = [
-            m
-            for (pid, offset), m in zip(end.items(), marks, strict=False)
-            if m is not None and pid in known and not self.source.is_finished(known[pid], offset)
-        ]
-        if running:
-            return min(running)
-        finished = [m for m in marks if m is not None]
-        return max(finished) if finished else None
+        return pipeline_watermark(
+            (self.source.watermark(known[pid], offset), self.source.is_finished(known[pid], offset))
+            for pid, offset in end.items()
+            if pid in known
+        )
 
     def drained(self, end: dict[str, Offset]) -> bool:
         if not self.source.bounded:
@@ -123,11 +89,9 @@ def run_spark(specs: Sequence[PipelineSpec], factory: PluginRegistry) -> int:
 def run_spark_pipeline(spec: PipelineSpec, registry: PluginRegistry, stop: threading.Event) -> None:
     """Run ``spec`` on Spark until its bounded source is drained or ``stop`` is set."""
     engine = spec.spark_engine
-    location = checkpoint_location(spec)
+    location = checkpoint_location(spec)  # refuses what the spark engine cannot run
     context = PluginContext(spec.name, spec.file, factory=registry, logger=logging.getLogger(f"cdcflow.{spec.name}"))
     sink: Sink[Any] = registry.create(spec.sink, context)
-    if "spark" not in sink.engines:
-        raise EngineUnsupportedError(f"{spec.file}: sink type {spec.sink.config.type!r} cannot run on the spark engine")
     view = _DriverView(registry.create(spec.source, context))
     # Sinks run in Spark's tasks; the driver checks they can be reached before a query starts.
     dead_letter: Sink[Any] | None = registry.create(spec.dead_letter, context) if spec.dead_letter else None
@@ -138,7 +102,7 @@ def run_spark_pipeline(spec: PipelineSpec, registry: PluginRegistry, stop: threa
     try:
         scope = PrerequisiteScope(thorough=False, timeout_s=spec.engine.startup_timeout_s)
         refuse_unmet_prerequisites(spec.name, [p for p in (view.source, sink, dead_letter) if p is not None], scope)
-        done = committed_end_offsets(location)
+        done = last_committed_batch(location)
         if done is not None and view.drained(done[1]):
             log.info("pipeline %s: the bounded source was already drained (batch %d)", spec.name, done[0])
             return
