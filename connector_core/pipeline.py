@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcflow.batches import EventBatch
+from cdcflow.chunks import chunked
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import (
     Checkpoint,
@@ -46,7 +46,13 @@ from cdcflow.errors import (
 from cdcflow.events import ChangeEvent, Record
 from cdcflow.metrics import PipelineMetrics
 from cdcflow.prerequisites import PrerequisiteScope, refuse_unmet_prerequisites
-from cdcflow.record_errors import DEAD_LETTER_STAGE_HEADER, RecordFailedError, RejectedRecordRouter, dead_letter_record
+from cdcflow.record_errors import (
+    DEAD_LETTER_STAGE_HEADER,
+    RecordFailedError,
+    RejectedRecordRouter,
+    dead_letter_record,
+    transform_stage,
+)
 from cdcflow.retry import Backoff
 from cdcflow.succession import SuccessionGate
 from cdcflow.transactions import (
@@ -173,7 +179,7 @@ def apply_transforms(
                 elif current is not None:
                     current = transform.apply_schema_change(current)
             except Exception as exc:
-                rejected.append(Rejected(record, exc, f"transform:{transform.type_name}"))
+                rejected.append(Rejected(record, exc, transform_stage(transform.type_name)))
                 current = None
                 break
             if current is None:
@@ -629,9 +635,8 @@ class PipelineRunner:
 
     def _deliver(self, records: Iterator[Record | Rejected]) -> int:
         """Transform and write ``records``; how many were read."""
-        batch_size = self.spec.engine.batch_size
         read = 0
-        while batch := list(islice(records, batch_size)):
+        for batch in chunked(records, self.spec.engine.batch_size):
             self._before_write()
             read += len(batch)
             self.metrics.read(len(batch))

@@ -13,12 +13,15 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
+
+from cdcflow.chunks import chunked
 from cdcflow.config import PipelineSpec, ResolvedPlugin
 from cdcflow.contract import Offset, Partition, PluginContext, Sink, Source, SparkBatchWriter
 from cdcflow.errors import (
@@ -29,7 +32,7 @@ from cdcflow.errors import (
 from cdcflow.offsets import pipeline_running
 from cdcflow.prerequisites import PrerequisiteScope, refuse_unmet_prerequisites
 from cdcflow.processes import run_in_threads
-from cdcflow.record_errors import RejectedRecordRouter
+from cdcflow.record_errors import task_rejections
 from cdcflow.retry import Backoff
 from cdcflow.spark_engine.datasource import (
     DATA_SOURCE_NAME,
@@ -244,11 +247,31 @@ def _stop_query(query: Any, spec: PipelineSpec, stop: threading.Event) -> bool:
     return False
 
 
+_CONNECTOR_NOT_FOUND = frozenset({"DATA_SOURCE_NOT_FOUND", "_LEGACY_ERROR_TEMP_1139", "_LEGACY_ERROR_TEMP_1140"})
+"""Spark's error conditions for a ``readStream.format`` no installed connector provides: any
+format, ``avro``, ``kafka`` (``DataSource.lookupDataSource``; the messages are in Spark's
+``error/error-conditions.json``, spark-common-utils)."""
+
+
+def _spark_error_condition(exc: PySparkException | Py4JJavaError) -> str | None:
+    """A Spark failure's error condition (``SparkThrowable.getCondition``), whether pyspark
+    converted the JVM's exception (AnalysisException...) or passed it through as it was (the
+    SparkClassNotFoundException of an unknown format)."""
+    if isinstance(exc, PySparkException):
+        return exc.getCondition()
+    try:
+        condition = exc.java_exception.getCondition()
+    except Py4JError:  # not a SparkThrowable: no condition
+        return None
+    return str(condition) if condition is not None else None
+
+
 def _native_stream(session: Any, source: Source[Any], spec: PipelineSpec) -> Any | None:
     try:
         return source.spark_native_stream(session, spec.engine.max_records_per_read)
-    except Exception as exc:
-        if "Failed to find data source" in str(exc):
+    except (PySparkException, Py4JJavaError) as exc:
+        # Spark's error condition, not its message, whose wording differs by connector and release.
+        if _spark_error_condition(exc) in _CONNECTOR_NOT_FOUND:
             raise EngineUnavailableError(
                 f"pipeline {spec.name}: Spark's connector for source type {spec.source.config.type!r} is not "
                 f"installed: run scripts/spark_jars.sh install (it resolves it from Maven Central): {exc}"
@@ -289,26 +312,12 @@ def _deliver(
     batch_size: int,
 ) -> None:
     sink: Sink[Any] = build_plugin(pipeline, file, sink_plugin)
-    dead: Sink[Any] | None = build_plugin(pipeline, file, dead_plugin) if dead_plugin is not None else None
-    opened = [p for p in (sink, dead) if p is not None]
+    build_dead_letter = None if dead_plugin is None else lambda: build_plugin(pipeline, file, dead_plugin)
     try:
-        for plugin in opened:
-            plugin.open()
-        rejected = []
-        for chunk in _chunks(records, batch_size):
-            rejected += sink.write(chunk)
-        rejected += sink.flush()
-        rejected_records = RejectedRecordRouter(pipeline, tolerance, None if dead is None else lambda: dead)
-        rejected_records.route(rejected)
-        rejected_records.flush()
-        if rejected_records.dropped:
-            log.warning("pipeline %s: this task %s", pipeline, rejected_records.summary())
+        sink.open()
+        with task_rejections(pipeline, tolerance, build_dead_letter) as rejected_records:
+            for chunk in chunked(records, batch_size):
+                rejected_records.route(sink.write(chunk))
+            rejected_records.route(sink.flush())
     finally:
-        for plugin in opened:
-            plugin.close()
-
-
-def _chunks(records: list[Any], size: int) -> Iterator[list[Any]]:
-    iterator = iter(records)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
+        sink.close()

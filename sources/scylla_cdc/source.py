@@ -61,6 +61,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from cdcflow.chunks import chunked
 from cdcflow.config import RetryConfig
 from cdcflow.contract import (
     DataLossHeadroom,
@@ -700,8 +701,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         size = self.config.tablet_streams_per_partition
         for opened, streams in sorted(by_opening.items()):
             streams.sort(key=lambda s: (s.stream.token, s.stream.raw))
-            for number, first in enumerate(range(0, len(streams), size)):
-                chunk = tuple(streams[first : first + size])
+            for number, listed in enumerate(chunked(streams, size)):
+                chunk = tuple(listed)
                 ends = [s.closed_us for s in chunk]
                 end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
                 group_id = f"{table}/t{opened // 1000}/{number}"
