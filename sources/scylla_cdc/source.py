@@ -80,11 +80,11 @@ from cdcflow.live_snapshots import LiveSnapshotProgress, SnapshotRequest
 from cdcflow.metrics import source_counter
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.retry import Backoff
-from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
+from cdcflow.sources.cql.connection import CqlClientSecurity
 from cdcflow.sources.cql.live_snapshot import LIVE_FIELD, LiveSnapshots, LiveState, TokenRange
 from cdcflow.sources.cql.snapshot import RowToRecord, SnapshotConfig, SnapshotTable, TokenRangeSnapshot
 from cdcflow.sources.scylla_cdc import prerequisites
-from cdcflow.sources.scylla_cdc.connection import connect, token_owner_count
+from cdcflow.sources.scylla_cdc.connection import connect_as_configured, token_owner_count
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
     KeysOnlyDeltaError,
@@ -537,22 +537,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
 
     def open(self) -> None:
         config = self.config
-        try:
-            connection = connect(
-                config.hosts,
-                config.port,
-                consistency=config.consistency,
-                security=config,
-                local_dc=config.local_dc,
-                protocol_version=config.protocol_version,
-            )
-            self._cluster, self._session = connection.cluster, connection.session
-            self._profile, self._metadata_profile = connection.log_profile, connection.metadata_profile
-        except Exception as exc:
-            refused = refusal(config.hosts, exc)
-            if refused is not None:
-                raise refused from exc
-            raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
+        connection = connect_as_configured(config)
+        self._cluster, self._session = connection.cluster, connection.session
+        self._profile, self._metadata_profile = connection.log_profile, connection.metadata_profile
         try:
             self._discover()
             if config.snapshot in ("initial", "initial_only"):
