@@ -426,24 +426,13 @@ def _delivery_problems(
 ) -> list[FieldProblem]:
     """``sink.delivery: exactly_once`` commits records and checkpoints in one transaction of one
     system (:mod:`cdcflow.transactions`): the store and a dead-letter sink of that kind must be
-    on the same cluster, and the engine must be the worker."""
+    on the same cluster (that the engine must be the worker is an engine check: :mod:`cdcflow.engine_checks`)."""
     if sink is None or not exactly_once_requested(sink.config):
         return []
     assert isinstance(sink.config, TransactionalSinkConfig)
     domain = sink.config.transaction_domain()
     where: FieldPath = ("sink", "delivery")
     problems = []
-    if engine.type == "spark":
-        problems.append(
-            FieldProblem(
-                dotted(where),
-                "at_least_once with engine.type spark: Spark runs the sink in its tasks, outside the checkpoint "
-                "store's transactions, and its file checkpoint (where a micro-batch's offsets are) cannot join a "
-                "Kafka transaction, so a batch re-run after a crash writes its records again (docs/delivery.md)",
-                "'exactly_once'",
-                lines.get(where),
-            )
-        )
     if checkpoint is not None:
         store_config = checkpoint.config
         if not isinstance(store_config, TransactionalStoreConfig) or store_config.transaction_domain().system != (

@@ -3,6 +3,7 @@
 * a sink, and the dead-letter sink, runs on the engines its class names (``Sink.engines``: the
   parquet and delta sinks write Spark micro-batches, so they run on the spark engine only);
 * the spark engine keeps a query's offsets in Spark's checkpoint folder: ``checkpoint.type: file``;
+* ``sink.delivery: exactly_once`` runs on the worker engine only;
 * one ``cdcflow run`` runs the pipelines of one engine.
 
 Loading a file reports a mismatch as a field problem with its line (``cdcflow validate``);
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow._yaml import FieldPath, dotted
 from cdcflow.errors import EngineUnsupportedError
+from cdcflow.transactions import exactly_once_requested
 
 if TYPE_CHECKING:
     from cdcflow.config import EngineType, PipelineSpec, ResolvedPlugin
@@ -65,6 +67,16 @@ def engine_mismatches(
                     f"{resolved.config.type!r}, which runs on the {' and '.join(sorted(engines))} engine only",
                 )
             )
+    if engine_type == "spark" and sink is not None and exactly_once_requested(sink.config):
+        mismatches.append(
+            EngineMismatch(
+                ("sink", "delivery"),
+                "at_least_once with engine.type spark: Spark runs the sink in its tasks, outside the checkpoint "
+                "store's transactions, and its file checkpoint (where a micro-batch's offsets are) cannot join a "
+                "Kafka transaction, so a batch re-run after a crash writes its records again (docs/delivery.md)",
+                "'exactly_once'",
+            )
+        )
     if engine_type == "spark" and checkpoint is not None and checkpoint.config.type != "file":
         mismatches.append(
             EngineMismatch(

@@ -74,6 +74,24 @@ def test_the_spark_engine_refuses_a_checkpoint_store_it_cannot_keep_offsets_in_a
     assert str(refused.value).endswith(expected)
 
 
+def test_the_spark_engine_refuses_exactly_once_delivery_as_validation_does(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    kafka = "bootstrap_servers: '127.0.0.1:1'"
+    sink = f"sink: {{type: kafka, {kafka}, delivery: exactly_once}}\n"
+    on_worker = write(tmp_path, "p", SOURCE + sink + f"checkpoint: {{type: kafka, {kafka}}}\n")
+    on_spark = write(tmp_path, "q", SOURCE + sink + "checkpoint: {type: file, path: ck}\nengine: {type: spark}\n")
+    expected = field_problem(on_spark, registry)
+    assert expected.startswith("field sink.delivery: expected at_least_once with engine.type spark")
+
+    from cdcflow.spark_engine.runner import run_spark_pipeline
+
+    moved = load_pipeline(on_worker, registry).on_engine("spark")  # cdcflow run --engine spark
+    with pytest.raises(EngineUnsupportedError) as refused:
+        run_spark_pipeline(moved, registry, threading.Event())
+    assert expected in str(refused.value)
+
+
 def test_a_spark_only_sink_moved_to_the_worker_is_refused_in_the_words_of_validation(
     tmp_path: Path, registry: PluginRegistry
 ) -> None:
