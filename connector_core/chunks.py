@@ -2,7 +2,8 @@
 
 The worker loop writes a read range to the sink ``engine.batch_size`` records at a time, and so do
 the spark engine's tasks (both the source side, which routes rejected records per chunk, and a
-generic sink's writes); Arrow batches and query fan-out are cut the same way.
+generic sink's writes); Arrow batches, ScyllaDB's stream queries and the TiKV sorter's spilled
+runs are cut the same way.
 (``itertools.batched`` does this from Python 3.12 on, as tuples.)
 """
 
