@@ -139,6 +139,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from cdcflow.engine_checks import one_engine
     from cdcflow.native import core_description
     from cdcflow.worker import WorkerOptions, run_worker, run_worker_processes
 
@@ -149,13 +150,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         specs = [spec.on_engine(args.engine) for spec in specs]
     for spec in specs:
         require_engine_extras(spec)
-    engines = {s.engine.type for s in specs}
-    if len(engines) > 1:
-        print(
-            "error: these files mix engine types; run worker and spark pipelines in separate commands", file=sys.stderr
-        )
-        return 2
-    if engines == {"spark"}:
+    if one_engine(specs) == "spark":
         from cdcflow.spark_engine.runner import run_spark
 
         return run_spark(specs, registry)

@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 from cdcflow._config_fields import NAME_PATTERN, ResolvedLocation, ResolvedPath
 from cdcflow._yaml import FieldPath, dotted, interpolate_environment, load_yaml_with_lines
 from cdcflow.contract import FencingCheckpointStore, NestedPluginSection, PluginConfig
+from cdcflow.engine_checks import engine_mismatches
 from cdcflow.errors import (
     ConfigError,
     ConfigFieldError,
@@ -409,29 +410,11 @@ def _engine_problems(
     checkpoint: ResolvedPlugin | None,
     lines: Mapping[FieldPath, int],
 ) -> list[FieldProblem]:
-    """What the engine needs of the sinks and the checkpoint store."""
-    problems = []
-    for resolved, where in ((sink, ("sink", "type")), (dead_letter, ("errors", "dead_letter", "type"))):
-        engines = getattr(resolved.cls, "engines", None) if resolved is not None else None
-        if resolved is not None and engines is not None and engine.type not in engines:
-            problems.append(
-                FieldProblem(
-                    dotted(where),
-                    f"a sink type that runs on the {engine.type} engine (engine.type)",
-                    f"{resolved.config.type!r}, which runs on the {' and '.join(sorted(engines))} engine only",
-                    lines.get(where),
-                )
-            )
-    if engine.type == "spark" and checkpoint is not None and checkpoint.config.type != "file":
-        problems.append(
-            FieldProblem(
-                "checkpoint.type",
-                "file (the spark engine keeps offsets in Spark's checkpoint folder, checkpoint.path)",
-                repr(checkpoint.config.type),
-                lines.get(("checkpoint", "type")),
-            )
-        )
-    return problems
+    """What the engine needs of the sinks and the checkpoint store (:mod:`cdcflow.engine_checks`)."""
+    return [
+        FieldProblem(dotted(m.path), m.expected, m.found, lines.get(m.path))
+        for m in engine_mismatches(engine.type, sink, dead_letter, checkpoint)
+    ]
 
 
 def _delivery_problems(
@@ -443,24 +426,13 @@ def _delivery_problems(
 ) -> list[FieldProblem]:
     """``sink.delivery: exactly_once`` commits records and checkpoints in one transaction of one
     system (:mod:`cdcflow.transactions`): the store and a dead-letter sink of that kind must be
-    on the same cluster, and the engine must be the worker."""
+    on the same cluster (that the engine must be the worker is an engine check: :mod:`cdcflow.engine_checks`)."""
     if sink is None or not exactly_once_requested(sink.config):
         return []
     assert isinstance(sink.config, TransactionalSinkConfig)
     domain = sink.config.transaction_domain()
     where: FieldPath = ("sink", "delivery")
     problems = []
-    if engine.type == "spark":
-        problems.append(
-            FieldProblem(
-                dotted(where),
-                "at_least_once with engine.type spark: Spark runs the sink in its tasks, outside the checkpoint "
-                "store's transactions, and its file checkpoint (where a micro-batch's offsets are) cannot join a "
-                "Kafka transaction, so a batch re-run after a crash writes its records again (docs/delivery.md)",
-                "'exactly_once'",
-                lines.get(where),
-            )
-        )
     if checkpoint is not None:
         store_config = checkpoint.config
         if not isinstance(store_config, TransactionalStoreConfig) or store_config.transaction_domain().system != (

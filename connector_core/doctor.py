@@ -73,8 +73,7 @@ def _committed_offsets(spec: PipelineSpec, registry: PluginRegistry, context: Pl
     """What the pipeline committed, by partition id: its checkpoint store's, or for the spark
     engine the offsets of the last batch Spark committed."""
     if spec.engine.type == "spark":
-        from cdcflow.spark_engine.offsets import last_committed_batch
-        from cdcflow.spark_engine.runner import checkpoint_location
+        from cdcflow.spark_engine.offsets import checkpoint_location, last_committed_batch
 
         found = last_committed_batch(checkpoint_location(spec))
         logged = found[1] if found is not None else {}

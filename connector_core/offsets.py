@@ -228,7 +228,7 @@ class PipelineOffsets:
     # --- spark ---------------------------------------------------------------------------------
 
     def _spark_location(self) -> Path:
-        from cdcflow.spark_engine.runner import checkpoint_location
+        from cdcflow.spark_engine.offsets import checkpoint_location
 
         return checkpoint_location(self.spec)
 

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cdcflow.batches import EventBatch
@@ -31,6 +30,7 @@ from cdcflow.capabilities import (
     takes_event_batches,
     watermark_of,
 )
+from cdcflow.chunks import chunked
 from cdcflow.config import PipelineSpec
 from cdcflow.contract import (
     Checkpoint,
@@ -46,10 +46,10 @@ from cdcflow.contract import (
     Transform,
     offset_key,
 )
+from cdcflow.engine_checks import refuse_engine_mismatches
 from cdcflow.errors import (
     CdcflowError,
     ConfigError,
-    EngineUnsupportedError,
     StartupCheckError,
     TransactionFencedError,
     TransientError,
@@ -57,7 +57,13 @@ from cdcflow.errors import (
 from cdcflow.events import ChangeEvent, Record
 from cdcflow.metrics import PipelineMetrics
 from cdcflow.prerequisites import PrerequisiteScope, refuse_unmet_prerequisites
-from cdcflow.record_errors import DEAD_LETTER_STAGE_HEADER, RecordFailedError, RejectedRecordRouter, dead_letter_record
+from cdcflow.record_errors import (
+    DEAD_LETTER_STAGE_HEADER,
+    RecordFailedError,
+    RejectedRecordRouter,
+    dead_letter_record,
+    transform_stage,
+)
 from cdcflow.retry import Backoff
 from cdcflow.succession import SuccessionGate
 from cdcflow.transactions import (
@@ -67,6 +73,7 @@ from cdcflow.transactions import (
     exactly_once_requested,
     fenced_out_of_the_pipeline,
 )
+from cdcflow.watermarks import pipeline_watermark
 
 if TYPE_CHECKING:
     from cdcflow.plugins import PluginRegistry
@@ -183,7 +190,7 @@ def apply_transforms(
                 elif current is not None:
                     current = transform.apply_schema_change(current)
             except Exception as exc:
-                rejected.append(Rejected(record, exc, f"transform:{transform.type_name}"))
+                rejected.append(Rejected(record, exc, transform_stage(transform.type_name)))
                 current = None
                 break
             if current is None:
@@ -644,9 +651,8 @@ class PipelineRunner:
 
     def _deliver(self, records: Iterator[Record | Rejected]) -> int:
         """Transform and write ``records``; how many were read."""
-        batch_size = self.spec.engine.batch_size
         read = 0
-        while batch := list(islice(records, batch_size)):
+        for batch in chunked(records, self.spec.engine.batch_size):
             self._before_write()
             read += len(batch)
             self.metrics.read(len(batch))
@@ -673,13 +679,8 @@ class PipelineRunner:
     # --- checkpoints ---------------------------------------------------------------------------
 
     def _pipeline_watermark(self) -> int | None:
-        """The minimum over partitions still running; a finished partition no longer holds it back,
-        and once all are finished the pipeline is complete up to the last of them."""
-        running = [s.watermark_us for s in self._states.values() if not s.finished and s.watermark_us is not None]
-        if running:
-            return min(running)
-        finished = [s.watermark_us for s in self._states.values() if s.watermark_us is not None]
-        return max(finished) if finished else None
+        """The watermark of the owned partitions (:func:`cdcflow.watermarks.pipeline_watermark`)."""
+        return pipeline_watermark((s.watermark_us, s.finished) for s in self._states.values())
 
     def _checkpoint(self) -> None:
         pipeline_watermark = self._pipeline_watermark()
@@ -808,11 +809,7 @@ def build_runner(
 ) -> PipelineRunner:
     """Instantiate a pipeline's plugins through the registry (``factory``) and wire the loop
     (``runner_class`` with ``runner_options``: a worker group's runner)."""
-    if "worker" not in spec.sink.cls.engines:
-        raise EngineUnsupportedError(
-            f"{spec.file}: sink type {spec.sink.config.type!r} runs on the spark engine only; "
-            "set engine: {type: spark}"
-        )
+    refuse_engine_mismatches(spec)
     base = PluginContext(
         pipeline=spec.name,
         pipeline_file=spec.file,

@@ -10,12 +10,18 @@ Connect keeps it in one package too: ``RetryWithToleranceOperator`` and its repo
   refuses stops the pipeline, so nothing is lost on the way aside;
 * ``tolerance: all`` with ``dead_letter: none`` (validation insists it is written out): the record
   is dropped and counted (``cdcflow_dropped_records``, and the run's last log line).
+
+Where a record failed is its *stage* (:data:`SOURCE_STAGE`, :func:`transform_stage`,
+:data:`CONVERT_STAGE`, :data:`SINK_STAGE`), in the dead letter's ``cdcflow.error.stage`` header.
+The worker loop keeps one :class:`RejectedRecordRouter` for a run, its dead-letter sink opened
+with the pipeline's; a Spark task builds its own with :func:`task_rejections`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,16 +30,34 @@ from cdcflow.errors import CdcflowError, DeadLetterRefusedError
 from cdcflow.events import Record
 
 __all__ = [
+    "CONVERT_STAGE",
     "DEAD_LETTER_STAGE_HEADER",
+    "SINK_STAGE",
+    "SOURCE_STAGE",
     "RecordFailedError",
     "RejectedRecordRouter",
     "dead_letter_record",
+    "task_rejections",
+    "transform_stage",
 ]
 
 log = logging.getLogger("cdcflow.errors")
 
 DEAD_LETTER_STAGE_HEADER = "cdcflow.error.stage"
 """Where a dead letter failed (``source``, ``transform:<type>``, ``convert``, ``sink``); every dead letter has it."""
+
+SOURCE_STAGE = "source"
+"""The source could not make a record of what it read (an undecodable message or log row)."""
+CONVERT_STAGE = "convert"
+"""A sink's converter could not encode the record (a value its schema cannot hold)."""
+SINK_STAGE = "sink"
+"""The destination refused the record for good (too large, an invalid key)."""
+
+
+def transform_stage(type_name: str) -> str:
+    """The stage of a record the transform of type ``type_name`` failed on."""
+    return f"transform:{type_name}"
+
 
 _MESSAGE_LIMIT = 2000
 
@@ -144,3 +168,32 @@ class RejectedRecordRouter:
     def summary(self) -> str:
         """For the run's last log line: what went aside and what was dropped."""
         return f"{self.dead_lettered} sent to the dead letters, {self.dropped} dropped"
+
+
+@contextmanager
+def task_rejections(
+    pipeline: str, tolerance: str, build_dead_letter: Callable[[], Sink[Any]] | None
+) -> Iterator[RejectedRecordRouter]:
+    """The router of one engine task that owns its dead-letter sink (a Spark task, in whichever
+    process runs it): the sink is built and opened at the task's first rejected record (most
+    tasks have none), its dead letters flushed once the task's records are through, before the
+    task succeeds (a task that fails is run again, dead letters and all), and it is closed in any
+    case. What the task dropped is logged: an executor has no metrics port."""
+    opened: list[Sink[Any]] = []
+
+    def dead_letter() -> Sink[Any]:
+        if not opened:
+            assert build_dead_letter is not None
+            opened.append(build_dead_letter())
+            opened[0].open()
+        return opened[0]
+
+    router = RejectedRecordRouter(pipeline, tolerance, None if build_dead_letter is None else dead_letter)
+    try:
+        yield router
+        router.flush()
+        if router.dropped:
+            log.warning("pipeline %s: this task %s", pipeline, router.summary())
+    finally:
+        for sink in opened:
+            sink.close()

@@ -21,7 +21,6 @@ import pickle
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +29,14 @@ from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from cdcflow.capabilities import DecodesSparkBatches, SparkNativeSource
+from cdcflow.chunks import chunked
 from cdcflow.config import ErrorsConfig, PipelineSpec, ResolvedPlugin
-from cdcflow.contract import Offset, Partition, PluginContext, Rejected, Sink, Source, Transform, offset_key
+from cdcflow.contract import Offset, Partition, PluginContext, Rejected, Source, Transform, offset_key
 from cdcflow.errors import EngineUnsupportedError
 from cdcflow.events import ChangeEvent, Record
 from cdcflow.pipeline import apply_transforms
 from cdcflow.processes import tune_garbage_collector
-from cdcflow.record_errors import RejectedRecordRouter
+from cdcflow.record_errors import task_rejections
 from cdcflow.schemas import infer_row_schema
 from cdcflow.spark_rows import STREAM_SCHEMA_DDL, RowTyping, record_to_row, stream_arrow_schema
 from cdcflow.succession import SuccessionGate
@@ -62,6 +62,7 @@ class SourceJob:
     dead_letter: ResolvedPlugin | None
     max_records_per_read: int
     partition_refresh_ms: int
+    batch_size: int  # records per chunk: transformed, and their rejections routed, together
     with_record: bool  # fill the ``record`` column: a generic sink runs downstream
 
     @classmethod
@@ -76,6 +77,7 @@ class SourceJob:
             dead_letter=spec.dead_letter,
             max_records_per_read=spec.engine.max_records_per_read,
             partition_refresh_ms=spec.engine.partition_refresh_ms,
+            batch_size=spec.engine.batch_size,
             with_record=with_record,
         )
 
@@ -243,7 +245,7 @@ def _as_arrow_batches(rows: Iterator[tuple[Any, ...]], size: int = 4096) -> Iter
     import pyarrow as pa
 
     schema = stream_arrow_schema()
-    while chunk := list(islice(rows, size)):
+    for chunk in chunked(rows, size):
         columns = list(zip(*chunk, strict=True))
         yield pa.RecordBatch.from_arrays(
             [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)], schema=schema
@@ -287,11 +289,12 @@ def _stream_batches(
 def _transformed_rows(
     job: SourceJob, transforms: list[Transform[Any]], records: Iterator[Record | Rejected]
 ) -> Iterator[tuple[Any, ...]]:
-    opened: list[Sink[Any]] = []
-    dead_letter = None if job.dead_letter is None else _opened_on_first_use(job, job.dead_letter, opened)
-    rejected_records = RejectedRecordRouter(job.pipeline, job.errors.tolerance, dead_letter)
-    try:
-        while batch := _take(records, 2000):
+    dead_letter = job.dead_letter
+    build_dead_letter = (
+        None if dead_letter is None else lambda: build_plugin(job.pipeline, job.pipeline_file, dead_letter)
+    )
+    with task_rejections(job.pipeline, job.errors.tolerance, build_dead_letter) as rejected_records:
+        for batch in chunked(records, job.batch_size):
             output, rejected = apply_transforms(transforms, batch)
             rejected_records.route(rejected)
             for record in output:
@@ -301,34 +304,6 @@ def _transformed_rows(
                     yield record_to_row(record.with_changes(schema=infer_row_schema(record)), job.with_record)
                 else:
                     yield record_to_row(record, job.with_record)
-        rejected_records.flush()
-        if rejected_records.dropped:
-            log.warning("pipeline %s: this task %s", job.pipeline, rejected_records.summary())
-    finally:
-        for sink in opened:
-            sink.close()
-
-
-def _opened_on_first_use(job: SourceJob, plugin: ResolvedPlugin, opened: list[Sink[Any]]) -> Callable[[], Sink[Any]]:
-    """The dead-letter sink, built and opened at the first rejected record (most batches have
-    none); ``opened`` holds it for the caller to close."""
-
-    def dead_letter() -> Sink[Any]:
-        if not opened:
-            opened.append(build_plugin(job.pipeline, job.pipeline_file, plugin))
-            opened[0].open()
-        return opened[0]
-
-    return dead_letter
-
-
-def _take(records: Iterator[Record | Rejected], count: int) -> list[Record | Rejected]:
-    batch = []
-    for record in records:
-        batch.append(record)
-        if len(batch) == count:
-            break
-    return batch
 
 
 class CdcflowDataSource(DataSource):

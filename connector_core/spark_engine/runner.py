@@ -10,29 +10,30 @@ a sink finishes (flushes) a batch inside ``foreachBatch``, before Spark writes t
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
+
 from cdcflow.capabilities import SparkBatchWriter, SparkNativeSource, is_finished, watermark_of
+from cdcflow.chunks import chunked
 from cdcflow.config import PipelineSpec, ResolvedPlugin
 from cdcflow.contract import Offset, Partition, PluginContext, Sink, Source
 from cdcflow.errors import (
     EngineError,
     EngineUnavailableError,
-    EngineUnsupportedError,
     TransientError,
 )
 from cdcflow.offsets import pipeline_running
 from cdcflow.prerequisites import PrerequisiteScope, refuse_unmet_prerequisites
 from cdcflow.processes import run_in_threads
-from cdcflow.record_errors import RejectedRecordRouter
+from cdcflow.record_errors import task_rejections
 from cdcflow.retry import Backoff
 from cdcflow.spark_engine.datasource import (
     DATA_SOURCE_NAME,
@@ -41,8 +42,10 @@ from cdcflow.spark_engine.datasource import (
     build_plugin,
     decode_native_batches,
 )
+from cdcflow.spark_engine.offsets import batch_end_offsets, checkpoint_location, last_committed_batch
 from cdcflow.spark_engine.session import spark_session
 from cdcflow.spark_rows import DecodedBatch, StreamBatch, record_from_row
+from cdcflow.watermarks import COMPLETE_WATERMARK_US, pipeline_watermark
 
 if TYPE_CHECKING:
     from cdcflow.plugins import PluginRegistry
@@ -50,36 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["checkpoint_location", "run_spark", "run_spark_pipeline"]
 
 log = logging.getLogger("cdcflow.spark")
-
-COMPLETE_WATERMARK_US = 2**63 - 1
-
-
-def checkpoint_location(spec: PipelineSpec) -> Path:
-    """Spark's checkpoint folder: the pipeline's ``checkpoint: {type: file, path: ...}``."""
-    config = spec.checkpoint.config
-    if spec.checkpoint.config.type != "file" or not hasattr(config, "path"):
-        raise EngineUnsupportedError(
-            f"{spec.file}: checkpoint.type {config.type!r} cannot hold a Spark query's offsets; "
-            "the spark engine keeps them in Spark's checkpoint folder: use checkpoint: {type: file, path: ...}"
-        )
-    return Path(config.path)
-
-
-def committed_end_offsets(location: Path) -> tuple[int, dict[str, Offset]] | None:
-    """The last batch Spark committed in ``location`` and its end offsets, if any."""
-    commits = [int(p.name) for p in (location / "commits").glob("*") if p.name.isdigit()]
-    if not commits:
-        return None
-    batch_id = max(commits)
-    return batch_id, batch_end_offsets(location, batch_id)
-
-
-def batch_end_offsets(location: Path, batch_id: int) -> dict[str, Offset]:
-    """The end offsets Spark logged for ``batch_id`` before running it (``offsets/<id>``:
-    a version line, the batch metadata, then one line per source)."""
-    lines = (location / "offsets" / str(batch_id)).read_text().splitlines()
-    offsets: dict[str, Offset] = json.loads(lines[2])
-    return offsets
 
 
 @dataclass
@@ -92,17 +65,13 @@ class _DriverView:
         return {p.id: p for p in self.source.partitions()}
 
     def watermark(self, end: dict[str, Offset]) -> int | None:
+        """The pipeline watermark at a micro-batch's end offsets (:func:`cdcflow.watermarks.pipeline_watermark`)."""
         known = self.partitions()
-        marks = [watermark_of(self.source, known[pid], offset) for pid, offset in end.items() if pid in known]
-        running = [
-            m
-            for (pid, offset), m in zip(end.items(), marks, strict=False)
-            if m is not None and pid in known and not is_finished(self.source, known[pid], offset)
-        ]
-        if running:
-            return min(running)
-        finished = [m for m in marks if m is not None]
-        return max(finished) if finished else None
+        return pipeline_watermark(
+            (watermark_of(self.source, known[pid], offset), is_finished(self.source, known[pid], offset))
+            for pid, offset in end.items()
+            if pid in known
+        )
 
     def drained(self, end: dict[str, Offset]) -> bool:
         if not self.source.bounded:
@@ -124,11 +93,9 @@ def run_spark(specs: Sequence[PipelineSpec], factory: PluginRegistry) -> int:
 def run_spark_pipeline(spec: PipelineSpec, registry: PluginRegistry, stop: threading.Event) -> None:
     """Run ``spec`` on Spark until its bounded source is drained or ``stop`` is set."""
     engine = spec.spark_engine
-    location = checkpoint_location(spec)
+    location = checkpoint_location(spec)  # refuses what the spark engine cannot run
     context = PluginContext(spec.name, spec.file, factory=registry, logger=logging.getLogger(f"cdcflow.{spec.name}"))
     sink: Sink[Any] = registry.create(spec.sink, context)
-    if "spark" not in sink.engines:
-        raise EngineUnsupportedError(f"{spec.file}: sink type {spec.sink.config.type!r} cannot run on the spark engine")
     view = _DriverView(registry.create(spec.source, context))
     # Sinks run in Spark's tasks; the driver checks they can be reached before a query starts.
     dead_letter: Sink[Any] | None = registry.create(spec.dead_letter, context) if spec.dead_letter else None
@@ -139,7 +106,7 @@ def run_spark_pipeline(spec: PipelineSpec, registry: PluginRegistry, stop: threa
     try:
         scope = PrerequisiteScope(thorough=False, timeout_s=spec.engine.startup_timeout_s)
         refuse_unmet_prerequisites(spec.name, [p for p in (view.source, sink, dead_letter) if p is not None], scope)
-        done = committed_end_offsets(location)
+        done = last_committed_batch(location)
         if done is not None and view.drained(done[1]):
             log.info("pipeline %s: the bounded source was already drained (batch %d)", spec.name, done[0])
             return
@@ -281,13 +248,33 @@ def _stop_query(query: Any, spec: PipelineSpec, stop: threading.Event) -> bool:
     return False
 
 
+_CONNECTOR_NOT_FOUND = frozenset({"DATA_SOURCE_NOT_FOUND", "_LEGACY_ERROR_TEMP_1139", "_LEGACY_ERROR_TEMP_1140"})
+"""Spark's error conditions for a ``readStream.format`` no installed connector provides: any
+format, ``avro``, ``kafka`` (``DataSource.lookupDataSource``; the messages are in Spark's
+``error/error-conditions.json``, spark-common-utils)."""
+
+
+def _spark_error_condition(exc: PySparkException | Py4JJavaError) -> str | None:
+    """A Spark failure's error condition (``SparkThrowable.getCondition``), whether pyspark
+    converted the JVM's exception (AnalysisException...) or passed it through as it was (the
+    SparkClassNotFoundException of an unknown format)."""
+    if isinstance(exc, PySparkException):
+        return exc.getCondition()
+    try:
+        condition = exc.java_exception.getCondition()
+    except Py4JError:  # not a SparkThrowable: no condition
+        return None
+    return str(condition) if condition is not None else None
+
+
 def _native_stream(session: Any, source: Source[Any], spec: PipelineSpec) -> Any | None:
     if not isinstance(source, SparkNativeSource):
         return None
     try:
         return source.spark_native_stream(session, spec.engine.max_records_per_read)
-    except Exception as exc:
-        if "Failed to find data source" in str(exc):
+    except (PySparkException, Py4JJavaError) as exc:
+        # Spark's error condition, not its message, whose wording differs by connector and release.
+        if _spark_error_condition(exc) in _CONNECTOR_NOT_FOUND:
             raise EngineUnavailableError(
                 f"pipeline {spec.name}: Spark's connector for source type {spec.source.config.type!r} is not "
                 f"installed: run scripts/spark_jars.sh install (it resolves it from Maven Central): {exc}"
@@ -328,26 +315,12 @@ def _deliver(
     batch_size: int,
 ) -> None:
     sink: Sink[Any] = build_plugin(pipeline, file, sink_plugin)
-    dead: Sink[Any] | None = build_plugin(pipeline, file, dead_plugin) if dead_plugin is not None else None
-    opened = [p for p in (sink, dead) if p is not None]
+    build_dead_letter = None if dead_plugin is None else lambda: build_plugin(pipeline, file, dead_plugin)
     try:
-        for plugin in opened:
-            plugin.open()
-        rejected = []
-        for chunk in _chunks(records, batch_size):
-            rejected += sink.write(chunk)
-        rejected += sink.flush()
-        rejected_records = RejectedRecordRouter(pipeline, tolerance, None if dead is None else lambda: dead)
-        rejected_records.route(rejected)
-        rejected_records.flush()
-        if rejected_records.dropped:
-            log.warning("pipeline %s: this task %s", pipeline, rejected_records.summary())
+        sink.open()
+        with task_rejections(pipeline, tolerance, build_dead_letter) as rejected_records:
+            for chunk in chunked(records, batch_size):
+                rejected_records.route(sink.write(chunk))
+            rejected_records.route(sink.flush())
     finally:
-        for plugin in opened:
-            plugin.close()
-
-
-def _chunks(records: list[Any], size: int) -> Iterator[list[Any]]:
-    iterator = iter(records)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
+        sink.close()

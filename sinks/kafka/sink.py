@@ -33,6 +33,7 @@ from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 from cdcflow.pipeline import DEAD_LETTER_STAGE_HEADER
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
+from cdcflow.record_errors import CONVERT_STAGE, SINK_STAGE
 from cdcflow.schemas import DecimalHandling
 from cdcflow.sinks.kafka.exceptions import RecordRefusedInTransactionError, TombstoneWithheldError
 from cdcflow.sinks.kafka.prerequisites import check_sink_topics
@@ -190,7 +191,7 @@ class ProducerLane:
             self.refused_in_transaction = self.refused_in_transaction or error
             self.undelivered.append(error)
         else:
-            self.rejected.append(Rejected(_refused_message(message), RecordRejectedError(error.str()), "sink"))
+            self.rejected.append(Rejected(_refused_message(message), RecordRejectedError(error.str()), SINK_STAGE))
 
     def forget(self) -> None:
         self.rejected.clear()
@@ -396,7 +397,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             except ConverterError as exc:
                 if isinstance(exc, TransientError):
                     raise  # the registry is down: retried with the batch, not a bad record
-                rejected.append(Rejected(record, exc, "convert"))
+                rejected.append(Rejected(record, exc, CONVERT_STAGE))
                 continue
             headers: Headers | None = list(record.headers.items()) if record.headers else None
             tombstone_follows = value is not None and self._wants_tombstone(record)
@@ -492,7 +493,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         refusal = self._produce(producer, message.topic, message.key, message.value, message.headers, on_delivery)
         if refusal is not None:
             record = message.record()
-            rejected.append(Rejected(record, RecordRejectedError(refusal.str()), "sink"))
+            rejected.append(Rejected(record, RecordRejectedError(refusal.str()), SINK_STAGE))
             if tombstone is not None:
                 source = record.source if isinstance(record, ChangeEvent) else _kafka_source(message.topic, None)
                 rejected.append(_withheld_tombstone(message.topic, message.key, source, refusal))
@@ -578,10 +579,10 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                     refusal = self._produce(producer, topic, key, None, _TOMBSTONE_HEADER_LIST)
                     if refusal is not None:
                         dead_letter = _tombstone_dead_letter(topic, key, _kafka_source(topic, None))
-                        rejected.append(Rejected(dead_letter, RecordRejectedError(refusal.str()), "sink"))
+                        rejected.append(Rejected(dead_letter, RecordRejectedError(refusal.str()), SINK_STAGE))
             else:
                 assert tombstone.refused is not None
-                rejected.append(Rejected(tombstone.refused, RecordRejectedError(error.str()), "sink"))
+                rejected.append(Rejected(tombstone.refused, RecordRejectedError(error.str()), SINK_STAGE))
                 rejected.append(_withheld_tombstone(topic, key, tombstone.refused.source, error))
             held = tombstone.held
             for position, message in enumerate(held):
@@ -690,4 +691,4 @@ def _tombstone_dead_letter(topic: str, key: bytes | None, source: SourceInfo) ->
 def _withheld_tombstone(topic: str, key: bytes | None, source: SourceInfo, refusal: KafkaError) -> Rejected:
     """The tombstone of a delete Kafka refused, on its way to the dead letters."""
     error = TombstoneWithheldError(f"not written: Kafka refused the delete it follows ({refusal.str()})")
-    return Rejected(_tombstone_dead_letter(topic, key, source), error, "sink")
+    return Rejected(_tombstone_dead_letter(topic, key, source), error, SINK_STAGE)

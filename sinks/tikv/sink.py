@@ -38,6 +38,7 @@ from cdcflow.errors import (
     TransientError,
 )
 from cdcflow.events import ChangeEvent, Op, Record
+from cdcflow.record_errors import SINK_STAGE
 from cdcflow.retry import Backoff
 from cdcflow.sources.tikv_client import KeyCodec
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
@@ -182,16 +183,16 @@ class TiKVSink(Sink[TiKVSinkConfig]):
     def _to_write(self, record: Record) -> _Write | Rejected:
         if not isinstance(record, ChangeEvent):
             return Rejected(
-                record, RecordRejectedError("the tikv sink writes change events, not schema changes"), "sink"
+                record, RecordRejectedError("the tikv sink writes change events, not schema changes"), SINK_STAGE
             )
         key = record.key.get("key")
         if not isinstance(key, bytes) or not key:
-            return Rejected(record, RecordRejectedError(f"the key must be non-empty bytes, found {key!r}"), "sink")
+            return Rejected(record, RecordRejectedError(f"the key must be non-empty bytes, found {key!r}"), SINK_STAGE)
         if record.op is Op.DELETE or record.after is None:
             return _Write(key, None, 0)
         value = record.after.get("value")
         if not isinstance(value, bytes):  # b"" is a value: RawKV stores empty values
-            return Rejected(record, RecordRejectedError(f"RawKV values are bytes, found {value!r}"), "sink")
+            return Rejected(record, RecordRejectedError(f"RawKV values are bytes, found {value!r}"), SINK_STAGE)
         # TiKV checks storage.max-key-size on the key it receives, the API V2 prefix included
         # (tikv/tikv src/storage/mod.rs 153-166 check_key_size, 2437 raw_put, 2550 raw_batch_put).
         request_key_bytes = len(key) + self._key_prefix_bytes
@@ -203,7 +204,7 @@ class TiKVSink(Sink[TiKVSinkConfig]):
                     f"{self._key_prefix_bytes}-byte keyspace prefix), longer than max_key_bytes "
                     f"({self.config.max_key_bytes}), TiKV's storage.max-key-size"
                 ),
-                "sink",
+                SINK_STAGE,
             )
         if len(key) + len(value) > self.config.max_write_bytes:
             return Rejected(
@@ -212,7 +213,7 @@ class TiKVSink(Sink[TiKVSinkConfig]):
                     f"a {len(key)}-byte key with a {len(value)}-byte value is more than max_write_bytes "
                     f"({self.config.max_write_bytes}): no raft entry of the downstream can hold it"
                 ),
-                "sink",
+                SINK_STAGE,
             )
         return _Write(key, value, int(record.after.get("expire_ts") or 0))
 

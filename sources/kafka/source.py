@@ -34,6 +34,7 @@ from cdcflow.kafka_admin import view_of
 from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
 from cdcflow.native import native_module
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
+from cdcflow.record_errors import SOURCE_STAGE
 from cdcflow.schemas import UNTYPED_NULL
 from cdcflow.spark_rows import RowTyping, stream_arrow_batch
 
@@ -224,7 +225,7 @@ class KafkaSource(Source[KafkaSourceConfig]):
                 ts_ms * 1000,
                 extra={"kafka": _read_at(topic, partition.info["partition"], offset)},
             )
-            return Rejected(raw_bytes_event(message.key(), message.value(), source, topic), exc, "source")
+            return Rejected(raw_bytes_event(message.key(), message.value(), source, topic), exc, SOURCE_STAGE)
 
     def decode(
         self, topic: str, partition_id: str, raw_key: bytes | None, raw_value: bytes | None, offset: int, ts_ms: int

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cdcflow.sources.cql.connection import CqlClientSecurity
+from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
+from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError
 
-__all__ = ["METADATA_PROFILE", "CqlConnection", "connect", "metadata_consistency", "token_owner_count"]
+if TYPE_CHECKING:
+    from cdcflow.sources.scylla_cdc.source import ScyllaCdcSourceConfig
+
+__all__ = [
+    "METADATA_PROFILE",
+    "CqlConnection",
+    "connect",
+    "connect_as_configured",
+    "metadata_consistency",
+    "token_owner_count",
+]
 
 METADATA_PROFILE = "scylla_cdc_metadata"
 
@@ -89,3 +100,24 @@ def connect(
         connect_timeout=timeout_s,
     )
     return CqlConnection(cluster, cluster.connect(), EXEC_PROFILE_DEFAULT, METADATA_PROFILE)
+
+
+def connect_as_configured(config: ScyllaCdcSourceConfig, timeout_s: float = 10.0) -> CqlConnection:
+    """:func:`connect` with the source's settings (the source's start and ``cdcflow doctor``); a
+    refusal (credentials, TLS) raises its own error, a cluster not reached
+    :class:`CdcMetadataUnavailableError` naming the hosts."""
+    try:
+        return connect(
+            config.hosts,
+            config.port,
+            consistency=config.consistency,
+            security=config,
+            local_dc=config.local_dc,
+            protocol_version=config.protocol_version,
+            timeout_s=timeout_s,
+        )
+    except Exception as exc:
+        refused = refusal(config.hosts, exc)
+        if refused is not None:
+            raise refused from exc
+        raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc

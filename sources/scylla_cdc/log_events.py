@@ -52,6 +52,7 @@ from typing import Any, Literal
 from cdcflow.contract import Rejected
 from cdcflow.converters import json_default
 from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SourceInfo
+from cdcflow.record_errors import SOURCE_STAGE
 from cdcflow.sources.cql.cqltypes import CqlType, from_driver, user_type_value, user_types_of
 from cdcflow.sources.scylla_cdc.exceptions import LogRowError
 
@@ -333,7 +334,7 @@ def _rejected(layout: LogLayout, partition: str, row: LogRow, reason: str, now_m
         headers=headers,
     )
     where = f"{layout.keyspace}.{layout.table} stream {row.stream.hex()} time {row.time} seq {row.seq}"
-    return Rejected(event, LogRowError(f"{where}: {reason}"), "source")
+    return Rejected(event, LogRowError(f"{where}: {reason}"), SOURCE_STAGE)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cdcflow.chunks import chunked
 from cdcflow.sources.cql.cqltypes import CqlType, build_type
 from cdcflow.sources.cql.driver_errors import is_transient_read_failure
 from cdcflow.sources.scylla_cdc.exceptions import (
@@ -103,7 +104,7 @@ def stream_chunks(streams: Sequence[bytes], limit: int) -> list[list[bytes]]:
     """``streams`` in as few queries of at most ``limit`` as possible, of near-equal size."""
     count = max(1, -(-len(streams) // limit))
     size = max(1, -(-len(streams) // count))
-    return [list(streams[i : i + size]) for i in range(0, len(streams), size)] or [[]]
+    return list(chunked(streams, size)) or [[]]
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from cdcflow.errors import CdcflowError
 from cdcflow.prerequisites import CheckResult
-from cdcflow.sources.cql.connection import refusal
-from cdcflow.sources.scylla_cdc.connection import connect, token_owner_count
-from cdcflow.sources.scylla_cdc.exceptions import CdcMetadataUnavailableError, CdcOptionsError
+from cdcflow.sources.scylla_cdc.connection import connect_as_configured, token_owner_count
+from cdcflow.sources.scylla_cdc.exceptions import CdcOptionsError
 from cdcflow.sources.scylla_cdc.log_reader import LOG_SUFFIX
 from cdcflow.sources.scylla_cdc.metadata import GenerationReader, MetadataQueries, TabletStreamReader
 from cdcflow.sources.scylla_cdc.table_options import CdcOptions, SchemaTablesLookup
@@ -29,21 +28,7 @@ __all__ = ["check_cdc_options", "check_cluster", "check_log_reads", "check_metad
 
 def check_cluster(config: ScyllaCdcSourceConfig, timeout_s: float) -> list[CheckResult]:
     """Every check, on a connection of its own (``cdcflow doctor``)."""
-    try:
-        connection = connect(
-            config.hosts,
-            config.port,
-            consistency=config.consistency,
-            security=config,
-            local_dc=config.local_dc,
-            protocol_version=config.protocol_version,
-            timeout_s=timeout_s,
-        )
-    except Exception as exc:
-        refused = refusal(config.hosts, exc)
-        if refused is not None:
-            raise refused from exc
-        raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
+    connection = connect_as_configured(config, timeout_s)
     try:
         session, metadata_profile = connection.session, connection.metadata_profile
         lookup = SchemaTablesLookup(session, config.schema_keyspace, metadata_profile)

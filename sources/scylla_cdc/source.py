@@ -61,6 +61,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from cdcflow.chunks import chunked
 from cdcflow.config import RetryConfig
 from cdcflow.contract import (
     DataLossHeadroom,
@@ -79,11 +80,11 @@ from cdcflow.live_snapshots import LiveSnapshotProgress, SnapshotRequest
 from cdcflow.metrics import source_counter
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.retry import Backoff
-from cdcflow.sources.cql.connection import CqlClientSecurity, refusal
+from cdcflow.sources.cql.connection import CqlClientSecurity
 from cdcflow.sources.cql.live_snapshot import LIVE_FIELD, LiveSnapshots, LiveState, TokenRange
 from cdcflow.sources.cql.snapshot import RowToRecord, SnapshotConfig, SnapshotTable, TokenRangeSnapshot
 from cdcflow.sources.scylla_cdc import prerequisites
-from cdcflow.sources.scylla_cdc.connection import connect, token_owner_count
+from cdcflow.sources.scylla_cdc.connection import connect_as_configured, token_owner_count
 from cdcflow.sources.scylla_cdc.exceptions import (
     CdcMetadataUnavailableError,
     KeysOnlyDeltaError,
@@ -536,22 +537,9 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
 
     def open(self) -> None:
         config = self.config
-        try:
-            connection = connect(
-                config.hosts,
-                config.port,
-                consistency=config.consistency,
-                security=config,
-                local_dc=config.local_dc,
-                protocol_version=config.protocol_version,
-            )
-            self._cluster, self._session = connection.cluster, connection.session
-            self._profile, self._metadata_profile = connection.log_profile, connection.metadata_profile
-        except Exception as exc:
-            refused = refusal(config.hosts, exc)
-            if refused is not None:
-                raise refused from exc
-            raise CdcMetadataUnavailableError(f"cannot reach {config.hosts}: {type(exc).__name__}: {exc}") from exc
+        connection = connect_as_configured(config)
+        self._cluster, self._session = connection.cluster, connection.session
+        self._profile, self._metadata_profile = connection.log_profile, connection.metadata_profile
         try:
             self._discover()
             if config.snapshot in ("initial", "initial_only"):
@@ -700,8 +688,8 @@ class ScyllaCdcSource(Source[ScyllaCdcSourceConfig]):
         size = self.config.tablet_streams_per_partition
         for opened, streams in sorted(by_opening.items()):
             streams.sort(key=lambda s: (s.stream.token, s.stream.raw))
-            for number, first in enumerate(range(0, len(streams), size)):
-                chunk = tuple(streams[first : first + size])
+            for number, listed in enumerate(chunked(streams, size)):
+                chunk = tuple(listed)
                 ends = [s.closed_us for s in chunk]
                 end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
                 group_id = f"{table}/t{opened // 1000}/{number}"

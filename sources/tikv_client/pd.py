@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ __all__ = ["PDClient", "RegionInfo", "covering_prefix", "grpc_channel", "seriali
 log = logging.getLogger("cdcflow.tikv.pd")
 
 ResponseT = TypeVar("ResponseT", bound=Message)
+ResultT = TypeVar("ResultT")
 
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
@@ -225,6 +226,24 @@ class PDClient:
     def _call(
         self, method: str, request: Message, response_type: type[ResponseT], check_header: bool = True
     ) -> ResponseT:
+        def send(channel: grpc.Channel) -> ResponseT:
+            header = getattr(request, "header", None)
+            if header is not None:
+                header.cluster_id = self.cluster_id  # known only once connected
+            return self._unary(channel, method, request, response_type)
+
+        response = self._on_the_leader(method, send, retried=_RETRIED_CODES)
+        if check_header:
+            _check_header(method, response)
+        return response
+
+    def _on_the_leader(
+        self, method: str, send: Callable[[grpc.Channel], ResultT], retried: Container[grpc.StatusCode] | None
+    ) -> ResultT:
+        """``send`` on the leader's channel. An answer with a ``retried`` code (None: any) sends
+        the client to the members again, with backoff, for at most ``timeout_s``; any other is a
+        :class:`PDError`, as is FAILED_PRECONDITION, which only a member of another cluster sends
+        (``validateRoleInRequest``: ErrMismatchClusterID)."""
         deadline = time.monotonic() + self.timeout_s
         delay = _FIRST_RETRY_S
         while True:
@@ -232,18 +251,14 @@ class PDClient:
             channel = self._channel
             if channel is None:
                 continue  # closed by another thread meanwhile
-            header = getattr(request, "header", None)
-            if header is not None:
-                header.cluster_id = self.cluster_id  # known only once connected
             try:
-                response = self._unary(channel, method, request, response_type)
+                return send(channel)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                    # validateRoleInRequest: ErrMismatchClusterID, the only FAILED_PRECONDITION PD sends.
                     raise PDError(
                         f"PD {method}: {exc.details()}: the PD this client reached is not cluster {self.cluster_id}"
                     ) from exc
-                if exc.code() not in _RETRIED_CODES:
+                if retried is not None and exc.code() not in retried:
                     raise PDError(f"PD {method} failed: {exc.code().name}: {exc.details()}") from exc
                 self._leader_lost(channel)
                 if time.monotonic() + delay > deadline:
@@ -252,10 +267,6 @@ class PDClient:
                     ) from exc
                 time.sleep(delay)
                 delay = min(_LAST_RETRY_S, delay * 2)
-                continue
-            if check_header:
-                _check_header(method, response)
-            return response
 
     def _leader_lost(self, channel: grpc.Channel) -> None:
         """The leader behind ``channel`` did not serve: the next call asks the members again
@@ -272,37 +283,21 @@ class PDClient:
         answers ``codes.Unknown`` "requested pd is not leader of cluster", pkg/tso/allocator.go
         217-222; an unreachable leader) sends the client to the members again, with backoff,
         for at most ``timeout_s``, as client-go's TSO dispatcher reconnects."""
-        deadline = time.monotonic() + self.timeout_s
-        delay = _FIRST_RETRY_S
-        while True:
-            self.connect()
-            channel = self._channel
-            if channel is None:
-                continue
+
+        def send(channel: grpc.Channel) -> pdpb_pb2.TsoResponse:
             stream = channel.stream_stream(
                 "/pdpb.PD/Tso",
                 request_serializer=serialize_message,
                 response_deserializer=pdpb_pb2.TsoResponse.FromString,
             )
             request = pdpb_pb2.TsoRequest(header=pdpb_pb2.RequestHeader(cluster_id=self.cluster_id), count=1)
-            try:
-                responses: Any = stream(iter([request]), timeout=self.timeout_s)
-                response: pdpb_pb2.TsoResponse = next(responses)
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                    raise PDError(
-                        f"PD Tso: {exc.details()}: the PD this client reached is not cluster {self.cluster_id}"
-                    ) from exc
-                self._leader_lost(channel)
-                if time.monotonic() + delay > deadline:
-                    raise TiKVUnavailableError(
-                        f"PD Tso: {exc.code().name}: {exc.details()} (no leader served it within {self.timeout_s}s)"
-                    ) from exc
-                time.sleep(delay)
-                delay = min(_LAST_RETRY_S, delay * 2)
-                continue
-            _check_header("Tso", response)
-            return compose_ts(int(response.timestamp.physical), int(response.timestamp.logical))
+            responses: Any = stream(iter([request]), timeout=self.timeout_s)
+            response: pdpb_pb2.TsoResponse = next(responses)
+            return response
+
+        response = self._on_the_leader("Tso", send, retried=None)
+        _check_header("Tso", response)
+        return compose_ts(int(response.timestamp.physical), int(response.timestamp.logical))
 
     # --- regions and stores ----------------------------------------------------------------
 

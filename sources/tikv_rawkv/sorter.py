@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from cdcflow.chunks import chunked
+
 __all__ = ["Item", "PartitionSorter"]
 
 PUT, DELETE, REJECTED = 0, 1, 2
@@ -185,9 +187,9 @@ class PartitionSorter:
         fd, name = tempfile.mkstemp(prefix="tikv-sorter-", suffix=".run", dir=self._spill_dir)
         run = _Run(Path(name), array("Q", (item.sort_ts for item in self._memory)))
         with os.fdopen(fd, "wb") as file:
-            for index in range(0, len(self._memory), _CHUNK):
+            for chunk in chunked(self._memory, _CHUNK):
                 run.chunk_offsets.append(file.tell())
-                pickle.dump(self._memory[index : index + _CHUNK], file, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(chunk, file, protocol=pickle.HIGHEST_PROTOCOL)
         self._runs.append(run)
         self._memory = []
         self._memory_bytes = 0

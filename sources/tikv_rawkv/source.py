@@ -87,6 +87,7 @@ from cdcflow.errors import SourceUnavailableError
 from cdcflow.events import ChangeEvent, Column, Op, Record, RowSchema, SourceInfo
 from cdcflow.metrics import source_counter
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
+from cdcflow.record_errors import SOURCE_STAGE
 from cdcflow.sources.tikv_client.codec import LOGICAL_BITS, KeyCodec, ts_to_us
 from cdcflow.sources.tikv_client.exceptions import TiKVClientError
 from cdcflow.sources.tikv_client.tls import TLSConfig, TLSFileError
@@ -519,4 +520,4 @@ class TiKVRawKVSource(Source[TiKVRawKVSourceConfig]):
             now_ms,
             self.schema,
         )
-        return Rejected(raw, RowRejectedError(f"partition {partition.id} ts {item.ts}: {item.reason}"), "source")
+        return Rejected(raw, RowRejectedError(f"partition {partition.id} ts {item.ts}: {item.reason}"), SOURCE_STAGE)

@@ -1,0 +1,54 @@
+"""A source read through Spark's own connector (the kafka source's ``spark-sql-kafka``) on a Spark
+without that connector: the engine says which connector is missing and how to install it. It tells
+by Spark's error condition, never by the error's wording, which differs by connector ("Failed to
+find data source: kafka. Please deploy ...", "Failed to find the data source: ... Make sure ...")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcflow.config import load_pipeline
+from cdcflow.contract import PluginContext
+from cdcflow.errors import EngineUnavailableError
+from cdcflow.plugins import PluginRegistry
+
+pytestmark = [pytest.mark.spark]
+
+
+class ReadsThroughAConnectorNoSparkHas:
+    """A source whose Spark stream is read by a connector that is not installed anywhere."""
+
+    def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any:
+        return session.readStream.format("cdcflow.tests.no_such_connector").load()
+
+
+@pytest.mark.parametrize("connector", ["kafka", "any other"])
+def test_a_spark_without_the_sources_connector_is_named_as_such(tmp_path: Path, connector: str) -> None:
+    from cdcflow.spark_engine.runner import _native_stream
+    from cdcflow.spark_engine.session import spark_session
+
+    file = tmp_path / "p.yaml"
+    file.write_text(
+        "name: p\n"
+        # max_records_per_batch: the source plans without asking Kafka for its partitions
+        "source: {type: kafka, bootstrap_servers: '127.0.0.1:1', topics: [t], max_records_per_batch: 10}\n"
+        "sink: {type: file, path: out.jsonl}\n"
+        "checkpoint: {type: file, path: ck}\n"
+        "engine: {type: spark, master: 'local[1]'}\n"
+    )
+    registry = PluginRegistry.from_entry_points()
+    spec = load_pipeline(file, registry)
+    source = (
+        registry.create(spec.source, PluginContext(spec.name, spec.file))
+        if connector == "kafka"
+        else ReadsThroughAConnectorNoSparkHas()
+    )
+    session = spark_session("cdcflow-connector-missing", "local[1]", {}, jars=[])  # no connector jars
+    try:
+        with pytest.raises(EngineUnavailableError, match="Spark's connector for source type 'kafka' is not installed"):
+            _native_stream(session, source, spec)
+    finally:
+        session.stop()
