@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cdcflow.errors import SourceUnavailableError
+from cdcflow.native import native_module
 from cdcflow.sources.cassandra_commitlog.changes import row_changes
 from cdcflow.sources.cassandra_commitlog.compiled import (
     CompactInto,
     CompiledDecoder,
     CompiledFramer,
     UpdateChanges,
-    compiled_core,
 )
 from cdcflow.sources.cassandra_commitlog.exceptions import CommitLogError, UnknownTableError
 from cdcflow.sources.cassandra_commitlog.mutation import Mutation, MutationDecoder, PartitionUpdate
@@ -68,7 +68,7 @@ class CommitLogDecoding:
     ) -> None:
         self.catalog = SchemaCatalog()
         self.wanted_tables = {name.lower() for name in tables} if tables else None
-        self.native: Any = compiled_core()
+        self.native: Any = native_module()  # None: the reference reads everything
         self._refresh_s = schema_refresh_s
         self._report = report
         self._logger = logger
