@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from cdcflow.batches import EventBatch
@@ -220,7 +220,7 @@ class CassandraCommitLogSource(Source[CassandraCommitLogSourceConfig]):
             id_prefix=f"{self.node}/",
         )
 
-    def _emits_token(self) -> Any:
+    def _emits_token(self) -> Callable[[str, int], bool] | None:
         """Which snapshot rows (by token) this node emits; None: all of them."""
         replicas = self._events.replicas
         return replicas.emits_token if replicas is not None else None
