@@ -53,8 +53,9 @@ class CommitLogEvents:
         for schema_event in self.schema_events(changes.schema_updates, segment_id, position, now_ms):
             yield schema_event
             index += 1
+        replicas = self.replicas
         for table, key, row_changes_of_update in changes.updates:
-            if not self.emits(table.keyspace, key):
+            if replicas is not None and not self.emits(table.keyspace, key):
                 continue
             schema = table.row_schema(self.cluster)
             for change in row_changes_of_update:
