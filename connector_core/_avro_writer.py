@@ -27,6 +27,7 @@ __all__ = [
     "UnsupportedAvroSchemaError",
     "avro_encoder",
     "compile_avro_writer",
+    "compiled_avro_writer",
     "epoch_millis",
     "logical_type_preparers",
     "uuid_text",
@@ -373,17 +374,24 @@ def logical_type_preparers() -> dict[tuple[str, str], Callable[[Any, Any], Any]]
     return preparers
 
 
+def compiled_avro_writer() -> Any:
+    """The compiled core's ``AvroWriter`` class when the compiled core is in use, else None: the one
+    place the Avro path (per record in :func:`avro_encoder`, per batch in the Avro converter) is chosen."""
+    from cdcflow.native import native_module
+
+    native = native_module()
+    return None if native is None else native.AvroWriter
+
+
 def avro_encoder(schema: Any, prefix: bytes = b"") -> AvroEncoder:
     """``prefix`` plus the Avro binary form of a datum of ``schema``, as bytes, by the fastest
     writer there is for it: the compiled core's, this module's, or fastavro's (in that order).
     A datum that does not fit raises ``ValueError``, ``TypeError``, ``KeyError``,
     ``AttributeError`` or ``OverflowError``."""
-    from cdcflow.native import native_module
-
-    native = native_module()
-    if native is not None:
+    writer_class = compiled_avro_writer()
+    if writer_class is not None:
         try:
-            compiled = native.AvroWriter(schema, logical_type_preparers(), rows=True)
+            compiled = writer_class(schema, logical_type_preparers(), rows=True)
         except ValueError:
             pass  # a construct the compiled core does not take: the writers below decide
         else:

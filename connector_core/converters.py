@@ -17,7 +17,7 @@ from typing import Any, Literal
 import fastavro
 from pydantic import Field, model_validator
 
-from cdcflow._avro_writer import AvroEncoder, avro_encoder
+from cdcflow._avro_writer import AvroEncoder, avro_encoder, compiled_avro_writer
 from cdcflow.batches import BatchTable, EncodedMessages, EventBatch
 from cdcflow.contract import Converter, NestedPluginSection, PluginConfig, PluginContext
 from cdcflow.errors import (
@@ -29,7 +29,6 @@ from cdcflow.errors import (
 )
 from cdcflow.events import ChangeEvent, Record, SchemaChangeEvent
 from cdcflow.jsontext import compiled_json_encoder, json_default, json_envelope
-from cdcflow.native import native_module
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
 from cdcflow.schemas import (
     DecimalHandling,
@@ -171,7 +170,7 @@ class JsonConverter(Converter[JsonConverterConfig]):
 
     @property
     def serializes_event_batches(self) -> bool:
-        return native_module() is not None  # batches are written by the compiled core
+        return compiled_json_encoder is not None  # batches are written by the compiled core's JSON encoder
 
     def serialize_event_batch(
         self, batch: EventBatch, destinations: Sequence[str], tombstones: bool
@@ -462,7 +461,7 @@ class AvroConverter(Converter[AvroConverterConfig]):
 
     @property
     def serializes_event_batches(self) -> bool:
-        return native_module() is not None  # batches are encoded by the compiled core's writers
+        return compiled_avro_writer() is not None  # batches are encoded by the compiled core's writers
 
     def serialize_event_batch(
         self, batch: EventBatch, destinations: Sequence[str], tombstones: bool

@@ -13,17 +13,27 @@ rate is given only once the samples span three sync periods.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cdcflow.contract import DataLossHeadroom
 from cdcflow.sources.cassandra_commitlog.cdc_index import index_path, read_cdc_index
 from cdcflow.sources.cassandra_commitlog.segment import parse_segment_name
 
-__all__ = ["CdcRawGrowth", "CdcSpaceSettings", "cdc_raw_bytes", "parse_data_storage", "read_cdc_space_settings"]
+__all__ = [
+    "CdcRawGrowth",
+    "CdcRawWatch",
+    "CdcSpaceSettings",
+    "cdc_raw_bytes",
+    "parse_data_storage",
+    "read_cdc_space_settings",
+]
 
 _DATA_STORAGE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
 _DATA_STORAGE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -34,6 +44,10 @@ _DEFAULT_SYNC_PERIOD_S = 10.0  # cassandra.yaml's commitlog_sync_period
 # does not make an alarm, a sustained rate does).
 _RATE_WINDOW_S = 300.0
 _SYNC_PERIODS_PER_RATE = 3
+# While the stream waits for a snapshot: how often cdc_raw's size is measured, and from which share
+# of cdc_total_space on it is worth a warning (then at every further tenth).
+_CDC_RAW_CHECK_S = 10.0
+_CDC_RAW_WARN_FROM = 0.5
 
 
 def parse_data_storage(text: str) -> int | None:
@@ -168,3 +182,81 @@ class CdcRawGrowth:
             return None
         room = max(0, total_space - self.used_bytes)
         return room / rate if rate > 0 else math.inf
+
+
+class CdcRawWatch:
+    """One node's cdc_raw against its ``cdc_total_space``: the data-loss headroom, and warnings while
+    the stream waits for a snapshot (and nothing of cdc_raw is deleted)."""
+
+    def __init__(self, cdc_raw: Path, logger: logging.Logger) -> None:
+        self.cdc_raw = cdc_raw
+        self.settings: CdcSpaceSettings | None = None  # the node's, read at open
+        self.growth = CdcRawGrowth(cdc_raw)
+        self._logger = logger
+        self._checked_at = float("-inf")
+        self._warned_share = 0.0
+
+    def read_settings(self, session: Any, profile: object, waits_for_snapshot: bool) -> None:
+        """The node's ``cdc_total_space`` and ``cdc_block_writes`` (Cassandra 4.1+ settings table),
+        for the data-loss headroom and the warnings while the stream waits; left unknown where the
+        table is not there. ``waits_for_snapshot``: ``snapshot: initial``."""
+        try:
+            self.settings = read_cdc_space_settings(session, profile)
+        except Exception as exc:  # an older node, or no access to system_views
+            self._logger.info("cannot read the node's CDC settings (%s): cdc_raw is not watched", exc)
+            return
+        # The headroom's write rate: sampled from now on, over three of the node's sync periods.
+        self.growth = CdcRawGrowth(self.cdc_raw, self.settings.commitlog_sync_period_s)
+        self.growth.sample(time.monotonic())
+        if waits_for_snapshot and self.settings.cdc_block_writes is False:
+            self._logger.warning(
+                "this node has cdc_block_writes: false: when cdc_raw reaches cdc_total_space while the stream waits "
+                "for the snapshot, Cassandra deletes the oldest segments and the pipeline stops at the hand-off "
+                "(SnapshotOutlivedLogError)"
+            )
+
+    @property
+    def sync_period_s(self) -> float | None:
+        return self.settings.commitlog_sync_period_s if self.settings is not None else None
+
+    def warn_while_waiting(self) -> None:
+        """While the stream waits for the snapshot: say when cdc_raw fills towards cdc_total_space."""
+        limit = self.settings.cdc_total_space if self.settings is not None else None
+        now = time.monotonic()
+        if not limit or now - self._checked_at < _CDC_RAW_CHECK_S:
+            return
+        self._checked_at = now
+        used = cdc_raw_bytes(self.cdc_raw)
+        share = used / limit
+        if share >= max(_CDC_RAW_WARN_FROM, self._warned_share + 0.1):
+            self._warned_share = share
+            outcome = (
+                "Cassandra then deletes the oldest segments and this pipeline stops at the hand-off"
+                if self.settings is not None and self.settings.cdc_block_writes is False
+                else "Cassandra then refuses writes to CDC tables until the stream consumes segments"
+            )
+            self._logger.warning(
+                "cdc_raw holds %d MiB, %.0f%% of cdc_total_space (%d MiB), while the stream waits for the snapshot; "
+                "at 100%% %s",
+                used >> 20,
+                share * 100,
+                limit >> 20,
+                outcome,
+            )
+
+    def headroom(self) -> DataLossHeadroom | None:
+        """How long until cdc_raw reaches cdc_total_space at the node's current CDC write rate, were
+        nothing read and deleted meanwhile; None while unknown."""
+        total = self.settings.cdc_total_space if self.settings is not None else None
+        if not total:
+            return None
+        self.growth.sample(time.monotonic())
+        seconds = self.growth.seconds_to_full(total)
+        rate = self.growth.write_rate()
+        if seconds is None or rate is None:
+            return None  # the rate needs a second sample
+        detail = (
+            f"cdc_raw holds {self.growth.used_bytes >> 20} of {total >> 20} MiB (cdc_total_space), "
+            f"the node writes {rate / 1024:.0f} KiB/s of CDC data"
+        )
+        return DataLossHeadroom(seconds, "cdc_raw_full", detail)

@@ -11,6 +11,11 @@ types, IPv6 addresses) is decoded by the reference's own ``CqlType``, so a chang
 change in Rust; a type it does decode (``native/src/commitlog/values.rs``: ``decimal`` to the same
 ``Decimal``, made from the same text) must follow a change of the reference (``cqltypes``).
 ``tests/unit/test_compiled_commitlog.py`` and ``test_compact_commitlog.py`` hold the paths equal.
+
+Whether this runs is decided in one place, :meth:`.decoding.CommitLogDecoding.entries` (the
+compact batches in :meth:`.readers.CommitLogReader.compact_batches`, which goes through it); the
+classes here take the compiled core (``cdcflow._native``) as an argument. docs/fast-paths.md
+lists every hot path of cdcflow this way.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdcflow.native import native_module
 from cdcflow.schemas import parse_cql_type
 from cdcflow.sources.cassandra_commitlog.changes import RowChange
 from cdcflow.sources.cassandra_commitlog.exceptions import CorruptEntryError
@@ -28,7 +32,7 @@ from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchem
 from cdcflow.sources.cassandra_commitlog.segment import EntryFault, Section, SegmentRead
 from cdcflow.sources.cql.cqltypes import CqlType, native_type_name
 
-__all__ = ["CompactInto", "CompiledDecoder", "CompiledFramer", "UpdateChanges", "compiled_core", "type_description"]
+__all__ = ["CompactInto", "CompiledDecoder", "CompiledFramer", "UpdateChanges", "type_description"]
 
 UpdateChanges = tuple[TableSchema, bytes, list[RowChange]]
 """A wanted partition update's table, raw partition key and row changes."""
@@ -58,11 +62,6 @@ _COMPILED_NATIVE = frozenset(
         "inet",
     }
 )
-
-
-def compiled_core() -> Any:
-    """``cdcflow._native`` when the compiled core is in use, else None."""
-    return native_module()
 
 
 def type_description(cql: CqlType) -> tuple[Any, ...]:
@@ -120,15 +119,8 @@ class CompiledDecoder:
     """
 
     def __init__(
-        self,
-        catalog: SchemaCatalog,
-        decode_table: Any,
-        native: Any | None = None,
-        dropped: Collection[str] | None = None,
+        self, catalog: SchemaCatalog, decode_table: Any, native: Any, dropped: Collection[str] | None = None
     ) -> None:
-        native = native if native is not None else native_module()
-        if native is None:
-            raise RuntimeError("the compiled core (cdcflow._native) is not available")
         self.catalog = catalog
         self._native = native.CommitLogDecoder(
             lambda raw: catalog.table(table_id_text(raw)), _table_description, decode_table, RowChange, dropped

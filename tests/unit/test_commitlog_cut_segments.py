@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from cdcflow.sources.cassandra_commitlog.compiled import CompiledFramer, compiled_core
+from cdcflow.native import native_module
+from cdcflow.sources.cassandra_commitlog.compiled import CompiledFramer
 from cdcflow.sources.cassandra_commitlog.segment import (
     Entry,
     EntryFault,
@@ -29,7 +30,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"
 FORMATS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists())
 PLAIN = [name for name in FORMATS if "-" not in name]  # v7, v8: logical positions are file offsets
 COMPRESSED = [name for name in FORMATS if "-" in name]
-NATIVE = compiled_core()
+NATIVE = native_module()
 FRAMERS = ["reference", pytest.param("compiled", marks=pytest.mark.skipif(NATIVE is None, reason="no compiled core"))]
 
 

@@ -94,7 +94,7 @@ def _compact_and_reference(
 ) -> tuple[EventBatch, list[Any], list[tuple[bytes, str | None]]]:
     """The entries the compact form takes, as one batch, with the reference's events for them;
     and the mutations it declined."""
-    decoder = CompiledDecoder(catalog, _not_schema)
+    decoder = CompiledDecoder(catalog, _not_schema, NATIVE)
     builder = NATIVE.CompactBatchBuilder()
     expected: list[Any] = []
     declined: list[tuple[bytes, str | None]] = []
@@ -141,7 +141,7 @@ NOT_CARRIED = {
 def _declines_only_what_it_does_not_carry(catalog: SchemaCatalog, mutation: bytes, reason: str | None) -> None:
     """A mutation the compact form declines is one the compiled decoder declines too, or one
     with a change compact rows do not carry."""
-    if CompiledDecoder(catalog, _not_schema).decode(mutation) is not None:
+    if CompiledDecoder(catalog, _not_schema, NATIVE).decode(mutation) is not None:
         assert reason in NOT_CARRIED, f"declined a mutation compact rows carry: {reason}"
 
 
@@ -272,7 +272,7 @@ def _plain_writes(catalog: SchemaCatalog) -> list[tuple[str, bytes]]:
     for entry in read_entries(segment.read_bytes()):
         if not isinstance(entry, Entry):
             continue
-        updates = CompiledDecoder(catalog, _not_schema).decode(entry.mutation)
+        updates = CompiledDecoder(catalog, _not_schema, NATIVE).decode(entry.mutation)
         if updates and not _compact_and_reference(catalog, [entry.mutation])[2]:
             carried.append((updates[0][0].table_id, entry.mutation))
     return carried
@@ -292,14 +292,14 @@ def test_a_section_is_taken_from_after_up_to_up_to_until_an_entry_compact_rows_d
 
     def into_batch(after: int, up_to: int | None) -> tuple[Any, EventBatch]:
         builder = NATIVE.CompactBatchBuilder()
-        decoder = CompiledDecoder(catalog, _not_schema)
+        decoder = CompiledDecoder(catalog, _not_schema, NATIVE)
         outcome, _ = decoder.section_into(
             Section(0, len(payload), BASE, payload), after, CompactInto(builder, SEGMENT, up_to)
         )
         return outcome, _batch(builder)
 
     def read_gives(*taken: int) -> list[ChangeEvent]:
-        decoder = CompiledDecoder(catalog, _not_schema)
+        decoder = CompiledDecoder(catalog, _not_schema, NATIVE)
         mutations = [first, second, third, fourth, fifth]
         return [e for i in taken for e in _reference_events(decoder, mutations[i], ends[i], None) or []]
 
@@ -330,12 +330,13 @@ def test_mutations_of_a_table_the_source_found_dropped_are_skipped_whole_and_cou
     section = Section(0, len(payload), BASE, payload)
 
     builder = NATIVE.CompactBatchBuilder()
-    outcome, _ = CompiledDecoder(catalog, _not_schema).section_into(section, BASE - 1, CompactInto(builder, SEGMENT))
+    decoder = CompiledDecoder(catalog, _not_schema, NATIVE)
+    outcome, _ = decoder.section_into(section, BASE - 1, CompactInto(builder, SEGMENT))
     assert (outcome.refused, outcome.dropped, len(builder)) == ("unknown table", 0, 0)
 
     builder = NATIVE.CompactBatchBuilder()
-    decoder = CompiledDecoder(catalog, _not_schema, dropped={gone_table})
+    decoder = CompiledDecoder(catalog, _not_schema, NATIVE, dropped={gone_table})
     outcome, _ = decoder.section_into(section, BASE - 1, CompactInto(builder, SEGMENT))
     assert (outcome.refused, outcome.dropped) == (None, 1)
-    reference = _reference_events(CompiledDecoder(catalog, _not_schema), kept, BASE + len(payload), None)
+    reference = _reference_events(CompiledDecoder(catalog, _not_schema, NATIVE), kept, BASE + len(payload), None)
     _same_events(_batch(builder).records(), reference or [])

@@ -70,7 +70,7 @@ def _reference(catalog: SchemaCatalog, version: int, mutation: bytes, wanted: An
 def _assert_same(catalog: SchemaCatalog, version: int, mutation: bytes, wanted: Any = _everything) -> bool:
     """Asserts the compiled decoder agrees with the reference; True when the reference decoded."""
     expected = _reference(catalog, version, mutation, wanted)
-    decoder = CompiledDecoder(catalog, wanted)
+    decoder = CompiledDecoder(catalog, wanted, NATIVE)
     compiled = decoder.decode(mutation)
     if isinstance(expected, Exception):
         assert compiled is None, f"the reference raised {expected!r}, the compiled core decoded {compiled!r}"
@@ -88,7 +88,7 @@ def test_every_fixture_mutation_decodes_as_the_reference_decodes_it(name: str) -
     entries = [e for e in read_entries(segment.read_bytes()) if isinstance(e, Entry)]
     assert entries and all(_assert_same(catalog, version, e.mutation, _not_schema) for e in entries)
     # Wanted system_schema updates are left to the reference, which decodes them.
-    declined = [e for e in entries if CompiledDecoder(catalog, _everything).decode(e.mutation) is None]
+    declined = [e for e in entries if CompiledDecoder(catalog, _everything, NATIVE).decode(e.mutation) is None]
     assert declined and all(not isinstance(_reference(catalog, version, e.mutation), Exception) for e in declined)
 
 
