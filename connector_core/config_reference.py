@@ -4,7 +4,7 @@ Every setting of a pipeline file is described once, where it is declared: a ``Fi
 ``description``, its type, its default and its constraints. This module turns those models (the
 pipeline's own in :mod:`cdcflow.config`, the worker group's in :mod:`cdcflow.group.config`, and the
 config model of every built-in plugin the registry holds) into one Markdown page, so the reference
-cannot drift from the code. ``tests/unit/test_config_reference.py`` fails when the committed page is
+cannot drift from the code. ``tests/unit/project/test_config_reference.py`` fails when the committed page is
 not what this module writes now.
 
 Regenerate it from the repository's root::
@@ -149,7 +149,7 @@ def _preamble(parts: Mapping[str, Sequence[_Section]]) -> list[str]:
         "Every setting of a pipeline file, as the models that check it declare it: type, default and "
         "what it is for. Written by `python -m cdcflow.config_reference` from `cdcflow.config`, "
         "`cdcflow.group.config` and each built-in plugin's config model; "
-        "`tests/unit/test_config_reference.py` fails when this page is stale. How pipeline files are "
+        "`tests/unit/project/test_config_reference.py` fails when this page is stale. How pipeline files are "
         "written, interpolated and checked: [configuration.md](configuration.md).",
         "",
         "A setting marked *required* has no default. `null` is YAML's null (or leaving the setting out "

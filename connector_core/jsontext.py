@@ -74,7 +74,7 @@ def _compact_json_encoders() -> tuple[Callable[[Any], str], Callable[[Any, str |
 
     native = native_module()
     if native is not None:
-        # The compiled core writes the same text (tests/unit/test_compiled_encoders.py).
+        # The compiled core writes the same text (tests/unit/connector_core/test_compiled_encoders.py).
         encoder = native.JsonEncoder(json_default)
         return encoder.dumps, encoder.envelope, encoder
     dumps = _encoder(sort_keys=False, ensure_ascii=False, default=json_default)

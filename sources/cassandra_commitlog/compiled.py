@@ -10,7 +10,8 @@ stores. What the compiled core does not decode itself (``duration``, user types 
 types, IPv6 addresses) is decoded by the reference's own ``CqlType``, so a change there needs no
 change in Rust; a type it does decode (``native/src/commitlog/values.rs``: ``decimal`` to the same
 ``Decimal``, made from the same text) must follow a change of the reference (``cqltypes``).
-``tests/unit/test_compiled_commitlog.py`` and ``test_compact_commitlog.py`` hold the paths equal.
+``test_compiled_commitlog.py`` and ``test_compact_commitlog.py`` (``tests/unit/sources/cassandra_commitlog/``)
+hold the paths equal.
 
 Whether this runs is decided in one place, :meth:`.decoding.CommitLogDecoding.entries` (the
 compact batches in :meth:`.readers.CommitLogReader.compact_batches`, which goes through it); the

@@ -5,7 +5,7 @@
 //! same `Decimal`, made from the same text); every other type (IPv6 `inet`; `duration`; user
 //! types, as dicts; custom types; `empty`) is handed to the reference's own decoder, so a change
 //! to how the reference represents them needs no change here. A type moved from the reference to
-//! Rust must keep its exact result: `tests/unit/test_compiled_commitlog.py` holds the two equal
+//! Rust must keep its exact result: `tests/unit/sources/cassandra_commitlog/test_compiled_commitlog.py` holds the two equal
 //! over random tables of every type.
 //!
 //! Every function here returns `Err(Decline)` instead of raising: the caller then lets the

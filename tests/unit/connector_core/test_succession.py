@@ -19,7 +19,7 @@ from cdcflow.events import ChangeEvent, Op, Record, SourceInfo
 from cdcflow.pipeline import HashAssignment, build_runner
 from cdcflow.plugins import PluginRegistry
 from cdcflow.succession import SuccessionGate
-from tests.unit.test_delivery_loop import RecordingSink
+from tests.unit.connector_core.test_delivery_loop import RecordingSink
 
 KEYS = 3
 

@@ -19,7 +19,7 @@ from cdcflow.errors import ConfigFieldError
 from cdcflow.group.runner import GroupPipelineRunner
 from cdcflow.pipeline import BucketAssignment, HashAssignment, bucket_of, build_runner
 from cdcflow.plugins import PluginRegistry
-from tests.unit.test_delivery_loop import RecordingSink
+from tests.unit.connector_core.test_delivery_loop import RecordingSink
 
 
 @dataclass

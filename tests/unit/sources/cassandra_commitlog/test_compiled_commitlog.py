@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from cdcflow.sources.cassandra_commitlog.segment import (
     read_framed,
 )
 from tests.commitlog_writer import catalogs, mutations
+from tests.paths import COMMITLOG_FIXTURES
 
 NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
@@ -39,8 +39,7 @@ pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcfl
 if NATIVE is not None:
     from cdcflow.sources.cassandra_commitlog.compiled import CompiledDecoder, CompiledFramer
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"
-FORMATS = sorted(p.name for p in FIXTURES.iterdir() if (p / "schema.json").exists())
+FORMATS = sorted(p.name for p in COMMITLOG_FIXTURES.iterdir() if (p / "schema.json").exists())
 
 
 def _everything(table: TableSchema) -> bool:
@@ -82,8 +81,8 @@ def _assert_same(catalog: SchemaCatalog, version: int, mutation: bytes, wanted: 
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_every_fixture_mutation_decodes_as_the_reference_decodes_it(name: str) -> None:
-    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
-    catalog = SchemaCatalog.load(FIXTURES / name / "schema.json")
+    [segment] = sorted((COMMITLOG_FIXTURES / name).glob("CommitLog-*.log"))
+    catalog = SchemaCatalog.load(COMMITLOG_FIXTURES / name / "schema.json")
     version = int(name[1])  # v7, v7-zstd, v8, v8-lz4, ...
     entries = [e for e in read_entries(segment.read_bytes()) if isinstance(e, Entry)]
     assert entries and all(_assert_same(catalog, version, e.mutation, _not_schema) for e in entries)
@@ -164,7 +163,7 @@ def _framed(data: bytes, compiled: bool, after: int = 0, durable_to: int | None 
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_framing_gives_the_reference_entries_and_state(name: str) -> None:
-    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
+    [segment] = sorted((COMMITLOG_FIXTURES / name).glob("CommitLog-*.log"))
     data = segment.read_bytes()
     everything = _framed(data, compiled=False)
     assert _framed(data, compiled=True) == everything
@@ -173,7 +172,10 @@ def test_framing_gives_the_reference_entries_and_state(name: str) -> None:
     assert _framed(data, True, durable_to=middle) == _framed(data, False, durable_to=middle)
 
 
-_SEEDS = {name: next(iter(sorted((FIXTURES / name).glob("CommitLog-*.log")))).read_bytes()[:65536] for name in FORMATS}
+_SEEDS = {
+    name: next(iter(sorted((COMMITLOG_FIXTURES / name).glob("CommitLog-*.log")))).read_bytes()[:65536]
+    for name in FORMATS
+}
 
 
 def test_damaged_segments_frame_and_fail_as_the_reference_does() -> None:
@@ -194,7 +196,7 @@ def test_damaged_segments_frame_and_fail_as_the_reference_does() -> None:
         framed = _framed(bytes(data), compiled=True)
         assert framed == _framed(bytes(data), compiled=False)
         outcomes["framed entries"] += sum(item[0] == "entry" for item in framed[0])
-        catalog = SchemaCatalog.load(FIXTURES / name / "schema.json")
+        catalog = SchemaCatalog.load(COMMITLOG_FIXTURES / name / "schema.json")
         entries: list[Entry] = []
         with contextlib.suppress(CommitLogError):  # a header nothing reads: compared above
             entries += [item for item in read_entries(bytes(data)) if isinstance(item, Entry)]

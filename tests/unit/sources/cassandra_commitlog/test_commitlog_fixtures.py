@@ -36,19 +36,19 @@ from cdcflow.sources.cassandra_commitlog.segment import (
     read_segment_header,
 )
 from tests.commitlog_cases import by_case, in_order
+from tests.paths import COMMITLOG_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"
-FORMATS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists())
+FORMATS = sorted(p.name for p in COMMITLOG_FIXTURES.iterdir() if (p / "expected.json").exists())
 KEYSPACE = "fixture"
 
 
 def _segment(name: str) -> Path:
-    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
+    [segment] = sorted((COMMITLOG_FIXTURES / name).glob("CommitLog-*.log"))
     return segment
 
 
 def _catalog(name: str) -> SchemaCatalog:
-    return SchemaCatalog.load(FIXTURES / name / "schema.json")
+    return SchemaCatalog.load(COMMITLOG_FIXTURES / name / "schema.json")
 
 
 def _decode(
@@ -70,7 +70,7 @@ def _decode(
 
 
 def _expected(name: str) -> dict[str, list[dict[str, object]]]:
-    cases = json.loads((FIXTURES / name / "expected.json").read_text())
+    cases = json.loads((COMMITLOG_FIXTURES / name / "expected.json").read_text())
     return {case: in_order(case, changes) for case, changes in cases.items()}
 
 

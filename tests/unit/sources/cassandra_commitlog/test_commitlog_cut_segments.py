@@ -25,9 +25,9 @@ from cdcflow.sources.cassandra_commitlog.segment import (
     read_framed,
     read_segment_header,
 )
+from tests.paths import COMMITLOG_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"
-FORMATS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists())
+FORMATS = sorted(p.name for p in COMMITLOG_FIXTURES.iterdir() if (p / "expected.json").exists())
 PLAIN = [name for name in FORMATS if "-" not in name]  # v7, v8: logical positions are file offsets
 COMPRESSED = [name for name in FORMATS if "-" in name]
 NATIVE = native_module()
@@ -35,7 +35,7 @@ FRAMERS = ["reference", pytest.param("compiled", marks=pytest.mark.skipif(NATIVE
 
 
 def _segment(name: str) -> bytes:
-    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
+    [segment] = sorted((COMMITLOG_FIXTURES / name).glob("CommitLog-*.log"))
     return segment.read_bytes()
 
 
@@ -176,14 +176,14 @@ def test_dump_of_a_cut_segment_beside_its_completed_index_reports_the_cut(
     from cdcflow.cli import main
 
     data, entries, synced = _closed(name)
-    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
+    [segment] = sorted((COMMITLOG_FIXTURES / name).glob("CommitLog-*.log"))
     section = _sections(data)[len(_sections(data)) // 2]
     cut = section.marker_position + 5  # inside its sync marker
     before = section.logical_start - 8  # the marker's logical position: where reading ends
     copy = tmp_path / segment.name
     copy.write_bytes(data[:cut])
     (tmp_path / f"{copy.stem}_cdc.idx").write_text(f"{synced}\nCOMPLETED")
-    schema = str(FIXTURES / name / "schema.json")
+    schema = str(COMMITLOG_FIXTURES / name / "schema.json")
     assert main(["commitlog", "dump", str(copy), "--schema-from", schema, "--system-tables"]) == 1
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     positions = [line["position"] for line in lines if "changes" in line]

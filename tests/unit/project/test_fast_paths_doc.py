@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
 PAGE = REPO / "docs" / "fast-paths.md"
 # The packages of the cdcflow distribution and the module names they install as.
 PACKAGES = {

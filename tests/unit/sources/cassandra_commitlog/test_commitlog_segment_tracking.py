@@ -13,8 +13,9 @@ import pytest
 from cdcflow.sources.cassandra_commitlog.cdc_index import CdcIndex
 from cdcflow.sources.cassandra_commitlog.cdc_raw import CLOSED_WITHOUT_INDEX, CdcRawSegments, Position
 from cdcflow.sources.cassandra_commitlog.segment import SegmentRead, read_entries
+from tests.paths import COMMITLOG_FIXTURES
 
-FIXTURE = next((Path(__file__).resolve().parents[1] / "fixtures" / "commitlog" / "v7").glob("CommitLog-*.log"))
+FIXTURE = next((COMMITLOG_FIXTURES / "v7").glob("CommitLog-*.log"))
 
 
 def _synced_end(data: bytes) -> int:

@@ -11,8 +11,7 @@ from cdcflow.config import SparkEngineConfig, WorkerEngineConfig, load_pipeline
 from cdcflow.errors import ConfigFieldError, ConfigFileError, EngineUnsupportedError, MissingEnvironmentVariableError
 from cdcflow.group.config import GroupConfig
 from cdcflow.plugins import PluginRegistry
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 
 @pytest.fixture(scope="module")

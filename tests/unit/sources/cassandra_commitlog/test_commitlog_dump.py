@@ -10,8 +10,9 @@ import pytest
 
 from cdcflow.cli import main
 from tests.commitlog_cases import by_case, in_order
+from tests.paths import COMMITLOG_FIXTURES
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog" / "v8-lz4"
+FIXTURE = COMMITLOG_FIXTURES / "v8-lz4"
 
 
 def _segment() -> Path:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cdcflow.config_reference import github_anchor
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)

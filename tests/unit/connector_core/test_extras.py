@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 # Every module an extra brings; blocking them all leaves the core.
 ALL_EXTRA_MODULES = ("cassandra", "cramjam", "grpc", "google.protobuf", "pyspark", "pyarrow", "pandas", "faust")
@@ -93,8 +93,11 @@ KAFKA_CHECKPOINT = "checkpoint: {type: kafka, bootstrap_servers: '127.0.0.1:9092
         ("cassandra", [CASSANDRA_SOURCE, FILE_SINK], needs("source cassandra_commitlog", "cassandra", "cassandra")),
         ("cramjam", [CASSANDRA_SOURCE, FILE_SINK], needs("source cassandra_commitlog", "cassandra", "cramjam")),
         ("grpc", [TIKV_SOURCE, FILE_SINK], needs("source tikv_rawkv", "tikv", "grpc")),
-        ("pyspark", [DATAGEN, "sink: {type: parquet, path: out}", "engine: {type: spark}"],
-         needs("sink parquet", "spark", "pyspark")),
+        (
+            "pyspark",
+            [DATAGEN, "sink: {type: parquet, path: out}", "engine: {type: spark}"],
+            needs("sink parquet", "spark", "pyspark"),
+        ),
         ("pyspark", [DATAGEN, FILE_SINK, "engine: {type: spark}"], needs("engine spark", "spark", "pyspark")),
         ("faust", [DATAGEN, FILE_SINK, GROUP, KAFKA_CHECKPOINT], needs("engine.group", "group", "faust")),
     ],

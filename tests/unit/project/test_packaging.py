@@ -9,7 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
 FOLDERS = {
     "cdcflow": "connector_core",
     "cdcflow.sources": "sources",

@@ -30,7 +30,7 @@ from cdcflow.jsontext import json_default
 from cdcflow.native import native_module
 from cdcflow.schemas import avro_envelope_row, avro_value_schema
 from cdcflow.wire_values import row_encoder
-from tests.unit.test_avro_writer import EVERY_CQL_TYPE, USER_TYPES
+from tests.unit.connector_core.test_avro_writer import EVERY_CQL_TYPE, USER_TYPES
 
 NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")

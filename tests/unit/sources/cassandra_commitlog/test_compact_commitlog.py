@@ -34,6 +34,7 @@ from cdcflow.sources.cassandra_commitlog.changes import VERSION, change_event
 from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog, TableSchema
 from cdcflow.sources.cassandra_commitlog.segment import Entry, Section, read_entries
 from tests.commitlog_writer import catalogs, mutations
+from tests.paths import COMMITLOG_FIXTURES
 
 NATIVE = native_module()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcflow._native) is not built")
@@ -41,8 +42,7 @@ pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled core (cdcfl
 if NATIVE is not None:
     from cdcflow.sources.cassandra_commitlog.compiled import CompactInto, CompiledDecoder
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "commitlog"
-FORMATS = sorted(p.name for p in FIXTURES.iterdir() if (p / "schema.json").exists())
+FORMATS = sorted(p.name for p in COMMITLOG_FIXTURES.iterdir() if (p / "schema.json").exists())
 CONTEXT = PluginContext("compact", Path("compact.yaml"))
 CLUSTER, NODE, SEGMENT, NOW_MS = "c1", "node-1", 7, 1_795_000_000_000
 BASE = 1000  # the section's logical start: positions are offsets past it
@@ -251,8 +251,8 @@ def test_compact_commitlog_messages_are_what_each_converter_writes_for_each_even
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_the_segments_cassandra_wrote_give_the_same_events_compact(name: str) -> None:
-    [segment] = sorted((FIXTURES / name).glob("CommitLog-*.log"))
-    catalog = SchemaCatalog.load(FIXTURES / name / "schema.json")
+    [segment] = sorted((COMMITLOG_FIXTURES / name).glob("CommitLog-*.log"))
+    catalog = SchemaCatalog.load(COMMITLOG_FIXTURES / name / "schema.json")
     mutation_list = [e.mutation for e in read_entries(segment.read_bytes()) if isinstance(e, Entry)]
     batch, expected, declined = _compact_and_reference(catalog, mutation_list)
     assert len(batch) > 0, "the real segments' plain writes travel compact"
@@ -267,7 +267,7 @@ def test_the_segments_cassandra_wrote_give_the_same_events_compact(name: str) ->
 def _plain_writes(catalog: SchemaCatalog) -> list[tuple[str, bytes]]:
     """The mutations of the v8 fixture's segment that compact batches carry, each with the id of
     its (first) table."""
-    [segment] = sorted((FIXTURES / "v8").glob("CommitLog-*.log"))
+    [segment] = sorted((COMMITLOG_FIXTURES / "v8").glob("CommitLog-*.log"))
     carried = []
     for entry in read_entries(segment.read_bytes()):
         if not isinstance(entry, Entry):
@@ -282,7 +282,7 @@ def test_a_section_is_taken_from_after_up_to_up_to_until_an_entry_compact_rows_d
     """decode_section_into takes the entries of the range in one call: those ending past ``after``,
     none past ``up_to`` (and says it reached it), and stops at a corrupt entry, saying why and
     where, with the batch holding exactly the events read gives for the entries before it."""
-    catalog = SchemaCatalog.load(FIXTURES / "v8" / "schema.json")
+    catalog = SchemaCatalog.load(COMMITLOG_FIXTURES / "v8" / "schema.json")
     first, second, third, fourth, fifth = [mutation for _, mutation in _plain_writes(catalog)[:5]]
     corrupt = bytearray(_framed(fourth))
     corrupt[-1] ^= 0xFF  # the entry's data CRC
@@ -320,7 +320,7 @@ def test_mutations_of_a_table_the_source_found_dropped_are_skipped_whole_and_cou
     """A table the schema no longer knows refuses the section (the source's read then decides:
     a schema refresh, or a dropped table), unless the source found it dropped: then its
     mutations are skipped, as read skips them, and the rest of the section is taken."""
-    description = json.loads((FIXTURES / "v8" / "schema.json").read_text())
+    description = json.loads((COMMITLOG_FIXTURES / "v8" / "schema.json").read_text())
     writes = _plain_writes(SchemaCatalog.from_description(description))
     gone_table, gone = writes[0]
     kept = next(mutation for table_id, mutation in writes if table_id != gone_table)

@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field
 
 from cdcflow.config_reference import main, render_config_reference
 from cdcflow.plugins import PluginRegistry
+from tests.paths import REPO
 
-REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "config-reference.md"
+REFERENCE = REPO / "docs" / "config-reference.md"
 
 
 @pytest.fixture(scope="module")
