@@ -31,9 +31,8 @@ from cdcflow.errors import (
 )
 from cdcflow.events import ChangeEvent, Op, Record, SourceInfo, raw_bytes_event
 from cdcflow.kafka_client import TOMBSTONE_HEADER, KafkaClientConfig
-from cdcflow.pipeline import DEAD_LETTER_STAGE_HEADER
 from cdcflow.prerequisites import CheckResult, PrerequisiteScope
-from cdcflow.record_errors import CONVERT_STAGE, SINK_STAGE
+from cdcflow.record_errors import CONVERT_STAGE, DEAD_LETTER_STAGE_HEADER, SINK_STAGE
 from cdcflow.schemas import DecimalHandling
 from cdcflow.sinks.kafka.exceptions import RecordRefusedInTransactionError, TombstoneWithheldError
 from cdcflow.sinks.kafka.prerequisites import check_sink_topics
