@@ -5,24 +5,38 @@ find data source: kafka. Please deploy ...", "Failed to find the data source: ..
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cdcflow.capabilities import SparkNativeSource
 from cdcflow.config import load_pipeline
-from cdcflow.contract import PluginContext
+from cdcflow.contract import Offset, PluginContext
 from cdcflow.errors import EngineUnavailableError
+from cdcflow.events import Record
 from cdcflow.plugins import PluginRegistry
 
 pytestmark = [pytest.mark.spark]
 
 
 class ReadsThroughAConnectorNoSparkHas:
-    """A source whose Spark stream is read by a connector that is not installed anywhere."""
+    """A source whose Spark stream is read by a connector that is not installed anywhere: a
+    ``SparkNativeSource`` (the engine asks only those for a stream) whose other methods are never
+    reached, since the stream fails to start."""
 
     def spark_native_stream(self, session: Any, max_records_per_read: int) -> Any:
         return session.readStream.format("cdcflow.tests.no_such_connector").load()
+
+    def decode_spark_row(self, row: Mapping[str, Any]) -> Record | None:
+        raise AssertionError("no row is read from a stream that never started")
+
+    def spark_native_offsets(self, logged: Mapping[str, Any]) -> dict[str, Offset]:
+        raise AssertionError("no offset is logged by a stream that never started")
+
+    def spark_native_log(self, offsets: Mapping[str, Offset]) -> dict[str, Any]:
+        raise AssertionError("no offset is logged by a stream that never started")
 
 
 @pytest.mark.parametrize("connector", ["kafka", "any other"])
@@ -46,6 +60,7 @@ def test_a_spark_without_the_sources_connector_is_named_as_such(tmp_path: Path, 
         if connector == "kafka"
         else ReadsThroughAConnectorNoSparkHas()
     )
+    assert isinstance(source, SparkNativeSource)  # else the engine would not ask it for a stream
     session = spark_session("cdcflow-connector-missing", "local[1]", {}, jars=[])  # no connector jars
     try:
         with pytest.raises(EngineUnavailableError, match="Spark's connector for source type 'kafka' is not installed"):
