@@ -89,14 +89,15 @@ def tune_garbage_collector() -> None:
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-# The heap's free top is given back to the system only past this, and small (< 32 MiB) blocks come
-# from the heap, not from mmap: a batch's encoded values and the producer's copies of them (a few
-# MB, freed when the batch is delivered) then reuse pages already mapped. With glibc's defaults
-# (128 KiB, adapting) each batch gave its pages back and faulted them in again: datagen -> kafka
-# took 0.44 minor page faults an event against a plain Producer loop's 0.10, and 5.8 us of CPU an
-# event against 4.5-5.0 with these settings (1.5 KB avro events, 2026-11-26). What is kept is
-# bounded by what a worker holds at once (the producer's buffer, a batch), so memory stays flat.
-_ALLOCATOR_SETTINGS = ((_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 128 << 20), (_M_TOP_PAD, 16 << 20))
+# Blocks under 4 MiB come from the heap (not mmap), and its free top is given back to the system
+# only past 16 MiB: a batch's encoded values and the producer's copies of them (a few MB, freed once
+# delivered) then reuse pages already mapped. With glibc's defaults (128 KiB, adapting) each batch
+# gave its pages back and faulted them in again: datagen -> kafka took 0.44 minor page faults an
+# event against a plain Producer loop's 0.10, and 5.8 us of CPU an event against 5.1-5.4 with these
+# settings (1.5 KB avro events, 2026-11-26; 32/128/16 MiB did no better). What stays mapped is
+# bounded (16 MiB of free top, 8 MiB of padding), and larger blocks (a commit-log segment read
+# whole) still come from mmap and go back when freed.
+_ALLOCATOR_SETTINGS = ((_M_MMAP_THRESHOLD, 4 << 20), (_M_TRIM_THRESHOLD, 16 << 20), (_M_TOP_PAD, 8 << 20))
 
 
 def tune_memory_allocator() -> bool:
