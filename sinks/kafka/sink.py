@@ -437,8 +437,8 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             if not (pending and (topic, key) in pending):
                 if not tombstone_follows:
                     # Most messages: _produced_at_once's plain case, without a call per message,
-                    # and positional arguments, which confluent-kafka parses in a third of the time
-                    # of keywords (1.5 against 2.3 us a call with headers=None, 1.5 KB values).
+                    # and by position, which confluent-kafka parses faster than keywords (a call
+                    # took 1.5 us against 2.3 with keywords and headers=None, 1.5 KB values).
                     try:
                         if event_headers is None:
                             produce(topic, value, key)
