@@ -422,18 +422,14 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         if encoded is None:
             return None
         rejected: list[Rejected] = []
-        produce, pending = producer.produce, self._pending
+        produce, produced_at_once, pending = producer.produce, self._produced_at_once, self._pending
         tables, events, keys, values, headers = encoded
-        # The next message a tombstone follows (a keyed delete), found by the list's own search
-        # rather than by a look at the next value per message.
-        delete_at = _next_followed_by_tombstone(values, 0)
-        for index, (table, key, value, event_headers) in enumerate(zip(tables, keys, values, headers, strict=True)):
+        last = len(values) - 1
+        for index, value in enumerate(values):
             if value is None:
                 continue  # the encoder's tombstone after the delete before it: flush writes it
-            topic = topics[table]
-            tombstone_follows = index == delete_at
-            if tombstone_follows:
-                delete_at = _next_followed_by_tombstone(values, index + 1)
+            topic, key, event_headers = topics[tables[index]], keys[index], headers[index]
+            tombstone_follows = index < last and values[index + 1] is None
             if not (pending and (topic, key) in pending):
                 if not tombstone_follows:
                     # Most messages: _produced_at_once's plain case, without a call per message,
@@ -447,7 +443,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                         continue
                     except (BufferError, KafkaException):
                         pass
-                elif self._produced_at_once(producer, topic, key, value, event_headers, True):
+                elif produced_at_once(producer, topic, key, value, event_headers, tombstone_follows):
                     continue
             message = _Outgoing(topic, key, value, event_headers, batch, events[index], tombstone_follows)
             self._send(producer, message, rejected)
@@ -668,19 +664,6 @@ class KafkaSink(Sink[KafkaSinkConfig]):
             # store lent is the store's to end.)
             lane.producer.flush(5.0)
             lane.forget()
-
-
-def _next_followed_by_tombstone(values: list[bytes | None], start: int) -> int:
-    """The first index from ``start`` on whose message the encoder followed by a tombstone (a value
-    and then None), -1 if none: what the event-batch loop compares each index with."""
-    while True:
-        try:
-            tombstone = values.index(None, start + 1)
-        except ValueError:
-            return -1
-        if values[tombstone - 1] is not None:
-            return tombstone - 1
-        start = tombstone
 
 
 def _held_size(message: _Outgoing) -> int:

@@ -17,7 +17,7 @@ from cdcflow.contract import PluginContext, Rejected
 from cdcflow.errors import RecordRejectedError
 from cdcflow.native import native_module
 from cdcflow.sinks.kafka.exceptions import TombstoneWithheldError
-from cdcflow.sinks.kafka.sink import KafkaSink, _next_followed_by_tombstone
+from cdcflow.sinks.kafka.sink import KafkaSink
 from cdcflow.sources.datagen import DatagenConfig, DatagenSource
 from tests.unit.sinks.kafka.recording_producer import Produced, RecordingProducers
 from tests.unit.sinks.kafka.test_sink_logic import sink_with, what
@@ -68,9 +68,8 @@ def as_compared(messages: list[Produced]) -> list[tuple[str, bytes | None, bytes
 
 def test_a_batch_gives_the_messages_its_records_give_in_the_same_order() -> None:
     # Mutants killed: write_event_batch taking the message after a delete as the one its tombstone
-    # follows (_next_followed_by_tombstone returning the tombstone's own index), or not moving on
-    # to the next delete (delete_at left as it was): deletes without tombstones, or tombstones after
-    # the wrong message.
+    # follows (values[index + 2] for values[index + 1]), or a delete as a plain message: deletes
+    # without tombstones, or tombstones after the wrong message.
     batches = datagen_batches(batch_size=37)
     from_batches, rejected = written(batches, as_batches=True)
     from_records, _ = written(batches, as_batches=False)
@@ -121,19 +120,3 @@ def test_a_full_producer_buffer_in_the_middle_of_a_batch_is_waited_out_in_order(
     # Refused by the loop, then by _produce twice, polling for room each time.
     assert producer.calls[before : before + 6] == ["produce", "produce", "poll", "produce", "poll", "produce"]
     assert producer.calls.count("produce") == len(producer.produced) + 3
-
-
-@pytest.mark.parametrize(
-    ("values", "start", "expected"),
-    [
-        ([b"c", b"d", None, b"c"], 0, 1),
-        ([b"d", None, b"d", None], 1, 2),
-        ([None, b"c", b"c"], 0, -1),  # a tombstone first follows nothing
-        ([b"d", None, None, b"d", None], 1, 3),  # two tombstones in a row: the second follows nothing
-        ([b"c", b"c"], 0, -1),
-    ],
-)
-def test_the_next_message_a_tombstone_follows(values: list[bytes | None], start: int, expected: int) -> None:
-    # Mutant killed: _next_followed_by_tombstone without its check that a value precedes the
-    # tombstone (the fourth case gives 1, the index of a tombstone).
-    assert _next_followed_by_tombstone(values, start) == expected
