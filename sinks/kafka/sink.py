@@ -476,10 +476,12 @@ class KafkaSink(Sink[KafkaSinkConfig]):
         try:
             if tombstone_follows:
                 tombstone = _PendingTombstone(topic, key)
-                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=tombstone.on_delivery)
+                producer.produce(topic, value, key, headers=headers, on_delivery=tombstone.on_delivery)
                 self._pending[(topic, key)] = tombstone
+            elif headers is None:
+                producer.produce(topic, value, key)  # by position: parsed faster (write_event_batch)
             else:
-                producer.produce(topic, value=value, key=key, headers=headers)
+                producer.produce(topic, value, key, headers=headers)
         except (BufferError, KafkaException):
             return False
         return True
@@ -598,7 +600,7 @@ class KafkaSink(Sink[KafkaSinkConfig]):
                         break
                     continue
                 try:
-                    produce(topic, value=message.value, key=key, headers=message.headers)
+                    produce(topic, message.value, key, headers=message.headers)
                 except (BufferError, KafkaException):
                     self._send(producer, message, rejected)
 
