@@ -33,6 +33,7 @@ from cdcflow.converters import converter_from_fields
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.pipeline import build_runner
 from cdcflow.plugins import PluginRegistry
+from cdcflow.processes import tune_memory_allocator
 from cdcflow.worker import tune_garbage_collector
 
 
@@ -159,6 +160,7 @@ def main() -> None:
     registry = PluginRegistry.from_entry_points()
     runner = build_runner(load_pipeline(file, registry), registry)
     tune_garbage_collector()  # as `cdcflow run` does
+    tune_memory_allocator()
 
     rss_samples: list[tuple[float, float]] = []
     done = threading.Event()

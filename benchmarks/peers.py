@@ -513,6 +513,7 @@ def _kafka_cdcflow(args: argparse.Namespace) -> None:
     from cdcflow.metrics import METRICS_REGISTRY
     from cdcflow.pipeline import build_runner
     from cdcflow.plugins import PluginRegistry
+    from cdcflow.processes import tune_memory_allocator
     from cdcflow.worker import tune_garbage_collector
 
     prefix = args.prefix
@@ -528,7 +529,8 @@ def _kafka_cdcflow(args: argparse.Namespace) -> None:
     )
     registry = PluginRegistry.from_entry_points()
     runner = build_runner(load_pipeline(file, registry), registry)
-    tune_garbage_collector()
+    tune_garbage_collector()  # as `cdcflow run` does
+    tune_memory_allocator()
     wall, cpu = time.perf_counter(), time.process_time()
     runner.run()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

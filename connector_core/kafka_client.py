@@ -199,7 +199,9 @@ class KafkaClientConfig(BaseModel):
         while True:
             remaining = deadline - time.monotonic()
             try:
-                admin.list_topics(timeout=max(0.2, min(1.0, remaining)))
+                # A metadata request for no topic (what describe_cluster sends): list_topics()
+                # asks for every topic, 0.04 s of CPU at start-up against a broker holding 4,000.
+                admin.describe_cluster(request_timeout=max(0.2, min(1.0, remaining))).result()
                 return
             except KafkaException as exc:
                 errors.append(exc.args[0])
@@ -214,8 +216,13 @@ class KafkaClientConfig(BaseModel):
                         f"{_readable(error.str())}"
                     )
             if remaining <= 1.0:
-                causes = [e for e in errors if e.code() not in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)]
-                cause = (causes or [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN] or errors)[-1]
+                # The most telling error: one that says why (not a transport failure, not the
+                # request's own timeout), else why a connection failed, else any.
+                vague = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+                causes = [e for e in errors if e.code() not in vague]
+                transport = [e for e in errors if e.code() == KafkaError._TRANSPORT]
+                other = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+                cause = (causes or transport or other or errors)[-1]
                 raise StartupCheckError(
                     f"{where}.bootstrap_servers: no Kafka broker at {bootstrap_servers} answered within "
                     f"{timeout_s:.3g} s (engine.startup_timeout_s): {_readable(cause.str())}"

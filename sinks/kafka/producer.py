@@ -23,19 +23,20 @@ Headers = list[tuple[str, str | bytes | None]]
 class ProducerWrites(Protocol):
     """What a sink writes through: produce, and serve delivery reports (``poll``, ``flush``).
 
-    ``produce`` may raise ``BufferError`` (the buffer is full: poll and try again) or
-    ``KafkaException`` (refused at once); a failed delivery is reported later, from ``poll`` or
-    ``flush``, to the message's ``on_delivery`` or else the producer's own (its settings'
-    ``on_delivery``), as ``(KafkaError, Message)``. ``flush`` returns how many messages are still
-    undelivered when it gives up.
+    ``produce`` takes ``value`` and ``key`` by position too, as confluent-kafka's does (it parses
+    them faster so: the event-batch loop passes them by position). It may raise ``BufferError``
+    (the buffer is full: poll and try again) or ``KafkaException`` (refused at once); a failed
+    delivery is reported later, from ``poll`` or ``flush``, to the message's ``on_delivery`` or else
+    the producer's own (its settings' ``on_delivery``), as ``(KafkaError, Message)``. ``flush``
+    returns how many messages are still undelivered when it gives up.
     """
 
     def produce(
         self,
         topic: str,
-        *,
         value: bytes | None = None,
         key: bytes | None = None,
+        *,
         headers: Headers | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None: ...

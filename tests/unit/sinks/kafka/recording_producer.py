@@ -53,9 +53,9 @@ class RecordingProducer:
     def produce(
         self,
         topic: str,
-        *,
         value: bytes | None = None,
         key: bytes | None = None,
+        *,
         headers: list[tuple[str, str | bytes | None]] | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
