@@ -330,6 +330,15 @@ class ConverterError(CdcflowError):
     """A record cannot be converted to or from bytes."""
 
 
+class DecimalTooLongError(ConverterError, ValueError):
+    """A decimal whose plain text (Java's ``toPlainString``, which the JSON forms and
+    ``decimal_handling: string`` write) would be longer than cdcflow writes: ``1E+1308565576``, a
+    valid CQL decimal, is 1.3 GB of zeros in plain text. The record is refused (dead letters, or the
+    pipeline stops) instead of the worker running out of memory. A ValueError too, so that what
+    declines a value that does not fit (the compiled core's batch encoders, ``json.dumps``'s
+    callers) declines this one alike."""
+
+
 class SchemaRegistryError(ConverterError):
     """The schema registry refused a schema or could not be reached."""
 

@@ -19,6 +19,8 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any
 
+from cdcflow.errors import DecimalTooLongError
+
 __all__ = ["canonical_json", "compact_json", "compiled_json_encoder", "json_default", "json_envelope", "with_text_keys"]
 
 
@@ -30,8 +32,28 @@ def json_default(value: Any) -> Any:
     if isinstance(value, set | frozenset | tuple):
         return list(value)
     if isinstance(value, Decimal):
-        return format(value, "f")
+        return plain_decimal_text(value)
     return str(value)
+
+
+MAX_PLAIN_DECIMAL_CHARS = 100_000
+"""The longest plain text of a decimal cdcflow writes (digits, zeros, sign and point): far beyond
+any column's precision in practice, far below what would exhaust a worker's memory."""
+
+
+def plain_decimal_text(value: Decimal) -> str:
+    """A decimal as plain text, never in exponent notation (Java's ``toPlainString``): ``1E+3`` is
+    ``1000``. :class:`~cdcflow.errors.DecimalTooLongError` when that text would be longer than
+    :data:`MAX_PLAIN_DECIMAL_CHARS`."""
+    _, digits, exponent = value.as_tuple()
+    # NaN and Infinity have a string exponent and no digits to spell out; otherwise the plain text
+    # is at most the digits, the zeros the exponent adds, a sign, a point and a leading zero.
+    if isinstance(exponent, int) and len(digits) + abs(exponent) + 3 > MAX_PLAIN_DECIMAL_CHARS:
+        raise DecimalTooLongError(
+            f"decimal with {len(digits)} digits and exponent {exponent} has no plain text within "
+            f"{MAX_PLAIN_DECIMAL_CHARS:,} characters"
+        )
+    return format(value, "f")
 
 
 def with_text_keys(value: Any) -> Any:

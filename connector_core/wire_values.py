@@ -23,6 +23,7 @@ from typing import Any, Literal
 from cdcflow._avro_writer import epoch_millis, uuid_text
 from cdcflow.errors import ConverterError
 from cdcflow.events import Column, RowSchema
+from cdcflow.jsontext import plain_decimal_text
 from cdcflow.schemas import (
     _TEXT_TYPES,
     CONNECT_DECIMAL,
@@ -79,11 +80,6 @@ def decimal_to_unscaled(value: Decimal) -> tuple[int, int]:
 def unscaled_to_decimal(scale: int, unscaled: int) -> Decimal:
     """The decimal ``unscaled * 10^-scale``, with exactly that scale (no context rounding)."""
     return Decimal(f"{unscaled}E{-scale}")
-
-
-def plain_decimal_text(value: Decimal) -> str:
-    """A decimal as plain text, never in exponent notation (Java's ``toPlainString``): ``1E+3`` is ``1000``."""
-    return format(value, "f")
 
 
 # --- encoders: event values -> what the converter's schema describes ---------------------------------

@@ -6,6 +6,8 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
+
 from cdcflow.contract import PluginContext
 from cdcflow.converters import JsonConverter, JsonConverterConfig
 from cdcflow.events import ChangeEvent, Column, Op, RowSchema, SchemaChangeEvent, SourceInfo
@@ -82,3 +84,31 @@ def test_a_schemaless_column_null_in_one_record_is_typed_by_the_next_records_val
     assert after_types({"code": None})["code"] == "string"  # nothing else is known: optional text
     assert after_types({"code": 5})["code"] == "int64"
     assert after_types({"code": 2.5})["code"] == "float64"
+
+
+def test_a_decimal_whose_plain_text_is_too_long_is_refused_not_spelled_out() -> None:
+    # 1E+1308565576 is a valid CQL decimal (its scale is an int32); its plain text, what the string
+    # forms write, is 1.3 GB of zeros: the record is refused with its column named, while a long
+    # value under the limit is still written exactly.
+    from decimal import Decimal
+
+    from cdcflow.errors import ConverterError
+    from cdcflow.jsontext import MAX_PLAIN_DECIMAL_CHARS
+
+    schema = RowSchema(
+        "c1.ks.t",
+        (Column("id", "int", optional=False),),
+        (Column("id", "int", optional=False), Column("price", "decimal"), Column("history", "list<decimal>")),
+    )
+    converter = JsonConverter(JsonConverterConfig(type="json", decimal_handling="string"), CONTEXT)
+    long_but_written = Decimal(f"7E+{MAX_PLAIN_DECIMAL_CHARS - 10}")
+    for column, value in (
+        ("price", Decimal("-2.4E+1308565576")),
+        ("history", [Decimal("1.5"), Decimal("1E+1308565576")]),
+    ):
+        event = ChangeEvent(Op.CREATE, {"id": 1}, None, {"id": 1, column: value}, SOURCE, 1, schema)
+        with pytest.raises(ConverterError, match=rf"column '{column}': decimal .* no plain text within 100,000"):
+            converter.serialize_value(event, "c1.ks.t")
+    event = ChangeEvent(Op.CREATE, {"id": 1}, None, {"id": 1, "price": long_but_written}, SOURCE, 1, schema)
+    payload = json.loads(converter.serialize_value(event, "c1.ks.t") or b"")["payload"]
+    assert payload["after"]["price"] == "7" + "0" * (MAX_PLAIN_DECIMAL_CHARS - 10)
