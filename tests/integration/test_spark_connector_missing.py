@@ -5,6 +5,8 @@ find data source: kafka. Please deploy ...", "Failed to find the data source: ..
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from cdcflow.contract import Offset, PluginContext
 from cdcflow.errors import EngineUnavailableError
 from cdcflow.events import Record
 from cdcflow.plugins import PluginRegistry
+from tests.paths import REPO
 
 pytestmark = [pytest.mark.spark]
 
@@ -39,12 +42,13 @@ class ReadsThroughAConnectorNoSparkHas:
         raise AssertionError("no offset is logged by a stream that never started")
 
 
-@pytest.mark.parametrize("connector", ["kafka", "any other"])
-def test_a_spark_without_the_sources_connector_is_named_as_such(tmp_path: Path, connector: str) -> None:
+def check_in_this_process(directory: Path, connector: str) -> None:
+    """Starts a Spark without connector jars and asks the engine for the source's stream: raises
+    unless the engine names the kafka connector as missing."""
     from cdcflow.spark_engine.runner import _native_stream
     from cdcflow.spark_engine.session import spark_session
 
-    file = tmp_path / "p.yaml"
+    file = directory / "p.yaml"
     file.write_text(
         "name: p\n"
         # max_records_per_batch: the source plans without asking Kafka for its partitions
@@ -67,3 +71,24 @@ def test_a_spark_without_the_sources_connector_is_named_as_such(tmp_path: Path, 
             _native_stream(session, source, spec)
     finally:
         session.stop()
+
+
+@pytest.mark.parametrize("connector", ["kafka", "any other"])
+def test_a_spark_without_the_sources_connector_is_named_as_such(tmp_path: Path, connector: str) -> None:
+    # In a process of its own: Spark's driver JVM keeps the jars of the first session a process
+    # started (the parquet and delta tests start theirs in the test process, with the kafka
+    # connector), and a later session without them still finds the connector there.
+    script = (
+        "import sys; from pathlib import Path; "
+        "from tests.integration.test_spark_connector_missing import check_in_this_process; "
+        "check_in_this_process(Path(sys.argv[1]), sys.argv[2])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), connector],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
