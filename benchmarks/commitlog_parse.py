@@ -16,11 +16,11 @@ import time
 import zlib
 from pathlib import Path
 
+from cdcflow.processes import tune_garbage_collector
 from cdcflow.sources.cassandra_commitlog.changes import row_changes
 from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
 from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
 from cdcflow.sources.cassandra_commitlog.segment import Entry, read_entries
-from cdcflow.worker import tune_garbage_collector
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "commitlog" / "v7"
 

@@ -86,10 +86,10 @@ def main() -> None:
     from cdcflow.contract import PluginContext
     from cdcflow.converters import AvroConverter, AvroConverterConfig
     from cdcflow.native import native_module
+    from cdcflow.processes import tune_garbage_collector
     from cdcflow.sources.cassandra_commitlog.changes import change_event
     from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
     from cdcflow.sources.datagen import DatagenConfig, DatagenSource
-    from cdcflow.worker import tune_garbage_collector
 
     native = native_module()
     if native is None:

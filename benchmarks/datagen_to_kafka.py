@@ -33,8 +33,7 @@ from cdcflow.converters import converter_from_fields
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.pipeline import build_runner
 from cdcflow.plugins import PluginRegistry
-from cdcflow.processes import tune_memory_allocator
-from cdcflow.worker import tune_garbage_collector
+from cdcflow.processes import tune_for_the_loop
 
 
 class _Latencies:
@@ -159,8 +158,7 @@ def main() -> None:
     _create_topics(args.bootstrap, topics)
     registry = PluginRegistry.from_entry_points()
     runner = build_runner(load_pipeline(file, registry), registry)
-    tune_garbage_collector()  # as `cdcflow run` does
-    tune_memory_allocator()
+    tune_for_the_loop()  # as `cdcflow run` does
 
     rss_samples: list[tuple[float, float]] = []
     done = threading.Event()

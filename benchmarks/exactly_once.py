@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from cdcflow.config import load_pipeline
 from cdcflow.pipeline import build_runner
 from cdcflow.plugins import PluginRegistry
-from cdcflow.worker import tune_garbage_collector
+from cdcflow.processes import tune_garbage_collector
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -261,7 +261,7 @@ def _cdcflow_parse(segments: list[Path], catalog: Any, table_id: str, rounds: in
     """Median MB/s (wall-clock, and per CPU-second) of reading the segments to row changes with
     every value decoded, as the source does: in compact batches, or as ``RowChange`` objects."""
     from cdcflow.native import native_module
-    from cdcflow.worker import tune_garbage_collector
+    from cdcflow.processes import tune_garbage_collector
 
     tune_garbage_collector()  # as a worker process does
     native = native_module()
@@ -513,8 +513,7 @@ def _kafka_cdcflow(args: argparse.Namespace) -> None:
     from cdcflow.metrics import METRICS_REGISTRY
     from cdcflow.pipeline import build_runner
     from cdcflow.plugins import PluginRegistry
-    from cdcflow.processes import tune_memory_allocator
-    from cdcflow.worker import tune_garbage_collector
+    from cdcflow.processes import tune_for_the_loop
 
     prefix = args.prefix
     folder = Path(tempfile.mkdtemp(prefix="cdcflow-peer-kafka-"))
@@ -529,8 +528,7 @@ def _kafka_cdcflow(args: argparse.Namespace) -> None:
     )
     registry = PluginRegistry.from_entry_points()
     runner = build_runner(load_pipeline(file, registry), registry)
-    tune_garbage_collector()  # as `cdcflow run` does
-    tune_memory_allocator()
+    tune_for_the_loop()  # as `cdcflow run` does
     wall, cpu = time.perf_counter(), time.process_time()
     runner.run()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

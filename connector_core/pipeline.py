@@ -683,9 +683,9 @@ class PipelineRunner:
         return pipeline_watermark((s.watermark_us, s.finished) for s in self._states.values())
 
     def _checkpoint(self) -> None:
-        pipeline_watermark = self._pipeline_watermark()
-        if pipeline_watermark is not None and isinstance(self.sink, WatermarkAwareSink):
-            self.sink.on_watermark(pipeline_watermark)
+        watermark_us = self._pipeline_watermark()
+        if watermark_us is not None and isinstance(self.sink, WatermarkAwareSink):
+            self.sink.on_watermark(watermark_us)
         self._flush_sinks()
         now_us = int(self.clock() * 1_000_000)
         changed = {
@@ -705,8 +705,8 @@ class PipelineRunner:
             offsets = {pid: c.offset for pid, c in changed.items()}
             self._succession.note_committed(offsets)
             self.source.commit(offsets)
-            self.metrics.committed(pipeline_watermark)
-            log.debug("committed %d partitions, watermark %s", len(changed), pipeline_watermark)
+            self.metrics.committed(watermark_us)
+            log.debug("committed %d partitions, watermark %s", len(changed), watermark_us)
         # A checkpoint made it through: whatever failed before has passed, so the next failure
         # starts a fresh retry budget instead of inheriting an old one.
         self._backoff.succeeded()

@@ -21,6 +21,7 @@ __all__ = [
     "EXIT_SHUTDOWN_TIMEOUT",
     "install_stop_handlers",
     "run_in_threads",
+    "tune_for_the_loop",
     "tune_garbage_collector",
     "tune_memory_allocator",
 ]
@@ -110,7 +111,16 @@ def tune_memory_allocator() -> bool:
     except (OSError, AttributeError, TypeError):
         return False  # not glibc (musl, macOS): its own allocator's defaults stay
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return all(mallopt(parameter, value) == 1 for parameter, value in _ALLOCATOR_SETTINGS)
+    took = [mallopt(parameter, value) == 1 for parameter, value in _ALLOCATOR_SETTINGS]  # each, even after a refusal
+    return all(took)
+
+
+def tune_for_the_loop() -> None:
+    """What a process running cdcflow's delivery loop tunes before it starts: the garbage
+    collector and the memory allocator (a worker process, a group member, the benchmarks that
+    measure them)."""
+    tune_garbage_collector()
+    tune_memory_allocator()
 
 
 def run_in_threads(specs: Sequence[PipelineSpec], body: Callable[[PipelineSpec, threading.Event], None]) -> int:

@@ -40,6 +40,7 @@ from cdcflow.contract import (
 )
 from cdcflow.errors import TransformError
 from cdcflow.events import ChangeEvent, Op, Record, RowSchema, SchemaChangeEvent
+from cdcflow.record_errors import SINK_STAGE
 
 __all__ = [
     "ConverterContractReport",
@@ -197,7 +198,7 @@ class RecordingSink(Sink[RecordingSinkConfig]):
             if error is None:
                 self.written.append(record)
             else:
-                rejected.append(Rejected(record, error, "sink"))
+                rejected.append(Rejected(record, error, SINK_STAGE))
         return rejected
 
     def flush(self) -> list[Rejected]:

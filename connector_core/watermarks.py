@@ -1,12 +1,13 @@
 """The pipeline watermark: one rule for both engines.
 
-A partition's watermark (``Source.watermark``) says no event at or below it can still appear in
-that partition. The pipeline's is the minimum over the partitions still running: a finished
-partition (``Source.is_finished``) no longer holds it back, and once every partition is finished
-the pipeline is complete up to the last of them. The worker loop computes it over the partitions
-it owns (:class:`cdcflow.pipeline.PipelineRunner`), the spark engine's driver over the end offsets
-of each micro-batch (:mod:`cdcflow.spark_engine.runner`); a sink that closes time partitions
-receives it (``Sink.on_watermark``, ``SparkBatchWriter.write_batch``).
+A partition's watermark (a source's ``ReportsWatermarks.watermark``, :mod:`cdcflow.capabilities`)
+says no event at or below it can still appear in that partition. The pipeline's is the minimum
+over the partitions still running: a finished partition (``FinitePartitions.is_finished``) no
+longer holds it back, and once every partition is finished the pipeline is complete up to the last
+of them. The worker loop computes it over the partitions it owns
+(:class:`cdcflow.pipeline.PipelineRunner`), the spark engine's driver over the end offsets of each
+micro-batch (:mod:`cdcflow.spark_engine.runner`); a sink that closes time partitions receives it
+(``WatermarkAwareSink.on_watermark``, ``SparkBatchWriter.write_batch``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from cdcflow.config import PipelineSpec
 from cdcflow.metrics import serve_metrics
 from cdcflow.offsets import pipeline_running
 from cdcflow.pipeline import AllPartitions, HashAssignment, PartitionAssignment, build_runner
-from cdcflow.processes import run_in_threads, tune_garbage_collector, tune_memory_allocator
+from cdcflow.processes import run_in_threads, tune_for_the_loop
 
 if TYPE_CHECKING:
     from cdcflow.plugins import PluginRegistry
@@ -39,8 +39,7 @@ class WorkerOptions:
 
 def run_worker(specs: Sequence[PipelineSpec], factory: PluginRegistry, options: WorkerOptions) -> int:
     """Run pipelines in this process until drained or signalled. Returns the process exit code."""
-    tune_garbage_collector()
-    tune_memory_allocator()
+    tune_for_the_loop()
     if options.metrics_port is not None:
         serve_metrics(options.metrics_port + options.worker_index)
 

@@ -48,7 +48,7 @@ from cdcflow.group.topics import ensure_topic
 from cdcflow.live_snapshots import LiveSnapshotSource, SnapshotRequest
 from cdcflow.metrics import METRICS_REGISTRY
 from cdcflow.pipeline import BucketAssignment, build_runner
-from cdcflow.processes import install_stop_handlers, tune_garbage_collector, tune_memory_allocator
+from cdcflow.processes import install_stop_handlers, tune_for_the_loop
 from cdcflow.retry import Backoff
 
 if TYPE_CHECKING:
@@ -188,8 +188,7 @@ class GroupWorker:
     # --- running -------------------------------------------------------------------------------
 
     def run(self) -> int:
-        tune_garbage_collector()
-        tune_memory_allocator()
+        tune_for_the_loop()
         if threading.current_thread() is threading.main_thread():
             install_stop_handlers(self.stop, max(spec.engine.shutdown_timeout_s for spec in self.specs.values()))
         some_spec = next(iter(self.specs.values()))
