@@ -24,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import bench_topics
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcflow.config import load_pipeline
 from cdcflow.contract import Converter, PluginContext
@@ -62,15 +62,7 @@ class _Latencies:
 
 def _create_topics(bootstrap: str, topics: list[str]) -> None:
     """Topics stamped with the broker's append time, so each record carries when the broker took it."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [
-            NewTopic(t, num_partitions=3, replication_factor=1, config={"message.timestamp.type": "LogAppendTime"})
-            for t in topics
-        ]
-    )
-    for future in futures.values():
-        future.result(30)
+    bench_topics.create_topics(bootstrap, topics, config={"message.timestamp.type": "LogAppendTime"})
 
 
 def _measure_latencies(

@@ -42,6 +42,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import bench_topics
 import debezium_compare as compare
 import peers
 
@@ -333,13 +334,9 @@ class Topics:
 
     def __init__(self, names: list[str], partitions: int = 3) -> None:
         from confluent_kafka import Consumer
-        from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
-        config = {"message.timestamp.type": "LogAppendTime"}  # when the broker appended the record
-        futures = admin.create_topics([NewTopic(n, partitions, 1, config=config) for n in names])
-        for future in futures.values():
-            future.result(30)
+        # LogAppendTime: each record says when the broker appended it.
+        bench_topics.create_topics(BOOTSTRAP, names, partitions, config={"message.timestamp.type": "LogAppendTime"})
         self.partitions = partitions
         self.consumer = Consumer(
             {"bootstrap.servers": BOOTSTRAP, "group.id": f"peer-{uuid.uuid4().hex}", "enable.auto.commit": False}

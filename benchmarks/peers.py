@@ -44,6 +44,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import bench_topics
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("CDCFLOW_CACHE", Path.home() / ".cache" / "cdcflow"))
 DATA = Path(os.environ.get("CDCFLOW_DATA", CACHE / "run"))
@@ -466,12 +468,7 @@ _REGISTRY = "http://127.0.0.1:8081/apis/ccompat/v7"  # Apicurio (scripts/schema_
 
 
 def _create_topics(topics: list[str], partitions: int = 3) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": _BOOTSTRAP})
-    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics])
-    for future in futures.values():
-        future.result(30)
+    bench_topics.create_topics(_BOOTSTRAP, topics, partitions)
 
 
 def _sink_settings() -> dict[str, Any]:

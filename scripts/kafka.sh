@@ -15,6 +15,10 @@ KAFKA_NAME="${KAFKA_NAME:-kafka}"
 KAFKA_PORT="${KAFKA_PORT:-9092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-9093}"
 KAFKA_NUM_PARTITIONS="${KAFKA_NUM_PARTITIONS:-3}"
+# A broker opens every partition's log before it serves: with thousands of partitions kept from
+# earlier runs, and a machine busy installing, that took over 120 s here. It is waited for as long
+# as its process lives, up to this bound.
+KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-600}"
 libs="$CDCFLOW_CACHE/kafka-$KAFKA_VERSION/libs"
 data="$CDCFLOW_DATA/$KAFKA_NAME"
 pidfile="$data/kafka.pid"
@@ -120,7 +124,7 @@ answers() {
 start() {
   install
   if is_running "$pidfile"; then
-    await_existing "$KAFKA_NAME" "$pidfile" 120 answers
+    await_existing "$KAFKA_NAME" "$pidfile" "$KAFKA_START_TIMEOUT" answers
     echo "$KAFKA_NAME: already running on 127.0.0.1:$KAFKA_PORT (pid $(cat "$pidfile"))"
     return 0
   fi
@@ -129,7 +133,7 @@ start() {
   format_storage
   nohup "${java_cmd[@]}" kafka.Kafka "$data/server.properties" >"$log" 2>&1 &
   echo $! >"$pidfile"
-  wait_started "$KAFKA_NAME" "$pidfile" 120 answers || {
+  wait_started "$KAFKA_NAME" "$pidfile" "$KAFKA_START_TIMEOUT" answers || {
     tail -n 40 "$log" "$data/server.log" 2>/dev/null
     abandon_start "$KAFKA_NAME" "$pidfile" "$KAFKA_NAME: did not answer on 127.0.0.1:$KAFKA_PORT"
   }
