@@ -14,6 +14,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 use crate::avro::AvroWriter;
 use crate::commitlog::values::uuid_text;
+pub use crate::composite::Composite;
 pub use crate::decimal::Decimal;
 use crate::json::{write_base64, write_float, write_scalar, write_text, JsonEncoder};
 
@@ -37,6 +38,9 @@ pub enum Datum<'a> {
 #[derive(Clone, Copy)]
 pub enum Slot<'a> {
     Datum(Datum<'a>),
+    /// A collection, user type or tuple the core holds: written as the Python value it stands
+    /// for (`Composite::to_py`), through the column's rewrite.
+    Composite(&'a Composite),
     Object(&'a Py<PyAny>),
     Absent,
 }
@@ -85,6 +89,7 @@ pub fn slot_object<'py>(
 ) -> Result<Bound<'py, PyAny>, String> {
     let object = match slot {
         Slot::Datum(datum) => datum_to_py(py, datum).map_err(|e| e.to_string())?,
+        Slot::Composite(composite) => composite.to_py(py).map_err(|e| e.to_string())?,
         Slot::Object(object) => object.bind(py).clone(),
         Slot::Absent => py.None().into_bound(py),
     };
@@ -112,6 +117,8 @@ pub enum Value {
     Uuid([u8; 16]),
     /// A CQL decimal.
     Decimal(Decimal),
+    /// A collection, user type or tuple.
+    Composite(Box<Composite>),
     /// A value the core does not hold itself, as the source's reference decoder gave it.
     Py(Py<PyAny>),
     /// A column the change did not touch (a delta row image).
@@ -123,6 +130,7 @@ impl RowValue for Value {
         match self {
             Value::Py(object) => Slot::Object(object),
             Value::Absent => Slot::Absent,
+            Value::Composite(composite) => Slot::Composite(composite),
             _ => Slot::Datum(self.as_datum()),
         }
     }
@@ -133,7 +141,7 @@ impl Value {
     /// writers ask for [`RowValue::slot`]).
     fn as_datum(&self) -> Datum<'_> {
         match self {
-            Value::Py(_) | Value::Absent => Datum::Null,
+            Value::Py(_) | Value::Absent | Value::Composite(_) => Datum::Null,
             Value::Null => Datum::Null,
             Value::Bool(b) => Datum::Bool(*b),
             Value::Long(n) => Datum::Long(*n),
@@ -161,10 +169,11 @@ impl Value {
 }
 
 impl Value {
-    fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match self {
             Value::Py(object) => Ok(object.bind(py).clone()),
             Value::Absent => Ok(absent(py)?.clone()),
+            Value::Composite(composite) => composite.to_py(py),
             _ => datum_to_py(py, self.as_datum()),
         }
     }
@@ -182,6 +191,7 @@ impl Value {
             Value::TextIn(bytes, start, end) => Value::TextIn(bytes.clone(), *start, *end),
             Value::Uuid(bytes) => Value::Uuid(*bytes),
             Value::Decimal(decimal) => Value::Decimal(*decimal),
+            Value::Composite(composite) => Value::Composite(Box::new(composite.clone_ref(py))),
             Value::Py(object) => Value::Py(object.clone_ref(py)),
             Value::Absent => Value::Absent,
         }

@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 mod avro;
 mod batch;
 mod commitlog;
+mod composite;
 mod datagen;
 mod decimal;
 mod envelopes;

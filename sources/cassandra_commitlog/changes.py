@@ -31,7 +31,7 @@ from cdcflow.sources.cassandra_commitlog.mutation import (
 )
 from cdcflow.sources.cassandra_commitlog.schema import ColumnSchema, TableSchema
 
-__all__ = ["VERSION", "RowChange", "cassandra_source", "change_event", "row_changes"]
+__all__ = ["VERSION", "RowChange", "cassandra_source", "change_event", "header_json", "row_changes"]
 
 # What bytes that do not fit their type raise while decoding (ValueDecodeError is a ValueError;
 # ArithmeticError: a decimal whose scale no float or Decimal can take).
@@ -208,6 +208,10 @@ def _row_change(table: TableSchema, key: dict[str, Any], row: RowUpdate) -> RowC
                 change.removed[name] = [column.type.path_label(c.path or b"") for c in removed]
         except _VALUE_ERRORS as exc:
             raise MutationDecodeError(f"column {name!r} ({column.type_text}): {exc}") from exc
+    if multi_cell or row.complex_deletions:
+        # Columns by name, as every other row has them (Cassandra writes a row's simple cells by
+        # name, then its multi-cell ones) and as the event schema lists them.
+        change.after = dict(sorted(change.after.items()))
     return change
 
 
@@ -248,11 +252,12 @@ def _cdc_headers(change: RowChange) -> dict[str, str] | None:
     for name in ("deletion", "range", "replaced", "removed", "ttl"):
         value = getattr(change, name)
         if value:
-            headers[f"cdc.{name}"] = value if isinstance(value, str) else _header_json(value)
+            headers[f"cdc.{name}"] = value if isinstance(value, str) else header_json(value)
     return headers
 
 
-def _header_json(value: Any) -> str:
+def header_json(value: Any) -> str:
+    """A ``cdc.*`` header's JSON text (the compiled core writes the rarer ones through this)."""
     try:
         return json.dumps(value, sort_keys=True, default=str)
     except TypeError:

@@ -66,21 +66,24 @@ _COMPILED_NATIVE = frozenset(
 
 
 def type_description(cql: CqlType) -> tuple[Any, ...]:
-    """What the compiled decoder needs of a column type:
-    ``(name, fixed_length, multi_cell, reference CqlType, path, value, members, vector dimension)``."""
+    """What the compiled decoder needs of a column type: ``(name, fixed_length, multi_cell,
+    reference CqlType, path, value, members, vector dimension, field names)`` (members and field
+    names: a tuple's and a user type's fields)."""
 
     def described(child: CqlType | None) -> tuple[Any, ...] | None:
         return None if child is None else type_description(child)
 
     name = "reference"
     members: tuple[Any, ...] = ()
+    field_names: tuple[str, ...] = ()
     dimension = 0
     if cql.kind == "native":
         native = native_type_name(cql)
         if native in _COMPILED_NATIVE:
             name = native
     elif cql.kind == "udt":
-        name = "udt"  # decoded and collected by the reference, a field update as it wrote it
+        name, field_names = "udt", cql.field_names
+        members = tuple(type_description(m) for m in cql.field_types)
     elif cql.kind in ("list", "set", "map"):
         name = cql.kind
     elif cql.kind == "tuple":
@@ -89,7 +92,17 @@ def type_description(cql: CqlType) -> tuple[Any, ...]:
         arguments = parse_cql_type(cql.text)[1]
         if len(arguments) == 2 and isinstance(arguments[1], int):
             name, dimension = "vector", arguments[1]
-    return (name, cql.fixed_length, cql.multi_cell, cql, described(cql.path), described(cql.value), members, dimension)
+    return (
+        name,
+        cql.fixed_length,
+        cql.multi_cell,
+        cql,
+        described(cql.path),
+        described(cql.value),
+        members,
+        dimension,
+        field_names,
+    )
 
 
 def _table_description(table: TableSchema) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::values::{int, int128, read_unsigned_vint, CqlType, Decline, Kind, R};
@@ -838,21 +839,22 @@ impl MutationDecoder {
         partition_key: &Bound<'py, PyDict>,
         changes: &Bound<'py, PyList>,
     ) -> R<()> {
+        for (start, end, deletion) in self.ranges(update)? {
+            changes.append(self.range_change(py, data, &update.table, partition_key, start, end, deletion)?)?;
+        }
+        Ok(())
+    }
+
+    /// The update's deleted ranges, `(start bound, end bound, deletion)`, in order.
+    fn ranges(&self, update: &Update) -> R<Vec<(&Marker, &Marker, Deletion)>> {
         // Markers come in order: a start bound (or boundary) opens a range, the next end bound closes it.
+        let mut ranges = Vec::new();
         let mut opened: Option<(&Marker, Deletion)> = None;
         for marker in &self.arena.markers[update.markers.0..update.markers.1] {
             let opens = matches!(marker.kind, 1 | 2 | 5 | 7); // incl_start, boundaries, excl_start
             if opens {
                 if let (Some((start, deletion)), Some(_)) = (opened, marker.end_deletion) {
-                    changes.append(self.range_change(
-                        py,
-                        data,
-                        &update.table,
-                        partition_key,
-                        start,
-                        marker,
-                        deletion,
-                    )?)?;
+                    ranges.push((start, marker, deletion));
                 }
                 let start_deletion = marker
                     .start_deletion
@@ -860,19 +862,11 @@ impl MutationDecoder {
                     .ok_or(Decline("a bound without deletion"))?;
                 opened = Some((marker, start_deletion));
             } else if let Some((start, deletion)) = opened {
-                changes.append(self.range_change(
-                    py,
-                    data,
-                    &update.table,
-                    partition_key,
-                    start,
-                    marker,
-                    deletion,
-                )?)?;
+                ranges.push((start, marker, deletion));
                 opened = None;
             }
         }
-        Ok(())
+        Ok(ranges)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1004,6 +998,13 @@ impl MutationDecoder {
                 removed.set_item(spec.name.bind(py), labels)?;
             }
         }
+        // A row with multi-cell columns: its columns by name, as the reference sorts them (its
+        // simple cells come by name already, but before its multi-cell ones).
+        let after = if multi_cell.is_empty() && complex_deletions.is_empty() {
+            after
+        } else {
+            sorted_by_name(py, &after)?
+        };
         Ok(self.row_change.instance(
             py,
             [
@@ -1069,9 +1070,6 @@ impl MutationDecoder {
         if table.partition_key.len() != update.key_parts.len() {
             return Err(Decline("partition key parts do not match the table's key columns"));
         }
-        if update.markers.0 != update.markers.1 {
-            return Err(Decline("a range deletion: its bounds are written by the reference"));
-        }
         // The partition key, the clustering columns absent (a partition's own changes have none).
         let mut partition_key = Vec::with_capacity(table.key_width());
         for (column, part) in table.partition_key.iter().zip(&update.key_parts) {
@@ -1093,6 +1091,16 @@ impl MutationDecoder {
                 key_of(&[])?,
                 deletion.marked_for_delete_at,
                 "partition",
+                None,
+            ));
+        }
+        for (start, end, deletion) in self.ranges(update)? {
+            let bounds = self.range_header(py, data, table, start, end)?;
+            out.push(deletion_change(
+                key_of(&[])?,
+                deletion.marked_for_delete_at,
+                "range",
+                Some(bounds),
             ));
         }
         if let Some(static_row) = update.static_row {
@@ -1105,7 +1113,10 @@ impl MutationDecoder {
         Ok(())
     }
 
-    /// `row_change` in compact form: the row's values in the event schema's column order.
+    /// `row_change` in compact form: the row's values in the event schema's column order, which
+    /// is the order of the reference's dict (`changes._row_change`): its cells come by name
+    /// (Cassandra's order of a row's simple cells), or it is sorted by name (a row with
+    /// multi-cell columns).
     fn compact_row(
         &self,
         py: Python<'_>,
@@ -1116,82 +1127,206 @@ impl MutationDecoder {
     ) -> R<CompactChange> {
         let cells = &self.arena.cells[row.cells.0..row.cells.1];
         if let (Some(deletion), true) = (row.deletion, cells.is_empty()) {
-            return Ok(deletion_change(key, deletion.marked_for_delete_at, "row"));
+            return Ok(deletion_change(key, deletion.marked_for_delete_at, "row", None));
         }
-        if row.complex_deletions.0 != row.complex_deletions.1 {
-            return Err(Decline(
-                "a multi-cell column replaced or deleted: written by the reference",
-            ));
-        }
+        let complex_deletions = &self.arena.complex_deletions[row.complex_deletions.0..row.complex_deletions.1];
+        let sorted = !complex_deletions.is_empty() || cells.iter().any(|c| c.path.is_some());
         let mut after: Vec<Value> = Vec::with_capacity(table.value_width());
         after.extend(key.iter().map(|v| v.clone_ref(py)));
         after.resize_with(table.value_width(), || Value::Absent);
+        let position_of = |column: usize| table.value_positions[column].ok_or(Decline("a cell of a dropped column"));
         let mut ts_us = row.timestamp.unwrap_or(0);
         let mut ttl: Vec<(usize, i128)> = Vec::new();
         let mut last_position = None;
-        for cell in cells {
-            if cell.path.is_some() {
-                return Err(Decline("a multi-cell column: written by the reference"));
-            }
+        // Each multi-cell column's cells, which Cassandra writes together: (column, first, end).
+        let mut groups: Vec<(usize, usize, usize)> = Vec::new();
+        for (index, cell) in cells.iter().enumerate() {
             ts_us = ts_us.max(cell.timestamp);
-            let position = table.value_positions[cell.column].ok_or(Decline("a cell of a dropped column"))?;
-            // The reference's row is a dict in cell order: the compact row is in column order,
-            // which is the same order only while cells come sorted by name, as Cassandra writes them.
-            if last_position.is_some_and(|last| position <= last) {
+            let position = position_of(cell.column)?;
+            // The reference's dict is in cell order unless it is sorted: the same order as the
+            // compact row's only while cells come by name, as Cassandra writes them.
+            if !sorted && last_position.is_some_and(|last| position <= last) {
                 return Err(Decline("cells out of column order"));
             }
             last_position = Some(position);
             if let (Some(cell_ttl), false) = (cell.ttl, cell.deleted) {
-                ttl.push((cell.column, cell_ttl));
+                // One entry per column, the last live cell's TTL, as the reference's dict keeps it.
+                match ttl.iter_mut().find(|(column, _)| *column == cell.column) {
+                    Some(entry) => entry.1 = cell_ttl,
+                    None => ttl.push((cell.column, cell_ttl)),
+                }
             }
-            after[position] = if cell.deleted {
-                Value::Null
+            if cell.path.is_some() {
+                let continues = groups.last().is_some_and(|g| g.0 == cell.column && g.2 == index);
+                if continues {
+                    if let Some(group) = groups.last_mut() {
+                        group.2 = index + 1;
+                    }
+                } else if groups.iter().any(|group| group.0 == cell.column) {
+                    return Err(Decline("a multi-cell column's cells apart"));
+                } else {
+                    groups.push((cell.column, index, index + 1));
+                }
             } else {
-                let value = cell.value;
-                table.columns[cell.column]
-                    .cql
-                    .compact(py, data, value.start, value.end)?
-            };
+                after[position] = if cell.deleted {
+                    Value::Null
+                } else {
+                    let value = cell.value;
+                    table.columns[cell.column]
+                        .cql
+                        .compact(py, data, value.start, value.end)?
+                };
+            }
         }
-        let headers = if ttl.is_empty() {
-            None
-        } else {
-            Some(vec![("cdc.ttl".to_string(), ttl_header(py, table, &ttl)?)])
-        };
+        let mut replaced = Vec::with_capacity(complex_deletions.len());
+        for (column, deletion) in complex_deletions {
+            ts_us = ts_us.max(deletion.marked_for_delete_at);
+            replaced.push(*column);
+            if !groups.iter().any(|group| group.0 == *column) {
+                after[position_of(*column)?] = Value::Null; // the whole collection deleted (or set to null)
+            }
+        }
+        let mut removed: Vec<(usize, Vec<&[u8]>)> = Vec::new();
+        for &(column, first, end) in &groups {
+            let group = &cells[first..end];
+            let spec = &table.columns[column];
+            let path = |cell: &Cell| cell.path.map(|p| p.of(data)).unwrap_or(&[]);
+            let whole = complex_deletions.iter().any(|(c, _)| *c == column);
+            let written: Vec<(&[u8], Option<&[u8]>)> = group
+                .iter()
+                .map(|c| (path(c), if c.deleted { None } else { Some(c.value.of(data)) }))
+                .collect();
+            // A user type's field update names what it wrote, deleted fields too; a collection
+            // has a value when a cell is live or it was replaced as a whole.
+            if matches!(spec.cql.kind, Kind::UserType) || whole || group.iter().any(|c| !c.deleted) {
+                after[position_of(column)?] = spec.cql.collect_compact(py, data, &written, whole)?;
+            }
+            let deleted: Vec<&[u8]> = group.iter().filter(|c| c.deleted).map(path).collect();
+            if !deleted.is_empty() {
+                removed.push((column, deleted));
+            }
+        }
+        let mut headers = Vec::new();
+        if !replaced.is_empty() {
+            headers.push(("cdc.replaced".to_string(), replaced_header(py, table, &replaced)?));
+        }
+        if !removed.is_empty() {
+            headers.push(("cdc.removed".to_string(), self.removed_header(py, table, &removed)?));
+        }
+        if !ttl.is_empty() {
+            headers.push(("cdc.ttl".to_string(), ttl_header(py, table, &ttl)?));
+        }
         Ok(CompactChange {
             op: if row.timestamp.is_some() { b'c' } else { b'u' },
             key,
             after: Some(after),
             ts_us,
-            headers,
+            headers: if headers.is_empty() { None } else { Some(headers) },
         })
+    }
+
+    /// `cdc.removed`: each multi-cell column's removed elements, named as the reference names
+    /// them (`CqlType.path_label`), in the reference's JSON (`changes.header_json`).
+    fn removed_header(&self, py: Python<'_>, table: &Table, removed: &[(usize, Vec<&[u8]>)]) -> R<String> {
+        let named = PyDict::new(py);
+        for (column, paths) in removed {
+            let spec = &table.columns[*column];
+            let labels = PyList::empty(py);
+            for path in paths {
+                labels.append(spec.cql.path_label(py, path)?)?;
+            }
+            named.set_item(spec.name.bind(py), labels)?;
+        }
+        header_json(py, named.as_any())
+    }
+
+    /// `cdc.range`: a range deletion's clustering bounds, in the reference's JSON.
+    fn range_header(&self, py: Python<'_>, data: &[u8], table: &Table, start: &Marker, end: &Marker) -> R<String> {
+        let strings = &self.strings;
+        let bounds = PyDict::new(py);
+        bounds.set_item(strings.start.bind(py), self.clustering_dict(py, data, table, start.clustering)?)?;
+        bounds.set_item(
+            strings.start_inclusive.bind(py),
+            start.kind == INCL_START || start.kind == EXCL_END_INCL_START,
+        )?;
+        bounds.set_item(strings.end.bind(py), self.clustering_dict(py, data, table, end.clustering)?)?;
+        bounds.set_item(
+            strings.end_inclusive.bind(py),
+            end.kind == INCL_END || end.kind == INCL_END_EXCL_START,
+        )?;
+        header_json(py, bounds.as_any())
     }
 }
 
-/// A deletion's compact change: no row, its kind in `cdc.deletion`.
-fn deletion_change(key: Vec<Value>, ts_us: i64, kind: &str) -> CompactChange {
+/// A dict of columns (text keys) with its items by name, as Python's `sorted` orders text.
+fn sorted_by_name<'py>(py: Python<'py>, dict: &Bound<'py, PyDict>) -> R<Bound<'py, PyDict>> {
+    let mut items = Vec::with_capacity(dict.len());
+    for (key, value) in dict.iter() {
+        let name = key.cast::<PyString>().map_err(PyErr::from)?.to_str()?.to_owned();
+        items.push((name, key, value));
+    }
+    items.sort_by(|a, b| a.0.cmp(&b.0)); // UTF-8 byte order is code point order
+    let sorted = PyDict::new(py);
+    for (_, key, value) in items {
+        sorted.set_item(key, value)?;
+    }
+    Ok(sorted)
+}
+
+static HEADER_JSON: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The reference's JSON of a `cdc.*` header's value (`changes.header_json`: sorted keys, `str`
+/// of what JSON has no form for), for the rarer headers (removed elements, range bounds).
+fn header_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> R<String> {
+    let function = HEADER_JSON.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py
+            .import("cdcflow.sources.cassandra_commitlog.changes")?
+            .getattr("header_json")?
+            .unbind())
+    })?;
+    Ok(function.bind(py).call1((value,))?.extract()?)
+}
+
+/// A deletion's compact change: no row, its kind in `cdc.deletion` (and a range's bounds in
+/// `cdc.range`).
+fn deletion_change(key: Vec<Value>, ts_us: i64, kind: &str, range: Option<String>) -> CompactChange {
+    let mut headers = vec![("cdc.deletion".to_string(), kind.to_string())];
+    if let Some(bounds) = range {
+        headers.push(("cdc.range".to_string(), bounds));
+    }
     CompactChange {
         op: b'd',
         key,
         after: None,
         ts_us,
-        headers: Some(vec![("cdc.deletion".to_string(), kind.to_string())]),
+        headers: Some(headers),
     }
+}
+
+/// A column's name, when `json.dumps` writes it as it is (printable ASCII but `"` and `\`):
+/// the compact headers write no escapes, such names go to the reference.
+fn plain_column_name<'a>(py: Python<'a>, table: &'a Table, column: usize) -> R<&'a str> {
+    let name = table.columns[column].name.bind(py).to_str()?;
+    if !name.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
+        return Err(Decline("a column name json.dumps would escape"));
+    }
+    Ok(name)
+}
+
+/// `json.dumps(replaced)` of the replaced columns' names, in the order the row names them.
+fn replaced_header(py: Python<'_>, table: &Table, replaced: &[usize]) -> R<String> {
+    let names = replaced
+        .iter()
+        .map(|column| Ok(format!("\"{}\"", plain_column_name(py, table, *column)?)))
+        .collect::<R<Vec<String>>>()?;
+    Ok(format!("[{}]", names.join(", ")))
 }
 
 /// `json.dumps(ttl, sort_keys=True)` of `{column name: seconds}`, as the reference's header.
 fn ttl_header(py: Python<'_>, table: &Table, ttl: &[(usize, i128)]) -> R<String> {
-    let mut named: Vec<(String, i128)> = Vec::with_capacity(ttl.len());
+    let mut named: Vec<(&str, i128)> = Vec::with_capacity(ttl.len());
     for (column, seconds) in ttl {
-        let name = table.columns[*column].name.bind(py).to_str()?.to_string();
-        // json.dumps escapes these (and everything past ASCII): such names go to the reference.
-        if !name
-            .bytes()
-            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-        {
-            return Err(Decline("a TTL column name json.dumps would escape"));
-        }
-        named.push((name, *seconds));
+        named.push((plain_column_name(py, table, *column)?, *seconds));
     }
     named.sort();
     let entries: Vec<String> = named

@@ -19,6 +19,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::sync::Arc;
 
 use crate::batch::Value;
+use crate::composite::{Composite, FieldNames};
 use crate::decimal::Decimal;
 
 /// The compiled core declines an input: the reference decides (it decodes, or raises the error).
@@ -78,13 +79,15 @@ pub struct CqlType {
     /// The cell's value (list: the element, map: the value, vector: the element).
     pub value: Option<Box<CqlType>>,
     pub members: Vec<CqlType>,
+    /// A user type's or tuple's field names (a tuple's `f0`, `f1`...), `members` their types.
+    pub names: Option<Arc<FieldNames>>,
     /// The reference's `CqlType`: `decode`, `collect` and `path_label` for what is not compiled.
     pub reference: Py<PyAny>,
 }
 
 impl CqlType {
     /// Built from `cdcflow.sources.cassandra_commitlog.compiled.type_description`:
-    /// `(name, fixed_length, multi_cell, reference, path, value, members, dimension)`.
+    /// `(name, fixed_length, multi_cell, reference, path, value, members, dimension, field names)`.
     pub fn from_description(description: &Bound<'_, PyAny>) -> PyResult<CqlType> {
         let name: String = description.get_item(0)?.extract()?;
         let fixed_length: i64 = description.get_item(1)?.extract()?;
@@ -105,6 +108,23 @@ impl CqlType {
             members.push(CqlType::from_description(&member?)?);
         }
         let dimension: usize = description.get_item(7)?.extract()?;
+        let field_names: Vec<String> = match name.as_str() {
+            "tuple" => (0..members.len()).map(|i| format!("f{i}")).collect(),
+            "udt" => description.get_item(8)?.extract()?,
+            _ => Vec::new(),
+        };
+        let names = if matches!(name.as_str(), "tuple" | "udt") {
+            if field_names.len() != members.len() {
+                return Err(PyValueError::new_err("a user type's field names do not match its field types"));
+            }
+            let py_names = field_names.iter().map(|n| PyString::new(description.py(), n).unbind()).collect();
+            Some(Arc::new(FieldNames {
+                text: field_names,
+                py: py_names,
+            }))
+        } else {
+            None
+        };
         let kind = match name.as_str() {
             "ascii" | "text" | "varchar" => Kind::Text,
             "blob" => Kind::Blob,
@@ -138,6 +158,7 @@ impl CqlType {
             path,
             value,
             members,
+            names,
             reference,
         })
     }
@@ -304,7 +325,130 @@ impl CqlType {
                 Some(decimal) => Ok(Value::Decimal(decimal)),
                 None => self.compact_object(py, raw), // empty, wider than 128 bits, or cut short
             },
+            Kind::List | Kind::Set => {
+                let element = self.element()?;
+                let mut items = Vec::new();
+                for item in frozen_collection(raw)? {
+                    items.push(compact_optional(py, element, data, item)?);
+                }
+                Ok(Value::Composite(Box::new(Composite::List(items))))
+            }
+            Kind::Map => {
+                let (key, value) = self.entry_types()?;
+                if !key.keys_compare_as_bytes() {
+                    return self.compact_object(py, raw);
+                }
+                let items = frozen_collection(raw)?;
+                let pairs: Vec<(Option<&[u8]>, Option<&[u8]>)> =
+                    items.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect();
+                match compact_map(py, key, value, data, &pairs)? {
+                    Some(map) => Ok(map),
+                    None => self.compact_object(py, raw),
+                }
+            }
+            Kind::Tuple | Kind::UserType if !self.multi_cell => {
+                let names = self.names.as_ref().ok_or(Decline("a user type without its field names"))?;
+                let (items, _) = elements(raw)?;
+                // A field the value does not hold (it was written before the type grew) is null.
+                let mut values = Vec::with_capacity(self.members.len());
+                for (index, member) in self.members.iter().enumerate() {
+                    values.push(compact_optional(py, member, data, items.get(index).copied().flatten())?);
+                }
+                Ok(fields(names, values))
+            }
             _ => self.compact_object(py, raw),
+        }
+    }
+
+    /// A list's or set's element type.
+    fn element(&self) -> R<&CqlType> {
+        match self.kind {
+            Kind::List => self.value.as_deref(),
+            _ => self.path.as_deref(),
+        }
+        .ok_or(Decline("collection without an element type"))
+    }
+
+    /// A map's key and value types.
+    fn entry_types(&self) -> R<(&CqlType, &CqlType)> {
+        match (self.path.as_deref(), self.value.as_deref()) {
+            (Some(key), Some(value)) => Ok((key, value)),
+            _ => Err(Decline("map without its key and value types")),
+        }
+    }
+
+    /// Whether two keys of this type are one dict key exactly when their bytes are equal (text,
+    /// uuids, fixed-size integers and dates): a map of such keys is held by the core, any other
+    /// (decimal keys, where `1.0` and `1.00` are one key; booleans; collections) by the reference.
+    fn keys_compare_as_bytes(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Text | Kind::Uuid | Kind::TinyInt | Kind::SmallInt | Kind::Int | Kind::BigInt | Kind::Date
+        )
+    }
+
+    /// A multi-cell column's value from its cells, as `CqlType.collect(cells, whole)` gives it:
+    /// `(path, value)` pairs, None for a deleted cell. A collection's value is made of its live
+    /// cells; a user type's names every field when `whole` (null where no cell), else only the
+    /// fields the cells wrote (a deleted one as null).
+    pub fn collect_compact(
+        &self,
+        py: Python<'_>,
+        data: &Arc<[u8]>,
+        cells: &[(&[u8], Option<&[u8]>)],
+        whole: bool,
+    ) -> R<Value> {
+        let live = cells.iter().filter_map(|(path, value)| value.map(|v| (*path, v)));
+        match self.kind {
+            Kind::List | Kind::Set => {
+                let element = self.element()?;
+                let of_path = matches!(self.kind, Kind::Set);
+                let mut items = Vec::with_capacity(cells.len());
+                for (path, value) in live {
+                    items.push(compact_optional(py, element, data, Some(if of_path { path } else { value }))?);
+                }
+                Ok(Value::Composite(Box::new(Composite::List(items))))
+            }
+            Kind::Map => {
+                let (key, value) = self.entry_types()?;
+                let pairs: Vec<(Option<&[u8]>, Option<&[u8]>)> = live.map(|(p, v)| (Some(p), Some(v))).collect();
+                if key.keys_compare_as_bytes() {
+                    if let Some(map) = compact_map(py, key, value, data, &pairs)? {
+                        return Ok(map);
+                    }
+                }
+                let live: Vec<(&[u8], &[u8])> = cells.iter().filter_map(|(p, v)| v.map(|v| (*p, v))).collect();
+                Ok(Value::Py(self.collect(py, &live)?.unbind()))
+            }
+            Kind::UserType => {
+                let names = self.names.as_ref().ok_or(Decline("a user type without its field names"))?;
+                let mut values: Vec<Value> = (0..names.text.len())
+                    .map(|_| if whole { Value::Null } else { Value::Absent })
+                    .collect();
+                let mut last: Option<i16> = None;
+                for (path, value) in cells {
+                    let index = <[u8; 2]>::try_from(*path).map_err(|_| Decline("a user type field path that is not 2 bytes"))?;
+                    let index = i16::from_be_bytes(index);
+                    // Cassandra writes a row's cells by path: a field twice, or out of order,
+                    // would be a dict the reference orders its own way.
+                    if last.is_some_and(|last| index <= last) {
+                        return Err(Decline("user type fields out of order"));
+                    }
+                    last = Some(index);
+                    let Some(slot) = usize::try_from(index).ok().and_then(|i| values.get_mut(i)) else {
+                        continue; // user_type_value leaves out a field the type does not have
+                    };
+                    *slot = match value {
+                        None => Value::Null,
+                        Some(raw) => {
+                            let start = offset_in(data, raw)?;
+                            self.members[index as usize].compact(py, data, start, start + raw.len())?
+                        }
+                    };
+                }
+                Ok(fields(names, values))
+            }
+            _ => Err(Decline("a multi-cell column of a type that has no cells")),
         }
     }
 
@@ -403,6 +547,60 @@ impl CqlType {
                 .call1((PyBytes::new(py, path),))?),
         }
     }
+}
+
+/// Where `part` (a slice of `data`) starts in it.
+fn offset_in(data: &[u8], part: &[u8]) -> R<usize> {
+    let start = (part.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+    if start > data.len() || data.len() - start < part.len() {
+        return Err(Decline("a value outside its mutation"));
+    }
+    Ok(start)
+}
+
+/// An element of a collection, user type or tuple (a slice of `data`; None: null) in compact form.
+fn compact_optional(py: Python<'_>, element: &CqlType, data: &Arc<[u8]>, raw: Option<&[u8]>) -> R<Value> {
+    match raw {
+        None => Ok(Value::Null),
+        Some(raw) => {
+            let start = offset_in(data, raw)?;
+            element.compact(py, data, start, start + raw.len())
+        }
+    }
+}
+
+fn fields(names: &Arc<FieldNames>, values: Vec<Value>) -> Value {
+    Value::Composite(Box::new(Composite::Fields {
+        names: names.clone(),
+        values,
+    }))
+}
+
+/// A map of keys that compare as bytes, from its `(key, value)` slices of `data`; None (the
+/// reference's dict decides) when a key is null or empty (a null key) or comes twice (a dict
+/// keeps one, at the first one's place, with the last one's value).
+fn compact_map(
+    py: Python<'_>,
+    key: &CqlType,
+    value: &CqlType,
+    data: &Arc<[u8]>,
+    pairs: &[(Option<&[u8]>, Option<&[u8]>)],
+) -> R<Option<Value>> {
+    let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::with_capacity(pairs.len());
+    let mut entries = Vec::with_capacity(pairs.len());
+    for (raw_key, raw_value) in pairs {
+        let Some(raw_key) = raw_key else {
+            return Ok(None);
+        };
+        if raw_key.is_empty() || !seen.insert(raw_key) {
+            return Ok(None);
+        }
+        entries.push((
+            compact_optional(py, key, data, Some(raw_key))?,
+            compact_optional(py, value, data, *raw_value)?,
+        ));
+    }
+    Ok(Some(Value::Composite(Box::new(Composite::Map(entries)))))
 }
 
 fn optional<'py>(py: Python<'py>, element: &CqlType, raw: Option<&[u8]>) -> R<Bound<'py, PyAny>> {
