@@ -158,6 +158,14 @@ impl Value {
         }
     }
 
+    /// The value as a [`Datum`], when it is one (not a Python object, a composite or absent).
+    pub fn datum(&self) -> Option<Datum<'_>> {
+        match self {
+            Value::Py(_) | Value::Absent | Value::Composite(_) => None,
+            _ => Some(self.as_datum()),
+        }
+    }
+
     /// `bytes[start..end]` as text, when it is UTF-8 (strictly, as CPython's decoder reads it).
     pub fn text_in(bytes: &Arc<[u8]>, start: usize, end: usize) -> Option<Value> {
         let text = bytes.get(start..end)?;

@@ -278,7 +278,7 @@ impl<'a> Json<'a> {
 }
 
 /// A string as `json.dumps` writes it with `ensure_ascii=True`: only printable ASCII as it is.
-fn write_ascii_text(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_ascii_text(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let unit = |out: &mut Vec<u8>, code: u32| {
         out.extend_from_slice(b"\\u");

@@ -13,8 +13,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use super::values::{int, int128, read_unsigned_vint, CqlType, Decline, Kind, R};
-use crate::batch::Value;
+use super::values::{int, int128, read_unsigned_vint, write_uuid_text, CqlType, Decline, Kind, R};
+use crate::batch::{Datum, Value};
+use crate::envelopes::write_ascii_text;
 use crate::objects::RecordClass;
 
 const TIMESTAMP_EPOCH_US: u64 = 1_442_880_000_000_000;
@@ -1211,7 +1212,7 @@ impl MutationDecoder {
             headers.push(("cdc.replaced".to_string(), replaced_header(py, table, &replaced)?));
         }
         if !removed.is_empty() {
-            headers.push(("cdc.removed".to_string(), self.removed_header(py, table, &removed)?));
+            headers.push(("cdc.removed".to_string(), self.removed_header(py, data, table, &removed)?));
         }
         if !ttl.is_empty() {
             headers.push(("cdc.ttl".to_string(), ttl_header(py, table, &ttl)?));
@@ -1226,8 +1227,46 @@ impl MutationDecoder {
     }
 
     /// `cdc.removed`: each multi-cell column's removed elements, named as the reference names
-    /// them (`CqlType.path_label`), in the reference's JSON (`changes.header_json`).
-    fn removed_header(&self, py: Python<'_>, table: &Table, removed: &[(usize, Vec<&[u8]>)]) -> R<String> {
+    /// them (`CqlType.path_label`), in the reference's JSON (`changes.header_json`): written here
+    /// when every name is text, an integer or a uuid, else by the reference.
+    fn removed_header(
+        &self,
+        py: Python<'_>,
+        data: &Arc<[u8]>,
+        table: &Table,
+        removed: &[(usize, Vec<&[u8]>)],
+    ) -> R<String> {
+        let mut columns: Vec<(&str, Vec<Value>)> = Vec::with_capacity(removed.len());
+        for (column, paths) in removed {
+            let spec = &table.columns[*column];
+            let mut labels = Vec::with_capacity(paths.len());
+            for path in paths {
+                labels.push(spec.cql.path_label_compact(py, data, path)?);
+            }
+            columns.push((spec.name.bind(py).to_str()?, labels));
+        }
+        columns.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::with_capacity(64);
+        out.push(b'{');
+        let mut written = true;
+        for (index, (name, labels)) in columns.iter().enumerate() {
+            if index > 0 {
+                out.extend_from_slice(b", ");
+            }
+            write_ascii_text(&mut out, name);
+            out.extend_from_slice(b": [");
+            for (at, label) in labels.iter().enumerate() {
+                if at > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                written &= write_header_value(&mut out, label);
+            }
+            out.push(b']');
+        }
+        out.push(b'}');
+        if written {
+            return String::from_utf8(out).map_err(|_| Decline("a header that is not UTF-8"));
+        }
         let named = PyDict::new(py);
         for (column, paths) in removed {
             let spec = &table.columns[*column];
@@ -1240,8 +1279,47 @@ impl MutationDecoder {
         header_json(py, named.as_any())
     }
 
-    /// `cdc.range`: a range deletion's clustering bounds, in the reference's JSON.
-    fn range_header(&self, py: Python<'_>, data: &[u8], table: &Table, start: &Marker, end: &Marker) -> R<String> {
+    /// `cdc.range`: a range deletion's clustering bounds, in the reference's JSON: written here
+    /// when every bound value is text, an integer, a boolean or a uuid, else by the reference.
+    fn range_header(&self, py: Python<'_>, data: &Arc<[u8]>, table: &Table, start: &Marker, end: &Marker) -> R<String> {
+        let mut out = Vec::with_capacity(96);
+        let mut written = true;
+        let inclusive = |flag: bool| if flag { "true" } else { "false" };
+        for (index, (bound, flag)) in [
+            (end, end.kind == INCL_END || end.kind == INCL_END_EXCL_START),
+            (start, start.kind == INCL_START || start.kind == EXCL_END_INCL_START),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // Keys sorted: end, end_inclusive, start, start_inclusive.
+            let key = if index == 0 { "end" } else { "start" };
+            out.extend_from_slice(if index == 0 { b"{\"" } else { b", \"" });
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(b"\": {");
+            let mut named: Vec<(&str, Value)> = Vec::new();
+            for (column, value) in table.clustering.iter().zip(&self.arena.clustering[bound.clustering.0..bound.clustering.1]) {
+                let value = match value {
+                    None => Value::Null,
+                    Some(span) => column.cql.compact(py, data, span.start, span.end)?,
+                };
+                named.push((column.name.bind(py).to_str()?, value));
+            }
+            named.sort_by(|a, b| a.0.cmp(b.0));
+            for (at, (name, value)) in named.iter().enumerate() {
+                if at > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                write_ascii_text(&mut out, name);
+                out.extend_from_slice(b": ");
+                written &= write_header_value(&mut out, value);
+            }
+            out.extend_from_slice(format!("}}, \"{key}_inclusive\": {}", inclusive(flag)).as_bytes());
+        }
+        out.push(b'}');
+        if written {
+            return String::from_utf8(out).map_err(|_| Decline("a header that is not UTF-8"));
+        }
         let strings = &self.strings;
         let bounds = PyDict::new(py);
         bounds.set_item(strings.start.bind(py), self.clustering_dict(py, data, table, start.clustering)?)?;
@@ -1271,6 +1349,24 @@ fn sorted_by_name<'py>(py: Python<'py>, dict: &Bound<'py, PyDict>) -> R<Bound<'p
         sorted.set_item(key, value)?;
     }
     Ok(sorted)
+}
+
+/// A value as `json.dumps` writes it (ASCII only), when it is text, an integer, a boolean, null
+/// or a uuid (its text); false for any other (floats, decimals, collections): the reference's.
+fn write_header_value(out: &mut Vec<u8>, value: &Value) -> bool {
+    match value.datum() {
+        Some(Datum::Null) => out.extend_from_slice(b"null"),
+        Some(Datum::Bool(flag)) => out.extend_from_slice(if flag { b"true" } else { b"false" }),
+        Some(Datum::Long(n)) => out.extend_from_slice(n.to_string().as_bytes()),
+        Some(Datum::Text(text)) => write_ascii_text(out, text),
+        Some(Datum::Uuid(bytes)) => {
+            out.push(b'"');
+            write_uuid_text(out, bytes);
+            out.push(b'"');
+        }
+        _ => return false,
+    }
+    true
 }
 
 static HEADER_JSON: PyOnceLock<Py<PyAny>> = PyOnceLock::new();

@@ -429,10 +429,10 @@ impl CqlType {
                 for (path, value) in cells {
                     let index = <[u8; 2]>::try_from(*path).map_err(|_| Decline("a user type field path that is not 2 bytes"))?;
                     let index = i16::from_be_bytes(index);
-                    // Cassandra writes a row's cells by path: a field twice, or out of order,
-                    // would be a dict the reference orders its own way.
-                    if last.is_some_and(|last| index <= last) {
-                        return Err(Decline("user type fields out of order"));
+                    // Cassandra writes a row's cells by path; a field update's fields twice or out
+                    // of order make a dict in their own order, which the reference makes.
+                    if !whole && last.is_some_and(|last| index <= last) {
+                        return Ok(Value::Py(self.collect_user_type(py, cells, whole)?.unbind()));
                     }
                     last = Some(index);
                     let Some(slot) = usize::try_from(index).ok().and_then(|i| values.get_mut(i)) else {
@@ -449,6 +449,32 @@ impl CqlType {
                 Ok(fields(names, values))
             }
             _ => Err(Decline("a multi-cell column of a type that has no cells")),
+        }
+    }
+
+    /// `path_label` as a compact value: a list element's timeuuid (hex when it is not 16 bytes),
+    /// a set element or map key, a user type's field name (its index for a field the type does
+    /// not have).
+    pub fn path_label_compact(&self, py: Python<'_>, data: &Arc<[u8]>, path: &[u8]) -> R<Value> {
+        match self.kind {
+            Kind::List => Ok(match <[u8; 16]>::try_from(path) {
+                Ok(bytes) => Value::Uuid(bytes),
+                Err(_) => Value::Text(hex(path)),
+            }),
+            Kind::Set | Kind::Map => {
+                let element = self.path.as_deref().ok_or(Decline("collection without a path type"))?;
+                compact_optional(py, element, data, Some(path))
+            }
+            Kind::UserType => {
+                let names = self.names.as_ref().ok_or(Decline("a user type without its field names"))?;
+                let index = <[u8; 2]>::try_from(path).map_err(|_| Decline("a user type field path that is not 2 bytes"))?;
+                let index = i16::from_be_bytes(index);
+                Ok(match usize::try_from(index).ok().and_then(|i| names.text.get(i)) {
+                    Some(name) => Value::Text(name.clone()),
+                    None => Value::Long(index as i64),
+                })
+            }
+            _ => Ok(Value::Py(self.path_label(py, path)?.unbind())),
         }
     }
 
@@ -772,8 +798,10 @@ mod tests {
     //! leading the first byte as bytes follow it), the native protocol's collection and value
     //! encodings (int32 counts and lengths, -1 for null; `date` as days with the epoch at 2^31;
     //! `decimal` as an int32 scale then a big-endian two's complement), RFC 4122's uuid text.
-    use super::{frozen_collection, read_unsigned_vint, uuid_string, CqlType, Kind};
+    use super::{frozen_collection, read_unsigned_vint, uuid_string, CqlType, FieldNames, Kind};
     use pyo3::prelude::*;
+    use pyo3::types::PyString;
+    use std::sync::Arc;
 
     #[test]
     fn unsigned_vints_take_as_many_extra_bytes_as_leading_ones() {
@@ -827,8 +855,174 @@ mod tests {
             path: None,
             value: None,
             members: Vec::new(),
+            names: None,
             reference: py.None(),
         }
+    }
+
+    /// `collection<element>` (list: the value, set: the path) or `map<path, value>`.
+    fn collection(kind: Kind, path: CqlType, value: Option<CqlType>, multi_cell: bool, py: Python<'_>) -> CqlType {
+        CqlType {
+            multi_cell,
+            path: Some(Box::new(path)),
+            value: value.map(Box::new),
+            ..cql(kind, -1, py)
+        }
+    }
+
+    /// A user type (or tuple) of `fields`.
+    fn fields_of(kind: Kind, fields: Vec<(&str, CqlType)>, multi_cell: bool, py: Python<'_>) -> CqlType {
+        let text: Vec<String> = fields.iter().map(|(n, _)| n.to_string()).collect();
+        let names = text.iter().map(|n| PyString::new(py, n).unbind()).collect();
+        CqlType {
+            multi_cell,
+            names: Some(Arc::new(FieldNames { text, py: names })),
+            members: fields.into_iter().map(|(_, t)| t).collect(),
+            ..cql(kind, -1, py)
+        }
+    }
+
+    /// `address (street text, zip int, deposit decimal)`.
+    fn address(multi_cell: bool, py: Python<'_>) -> CqlType {
+        let fields = vec![
+            ("street", cql(Kind::Text, -1, py)),
+            ("zip", cql(Kind::Int, -1, py)),
+            ("deposit", cql(Kind::Decimal, -1, py)),
+        ];
+        fields_of(Kind::UserType, fields, multi_cell, py)
+    }
+
+    /// `repr()` of the compact value of `raw` (composites made Python values as `to_py` makes
+    /// them), or None when it declines.
+    fn compacted(py: Python<'_>, cql: &CqlType, raw: &[u8]) -> Option<String> {
+        let data: Arc<[u8]> = Arc::from(raw);
+        let value = cql.compact(py, &data, 0, raw.len()).ok()?;
+        Some(value.to_py(py).unwrap().repr().unwrap().to_string())
+    }
+
+    /// `repr()` of a multi-cell column's value from `(path, value)` cells (None: a deleted cell).
+    fn collected(py: Python<'_>, cql: &CqlType, cells: &[(&[u8], Option<&[u8]>)], whole: bool) -> Option<String> {
+        // The cells as slices of one mutation's bytes, as the decoder hands them.
+        let mut bytes = Vec::new();
+        let mut spans = Vec::new();
+        for (path, value) in cells {
+            let path_at = bytes.len();
+            bytes.extend_from_slice(path);
+            let value_at = bytes.len();
+            bytes.extend_from_slice(value.unwrap_or(&[]));
+            spans.push((path_at, value_at, bytes.len(), value.is_some()));
+        }
+        let data: Arc<[u8]> = Arc::from(bytes);
+        let cells: Vec<(&[u8], Option<&[u8]>)> = spans
+            .iter()
+            .map(|&(p, v, end, live)| (&data[p..v], if live { Some(&data[v..end]) } else { None }))
+            .collect();
+        let value = cql.collect_compact(py, &data, &cells, whole).ok()?;
+        Some(value.to_py(py).unwrap().repr().unwrap().to_string())
+    }
+
+    #[test]
+    fn frozen_lists_and_sets_hold_their_elements_decimals_and_nulls_too() {
+        Python::attach(|py| {
+            // list<decimal> [1.5, null]: count 2, (5: scale 1, unscaled 15), (-1).
+            let list = collection(Kind::List, cql(Kind::Uuid, 16, py), Some(cql(Kind::Decimal, -1, py)), false, py);
+            let raw = [0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0x0f, 0xff, 0xff, 0xff, 0xff];
+            assert_eq!(compacted(py, &list, &raw).as_deref(), Some("[Decimal('1.5'), None]"));
+            assert_eq!(compacted(py, &list, &[]).as_deref(), Some("[]"));
+            // set<text> {'a', 'bc'}.
+            let set = collection(Kind::Set, cql(Kind::Text, -1, py), None, false, py);
+            let raw = [0, 0, 0, 2, 0, 0, 0, 1, b'a', 0, 0, 0, 2, b'b', b'c'];
+            assert_eq!(compacted(py, &set, &raw).as_deref(), Some("['a', 'bc']"));
+            // Says 3 elements, holds 2: declined (the reference raises).
+            let raw = [0, 0, 0, 3, 0, 0, 0, 1, b'a', 0, 0, 0, 2, b'b', b'c'];
+            assert_eq!(compacted(py, &set, &raw), None);
+        });
+    }
+
+    #[test]
+    fn frozen_maps_are_dicts_a_key_twice_kept_once_as_a_dict_keeps_it() {
+        Python::attach(|py| {
+            // map<text, int> {'a': 1, 'b': -1}: count 2, then key, value, key, value.
+            let map = collection(Kind::Map, cql(Kind::Text, -1, py), Some(cql(Kind::Int, -1, py)), false, py);
+            let raw = [
+                0, 0, 0, 2, 0, 0, 0, 1, b'a', 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 1, b'b', 0, 0, 0, 4, 0xff, 0xff, 0xff,
+                0xff,
+            ];
+            assert_eq!(compacted(py, &map, &raw).as_deref(), Some("{'a': 1, 'b': -1}"));
+            // {'a': 1, 'a': 2} (not what Cassandra writes, but what a dict makes of it).
+            let raw = [
+                0, 0, 0, 2, 0, 0, 0, 1, b'a', 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 1, b'a', 0, 0, 0, 4, 0, 0, 0, 2,
+            ];
+            assert_eq!(compacted(py, &map, &raw).as_deref(), Some("{'a': 2}"));
+        });
+    }
+
+    #[test]
+    fn frozen_user_types_and_tuples_name_every_field_null_where_the_value_ends() {
+        Python::attach(|py| {
+            // address ('Quay', 1000): a value written before the type grew its third field.
+            let raw = [0, 0, 0, 4, b'Q', b'u', b'a', b'y', 0, 0, 0, 4, 0, 0, 0x03, 0xe8];
+            let value = compacted(py, &address(false, py), &raw);
+            assert_eq!(value.as_deref(), Some("{'street': 'Quay', 'zip': 1000, 'deposit': None}"));
+            // tuple<int, text> (7, null).
+            let fields = vec![("f0", cql(Kind::Int, -1, py)), ("f1", cql(Kind::Text, -1, py))];
+            let tuple = fields_of(Kind::Tuple, fields, false, py);
+            let raw = [0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff];
+            assert_eq!(compacted(py, &tuple, &raw).as_deref(), Some("{'f0': 7, 'f1': None}"));
+        });
+    }
+
+    #[test]
+    fn multi_cell_collections_are_their_live_cells() {
+        Python::attach(|py| {
+            // set<text>: the elements are the cells' paths, their values empty.
+            let set = collection(Kind::Set, cql(Kind::Text, -1, py), None, true, py);
+            let cells: [(&[u8], Option<&[u8]>); 3] = [(b"x", Some(b"")), (b"y", None), (b"z", Some(b""))];
+            assert_eq!(collected(py, &set, &cells, false).as_deref(), Some("['x', 'z']"));
+            // map<text, decimal>: path the key, value the value (scale 2, unscaled -5).
+            let map = collection(Kind::Map, cql(Kind::Text, -1, py), Some(cql(Kind::Decimal, -1, py)), true, py);
+            let cells: [(&[u8], Option<&[u8]>); 2] = [(b"k", Some(&[0, 0, 0, 2, 0xfb])), (b"z", None)];
+            assert_eq!(collected(py, &map, &cells, false).as_deref(), Some("{'k': Decimal('-0.05')}"));
+            // list<int>: paths are timeuuids, the values the elements.
+            let list = collection(Kind::List, cql(Kind::Uuid, 16, py), Some(cql(Kind::Int, -1, py)), true, py);
+            let cells: [(&[u8], Option<&[u8]>); 2] = [(&[1; 16], Some(&[0, 0, 0, 9])), (&[2; 16], Some(&[0, 0, 0, 8]))];
+            assert_eq!(collected(py, &list, &cells, true).as_deref(), Some("[9, 8]"));
+        });
+    }
+
+    #[test]
+    fn a_user_type_field_update_names_the_fields_it_wrote_a_whole_value_every_field() {
+        Python::attach(|py| {
+            // Field paths are the field's index as a short: street (0) set to null, deposit (2) 7.
+            let cells: [(&[u8], Option<&[u8]>); 2] = [(&[0, 0], None), (&[0, 2], Some(&[0, 0, 0, 0, 7]))];
+            let home = address(true, py);
+            let update = collected(py, &home, &cells, false);
+            assert_eq!(update.as_deref(), Some("{'street': None, 'deposit': Decimal('7')}"));
+            let whole = collected(py, &home, &cells, true);
+            assert_eq!(whole.as_deref(), Some("{'street': None, 'zip': None, 'deposit': Decimal('7')}"));
+            // A field the type does not have (index 5) is left out.
+            let cells: [(&[u8], Option<&[u8]>); 1] = [(&[0, 5], Some(&[0, 0, 0, 1]))];
+            assert_eq!(collected(py, &home, &cells, false).as_deref(), Some("{}"));
+        });
+    }
+
+    #[test]
+    fn removed_elements_are_named_by_timeuuid_element_or_field() {
+        Python::attach(|py| {
+            let data: Arc<[u8]> = Arc::from(&b"tag"[..]);
+            let label = |cql: &CqlType, path: &[u8]| {
+                let value = cql.path_label_compact(py, &data, path).ok()?;
+                Some(value.to_py(py).unwrap().repr().unwrap().to_string())
+            };
+            let list = collection(Kind::List, cql(Kind::Uuid, 16, py), Some(cql(Kind::Int, -1, py)), true, py);
+            let timeuuid = [0x11u8; 16];
+            assert_eq!(label(&list, &timeuuid).as_deref(), Some("'11111111-1111-1111-1111-111111111111'"));
+            assert_eq!(label(&list, &[0xab, 0x01]).as_deref(), Some("'ab01'"));
+            let set = collection(Kind::Set, cql(Kind::Text, -1, py), None, true, py);
+            assert_eq!(label(&set, &data[..]).as_deref(), Some("'tag'"));
+            assert_eq!(label(&address(true, py), &[0, 1]).as_deref(), Some("'zip'"));
+            assert_eq!(label(&address(true, py), &[0, 5]).as_deref(), Some("5"));
+        });
     }
 
     /// `repr()` of what `kind` decodes `raw` to, or None when it declines.
