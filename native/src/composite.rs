@@ -34,9 +34,12 @@ impl Composite {
         let values = |values: &[Value]| values.iter().map(|v| v.clone_ref(py)).collect();
         match self {
             Composite::List(items) => Composite::List(values(items)),
-            Composite::Map(entries) => {
-                Composite::Map(entries.iter().map(|(k, v)| (k.clone_ref(py), v.clone_ref(py))).collect())
-            }
+            Composite::Map(entries) => Composite::Map(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone_ref(py), v.clone_ref(py)))
+                    .collect(),
+            ),
             Composite::Fields { names, values: fields } => Composite::Fields {
                 names: names.clone(),
                 values: values(fields),

@@ -6,10 +6,12 @@ into a compact batch (:class:`CompactInto`: no Python object per entry or per va
 (``segment``, ``mutation``, ``changes``) stays the reference: the compiled decoder *declines* any
 mutation it does not decode exactly as the reference does (a value it cannot read, an unknown
 table, a ``system_schema`` update), and the reference then decodes it, or raises the error cdcflow
-stores. What the compiled core does not decode itself (``duration``, user types as dicts, custom
-types, IPv6 addresses) is decoded by the reference's own ``CqlType``, so a change there needs no
-change in Rust; a type it does decode (``native/src/commitlog/values.rs``: ``decimal`` to the same
-``Decimal``, made from the same text) must follow a change of the reference (``cqltypes``).
+stores. What the compiled core does not decode itself (``duration``, custom types, IPv6
+addresses, maps whose keys it does not compare as bytes) is decoded by the reference's own
+``CqlType``, so a change there needs no change in Rust; a type it does decode
+(``native/src/commitlog/values.rs``: ``decimal`` to the same ``Decimal``, made from the same text;
+collections, user types and tuples to the same lists and dicts) must follow a change of the
+reference (``cqltypes``).
 ``test_compiled_commitlog.py`` and ``test_compact_commitlog.py`` (``tests/unit/sources/cassandra_commitlog/``)
 hold the paths equal.
 

@@ -1212,7 +1212,10 @@ impl MutationDecoder {
             headers.push(("cdc.replaced".to_string(), replaced_header(py, table, &replaced)?));
         }
         if !removed.is_empty() {
-            headers.push(("cdc.removed".to_string(), self.removed_header(py, data, table, &removed)?));
+            headers.push((
+                "cdc.removed".to_string(),
+                self.removed_header(py, data, table, &removed)?,
+            ));
         }
         if !ttl.is_empty() {
             headers.push(("cdc.ttl".to_string(), ttl_header(py, table, &ttl)?));
@@ -1298,7 +1301,11 @@ impl MutationDecoder {
             out.extend_from_slice(key.as_bytes());
             out.extend_from_slice(b"\": {");
             let mut named: Vec<(&str, Value)> = Vec::new();
-            for (column, value) in table.clustering.iter().zip(&self.arena.clustering[bound.clustering.0..bound.clustering.1]) {
+            for (column, value) in table
+                .clustering
+                .iter()
+                .zip(&self.arena.clustering[bound.clustering.0..bound.clustering.1])
+            {
                 let value = match value {
                     None => Value::Null,
                     Some(span) => column.cql.compact(py, data, span.start, span.end)?,
@@ -1322,12 +1329,18 @@ impl MutationDecoder {
         }
         let strings = &self.strings;
         let bounds = PyDict::new(py);
-        bounds.set_item(strings.start.bind(py), self.clustering_dict(py, data, table, start.clustering)?)?;
+        bounds.set_item(
+            strings.start.bind(py),
+            self.clustering_dict(py, data, table, start.clustering)?,
+        )?;
         bounds.set_item(
             strings.start_inclusive.bind(py),
             start.kind == INCL_START || start.kind == EXCL_END_INCL_START,
         )?;
-        bounds.set_item(strings.end.bind(py), self.clustering_dict(py, data, table, end.clustering)?)?;
+        bounds.set_item(
+            strings.end.bind(py),
+            self.clustering_dict(py, data, table, end.clustering)?,
+        )?;
         bounds.set_item(
             strings.end_inclusive.bind(py),
             end.kind == INCL_END || end.kind == INCL_END_EXCL_START,
@@ -1403,7 +1416,10 @@ fn deletion_change(key: Vec<Value>, ts_us: i64, kind: &str, range: Option<String
 /// the compact headers write no escapes, such names go to the reference.
 fn plain_column_name<'a>(py: Python<'a>, table: &'a Table, column: usize) -> R<&'a str> {
     let name = table.columns[column].name.bind(py).to_str()?;
-    if !name.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
+    if !name
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
         return Err(Decline("a column name json.dumps would escape"));
     }
     Ok(name)
@@ -1411,11 +1427,18 @@ fn plain_column_name<'a>(py: Python<'a>, table: &'a Table, column: usize) -> R<&
 
 /// `json.dumps(replaced)` of the replaced columns' names, in the order the row names them.
 fn replaced_header(py: Python<'_>, table: &Table, replaced: &[usize]) -> R<String> {
-    let names = replaced
-        .iter()
-        .map(|column| Ok(format!("\"{}\"", plain_column_name(py, table, *column)?)))
-        .collect::<R<Vec<String>>>()?;
-    Ok(format!("[{}]", names.join(", ")))
+    let mut out = String::with_capacity(16 * replaced.len() + 2);
+    out.push('[');
+    for (index, column) in replaced.iter().enumerate() {
+        if index > 0 {
+            out.push_str(", ");
+        }
+        out.push('"');
+        out.push_str(plain_column_name(py, table, *column)?);
+        out.push('"');
+    }
+    out.push(']');
+    Ok(out)
 }
 
 /// `json.dumps(ttl, sort_keys=True)` of `{column name: seconds}`, as the reference's header.

@@ -2,9 +2,10 @@
 //!
 //! This is the one place that says what each CQL type decodes to in the compiled core. It mirrors
 //! `cdcflow.sources.cql.cqltypes` (the reference) for the types decoded here (`decimal` to the
-//! same `Decimal`, made from the same text); every other type (IPv6 `inet`; `duration`; user
-//! types, as dicts; custom types; `empty`) is handed to the reference's own decoder, so a change
-//! to how the reference represents them needs no change here. A type moved from the reference to
+//! same `Decimal`, made from the same text; collections, user types and tuples, which a compact
+//! batch holds as [`Composite`] values, to the same lists and dicts); every other type (IPv6
+//! `inet`; `duration`; custom types; `empty`) is handed to the reference's own decoder, so a
+//! change to how the reference represents them needs no change here. A type moved from the reference to
 //! Rust must keep its exact result: `tests/unit/sources/cassandra_commitlog/test_compiled_commitlog.py` holds the two equal
 //! over random tables of every type.
 //!
@@ -62,8 +63,8 @@ pub enum Kind {
     Vector {
         dimension: usize,
     },
-    /// A user type: decoded by the reference (a dict); a non-frozen one's cells are collected by the
-    /// reference too, deleted ones included (`collect_user_type`: a field update names what it wrote).
+    /// A user type: a dict of its fields (`compact`, `collect_compact`; the object path's
+    /// `decode` and `collect_user_type` ask the reference).
     UserType,
     /// Decoded by the reference: its `CqlType.decode` (and `collect`/`path_label`).
     Reference,
@@ -115,9 +116,14 @@ impl CqlType {
         };
         let names = if matches!(name.as_str(), "tuple" | "udt") {
             if field_names.len() != members.len() {
-                return Err(PyValueError::new_err("a user type's field names do not match its field types"));
+                return Err(PyValueError::new_err(
+                    "a user type's field names do not match its field types",
+                ));
             }
-            let py_names = field_names.iter().map(|n| PyString::new(description.py(), n).unbind()).collect();
+            let py_names = field_names
+                .iter()
+                .map(|n| PyString::new(description.py(), n).unbind())
+                .collect();
             Some(Arc::new(FieldNames {
                 text: field_names,
                 py: py_names,
@@ -347,7 +353,10 @@ impl CqlType {
                 }
             }
             Kind::Tuple | Kind::UserType if !self.multi_cell => {
-                let names = self.names.as_ref().ok_or(Decline("a user type without its field names"))?;
+                let names = self
+                    .names
+                    .as_ref()
+                    .ok_or(Decline("a user type without its field names"))?;
                 let (items, _) = elements(raw)?;
                 // A field the value does not hold (it was written before the type grew) is null.
                 let mut values = Vec::with_capacity(self.members.len());
@@ -405,7 +414,12 @@ impl CqlType {
                 let of_path = matches!(self.kind, Kind::Set);
                 let mut items = Vec::with_capacity(cells.len());
                 for (path, value) in live {
-                    items.push(compact_optional(py, element, data, Some(if of_path { path } else { value }))?);
+                    items.push(compact_optional(
+                        py,
+                        element,
+                        data,
+                        Some(if of_path { path } else { value }),
+                    )?);
                 }
                 Ok(Value::Composite(Box::new(Composite::List(items))))
             }
@@ -421,13 +435,17 @@ impl CqlType {
                 Ok(Value::Py(self.collect(py, &live)?.unbind()))
             }
             Kind::UserType => {
-                let names = self.names.as_ref().ok_or(Decline("a user type without its field names"))?;
+                let names = self
+                    .names
+                    .as_ref()
+                    .ok_or(Decline("a user type without its field names"))?;
                 let mut values: Vec<Value> = (0..names.text.len())
                     .map(|_| if whole { Value::Null } else { Value::Absent })
                     .collect();
                 let mut last: Option<i16> = None;
                 for (path, value) in cells {
-                    let index = <[u8; 2]>::try_from(*path).map_err(|_| Decline("a user type field path that is not 2 bytes"))?;
+                    let index = <[u8; 2]>::try_from(*path)
+                        .map_err(|_| Decline("a user type field path that is not 2 bytes"))?;
                     let index = i16::from_be_bytes(index);
                     // Cassandra writes a row's cells by path; a field update's fields twice or out
                     // of order make a dict in their own order, which the reference makes.
@@ -466,8 +484,12 @@ impl CqlType {
                 compact_optional(py, element, data, Some(path))
             }
             Kind::UserType => {
-                let names = self.names.as_ref().ok_or(Decline("a user type without its field names"))?;
-                let index = <[u8; 2]>::try_from(path).map_err(|_| Decline("a user type field path that is not 2 bytes"))?;
+                let names = self
+                    .names
+                    .as_ref()
+                    .ok_or(Decline("a user type without its field names"))?;
+                let index =
+                    <[u8; 2]>::try_from(path).map_err(|_| Decline("a user type field path that is not 2 bytes"))?;
                 let index = i16::from_be_bytes(index);
                 Ok(match usize::try_from(index).ok().and_then(|i| names.text.get(i)) {
                     Some(name) => Value::Text(name.clone()),
@@ -612,13 +634,19 @@ fn compact_map(
     data: &Arc<[u8]>,
     pairs: &[(Option<&[u8]>, Option<&[u8]>)],
 ) -> R<Option<Value>> {
-    let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::with_capacity(pairs.len());
+    // Most maps are short: a scan of the keys before costs less than hashing them.
+    let mut seen: Option<std::collections::HashSet<&[u8]>> =
+        (pairs.len() > 16).then(|| std::collections::HashSet::with_capacity(pairs.len()));
     let mut entries = Vec::with_capacity(pairs.len());
-    for (raw_key, raw_value) in pairs {
+    for (index, (raw_key, raw_value)) in pairs.iter().enumerate() {
         let Some(raw_key) = raw_key else {
             return Ok(None);
         };
-        if raw_key.is_empty() || !seen.insert(raw_key) {
+        let twice = match seen.as_mut() {
+            Some(seen) => !seen.insert(raw_key),
+            None => pairs[..index].iter().any(|(other, _)| *other == Some(*raw_key)),
+        };
+        if raw_key.is_empty() || twice {
             return Ok(None);
         }
         entries.push((
@@ -925,7 +953,13 @@ mod tests {
     fn frozen_lists_and_sets_hold_their_elements_decimals_and_nulls_too() {
         Python::attach(|py| {
             // list<decimal> [1.5, null]: count 2, (5: scale 1, unscaled 15), (-1).
-            let list = collection(Kind::List, cql(Kind::Uuid, 16, py), Some(cql(Kind::Decimal, -1, py)), false, py);
+            let list = collection(
+                Kind::List,
+                cql(Kind::Uuid, 16, py),
+                Some(cql(Kind::Decimal, -1, py)),
+                false,
+                py,
+            );
             let raw = [0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0x0f, 0xff, 0xff, 0xff, 0xff];
             assert_eq!(compacted(py, &list, &raw).as_deref(), Some("[Decimal('1.5'), None]"));
             assert_eq!(compacted(py, &list, &[]).as_deref(), Some("[]"));
@@ -943,7 +977,13 @@ mod tests {
     fn frozen_maps_are_dicts_a_key_twice_kept_once_as_a_dict_keeps_it() {
         Python::attach(|py| {
             // map<text, int> {'a': 1, 'b': -1}: count 2, then key, value, key, value.
-            let map = collection(Kind::Map, cql(Kind::Text, -1, py), Some(cql(Kind::Int, -1, py)), false, py);
+            let map = collection(
+                Kind::Map,
+                cql(Kind::Text, -1, py),
+                Some(cql(Kind::Int, -1, py)),
+                false,
+                py,
+            );
             let raw = [
                 0, 0, 0, 2, 0, 0, 0, 1, b'a', 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 1, b'b', 0, 0, 0, 4, 0xff, 0xff, 0xff,
                 0xff,
@@ -963,7 +1003,10 @@ mod tests {
             // address ('Quay', 1000): a value written before the type grew its third field.
             let raw = [0, 0, 0, 4, b'Q', b'u', b'a', b'y', 0, 0, 0, 4, 0, 0, 0x03, 0xe8];
             let value = compacted(py, &address(false, py), &raw);
-            assert_eq!(value.as_deref(), Some("{'street': 'Quay', 'zip': 1000, 'deposit': None}"));
+            assert_eq!(
+                value.as_deref(),
+                Some("{'street': 'Quay', 'zip': 1000, 'deposit': None}")
+            );
             // tuple<int, text> (7, null).
             let fields = vec![("f0", cql(Kind::Int, -1, py)), ("f1", cql(Kind::Text, -1, py))];
             let tuple = fields_of(Kind::Tuple, fields, false, py);
@@ -980,11 +1023,26 @@ mod tests {
             let cells: [(&[u8], Option<&[u8]>); 3] = [(b"x", Some(b"")), (b"y", None), (b"z", Some(b""))];
             assert_eq!(collected(py, &set, &cells, false).as_deref(), Some("['x', 'z']"));
             // map<text, decimal>: path the key, value the value (scale 2, unscaled -5).
-            let map = collection(Kind::Map, cql(Kind::Text, -1, py), Some(cql(Kind::Decimal, -1, py)), true, py);
+            let map = collection(
+                Kind::Map,
+                cql(Kind::Text, -1, py),
+                Some(cql(Kind::Decimal, -1, py)),
+                true,
+                py,
+            );
             let cells: [(&[u8], Option<&[u8]>); 2] = [(b"k", Some(&[0, 0, 0, 2, 0xfb])), (b"z", None)];
-            assert_eq!(collected(py, &map, &cells, false).as_deref(), Some("{'k': Decimal('-0.05')}"));
+            assert_eq!(
+                collected(py, &map, &cells, false).as_deref(),
+                Some("{'k': Decimal('-0.05')}")
+            );
             // list<int>: paths are timeuuids, the values the elements.
-            let list = collection(Kind::List, cql(Kind::Uuid, 16, py), Some(cql(Kind::Int, -1, py)), true, py);
+            let list = collection(
+                Kind::List,
+                cql(Kind::Uuid, 16, py),
+                Some(cql(Kind::Int, -1, py)),
+                true,
+                py,
+            );
             let cells: [(&[u8], Option<&[u8]>); 2] = [(&[1; 16], Some(&[0, 0, 0, 9])), (&[2; 16], Some(&[0, 0, 0, 8]))];
             assert_eq!(collected(py, &list, &cells, true).as_deref(), Some("[9, 8]"));
         });
@@ -999,7 +1057,10 @@ mod tests {
             let update = collected(py, &home, &cells, false);
             assert_eq!(update.as_deref(), Some("{'street': None, 'deposit': Decimal('7')}"));
             let whole = collected(py, &home, &cells, true);
-            assert_eq!(whole.as_deref(), Some("{'street': None, 'zip': None, 'deposit': Decimal('7')}"));
+            assert_eq!(
+                whole.as_deref(),
+                Some("{'street': None, 'zip': None, 'deposit': Decimal('7')}")
+            );
             // A field the type does not have (index 5) is left out.
             let cells: [(&[u8], Option<&[u8]>); 1] = [(&[0, 5], Some(&[0, 0, 0, 1]))];
             assert_eq!(collected(py, &home, &cells, false).as_deref(), Some("{}"));
@@ -1014,9 +1075,18 @@ mod tests {
                 let value = cql.path_label_compact(py, &data, path).ok()?;
                 Some(value.to_py(py).unwrap().repr().unwrap().to_string())
             };
-            let list = collection(Kind::List, cql(Kind::Uuid, 16, py), Some(cql(Kind::Int, -1, py)), true, py);
+            let list = collection(
+                Kind::List,
+                cql(Kind::Uuid, 16, py),
+                Some(cql(Kind::Int, -1, py)),
+                true,
+                py,
+            );
             let timeuuid = [0x11u8; 16];
-            assert_eq!(label(&list, &timeuuid).as_deref(), Some("'11111111-1111-1111-1111-111111111111'"));
+            assert_eq!(
+                label(&list, &timeuuid).as_deref(),
+                Some("'11111111-1111-1111-1111-111111111111'")
+            );
             assert_eq!(label(&list, &[0xab, 0x01]).as_deref(), Some("'ab01'"));
             let set = collection(Kind::Set, cql(Kind::Text, -1, py), None, true, py);
             assert_eq!(label(&set, &data[..]).as_deref(), Some("'tag'"));
