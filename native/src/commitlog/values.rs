@@ -345,8 +345,7 @@ impl CqlType {
                     return self.compact_object(py, raw);
                 }
                 let items = frozen_collection(raw)?;
-                let pairs: Vec<(Option<&[u8]>, Option<&[u8]>)> =
-                    items.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect();
+                let pairs: Vec<KeyValue<'_>> = items.chunks_exact(2).map(|pair| (pair[0], pair[1])).collect();
                 match compact_map(py, key, value, data, &pairs)? {
                     Some(map) => Ok(map),
                     None => self.compact_object(py, raw),
@@ -425,7 +424,7 @@ impl CqlType {
             }
             Kind::Map => {
                 let (key, value) = self.entry_types()?;
-                let pairs: Vec<(Option<&[u8]>, Option<&[u8]>)> = live.map(|(p, v)| (Some(p), Some(v))).collect();
+                let pairs: Vec<KeyValue<'_>> = live.map(|(p, v)| (Some(p), Some(v))).collect();
                 if key.keys_compare_as_bytes() {
                     if let Some(map) = compact_map(py, key, value, data, &pairs)? {
                         return Ok(map);
@@ -597,6 +596,9 @@ impl CqlType {
     }
 }
 
+/// A map entry's key and value bytes (None: null).
+type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Where `part` (a slice of `data`) starts in it.
 fn offset_in(data: &[u8], part: &[u8]) -> R<usize> {
     let start = (part.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
@@ -632,7 +634,7 @@ fn compact_map(
     key: &CqlType,
     value: &CqlType,
     data: &Arc<[u8]>,
-    pairs: &[(Option<&[u8]>, Option<&[u8]>)],
+    pairs: &[KeyValue<'_>],
 ) -> R<Option<Value>> {
     // Most maps are short: a scan of the keys before costs less than hashing them.
     let mut seen: Option<std::collections::HashSet<&[u8]>> =
