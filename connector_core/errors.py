@@ -339,6 +339,13 @@ class DecimalTooLongError(ConverterError, ValueError):
     callers) declines this one alike."""
 
 
+class DecimalOutOfDoubleRangeError(ConverterError, ValueError):
+    """A decimal beyond a double's range (about ±1.8E+308) under ``decimal_handling: double``: as a
+    double it would be Infinity, which is not JSON and not the value, so the record is refused
+    (dead letters, or the pipeline stops). ``double`` rounds to the nearest double; it never
+    changes a value's magnitude. A ValueError too, as :class:`DecimalTooLongError`."""
+
+
 class SchemaRegistryError(ConverterError):
     """The schema registry refused a schema or could not be reached."""
 

@@ -16,12 +16,13 @@ The number forms (:func:`decimal_to_unscaled`, :func:`unscaled_to_decimal`,
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
 from cdcflow._avro_writer import epoch_millis, uuid_text
-from cdcflow.errors import ConverterError
+from cdcflow.errors import ConverterError, DecimalOutOfDoubleRangeError
 from cdcflow.events import Column, RowSchema
 from cdcflow.jsontext import plain_decimal_text
 from cdcflow.schemas import (
@@ -95,7 +96,12 @@ def _variable_scale_decimal(value: Any) -> dict[str, Any] | None:
 
 
 def _decimal_as_double(value: Any) -> float | None:
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    as_double = float(value)
+    if not math.isfinite(as_double):
+        raise DecimalOutOfDoubleRangeError(f"decimal {value:.6E} is beyond a double's range (decimal_handling: double)")
+    return as_double
 
 
 def _decimal_as_text(value: Any) -> str | None:

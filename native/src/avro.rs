@@ -1111,7 +1111,11 @@ impl AvroWriter {
                 Ok(())
             }
             (Node::Primitive(Primitive::Double), Datum::Decimal(decimal)) => {
-                out.extend_from_slice(&decimal.to_f64().to_le_bytes());
+                let double = decimal.to_f64();
+                if !double.is_finite() {
+                    return Err("a decimal past a double's range is left to Python".into());
+                }
+                out.extend_from_slice(&double.to_le_bytes());
                 Ok(())
             }
             (Node::Primitive(Primitive::String), Datum::Decimal(decimal)) => {

@@ -438,7 +438,7 @@ impl DecimalForm {
     }
 
     /// `decimal` in this form, as the column's rewrite and `compact_json` write it; false when
-    /// left to them (plain text too long to write here).
+    /// left to them (plain text too long to write here, a magnitude no double holds).
     fn write(self, out: &mut Vec<u8>, decimal: Decimal) -> bool {
         match self {
             DecimalForm::Precise => {
@@ -448,7 +448,13 @@ impl DecimalForm {
                 write_base64(out, &unscaled);
                 out.extend_from_slice(b"\"}");
             }
-            DecimalForm::Double => write_float(out, decimal.to_f64()),
+            DecimalForm::Double => {
+                let double = decimal.to_f64();
+                if !double.is_finite() {
+                    return false; // past a double's range: the column's rewrite refuses it
+                }
+                write_float(out, double)
+            }
             DecimalForm::Text => {
                 if !decimal.plain_fits() {
                     return false;

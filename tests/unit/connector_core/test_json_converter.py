@@ -112,3 +112,26 @@ def test_a_decimal_whose_plain_text_is_too_long_is_refused_not_spelled_out() -> 
     event = ChangeEvent(Op.CREATE, {"id": 1}, None, {"id": 1, "price": long_but_written}, SOURCE, 1, schema)
     payload = json.loads(converter.serialize_value(event, "c1.ks.t") or b"")["payload"]
     assert payload["after"]["price"] == "7" + "0" * (MAX_PLAIN_DECIMAL_CHARS - 10)
+
+
+def test_a_decimal_beyond_a_doubles_range_is_refused_under_double_not_written_as_infinity() -> None:
+    # decimal_handling: double rounds to the nearest double; 1E+400 has none (float() gives inf,
+    # which json.dumps writes as the non-JSON token Infinity). The largest double is still written.
+    from decimal import Decimal
+
+    from cdcflow.errors import ConverterError
+
+    schema = RowSchema(
+        "c1.ks.t",
+        (Column("id", "int", optional=False),),
+        (Column("id", "int", optional=False), Column("price", "decimal"), Column("history", "list<decimal>")),
+    )
+    converter = JsonConverter(JsonConverterConfig(type="json", decimal_handling="double"), CONTEXT)
+    for column, value in (("price", Decimal("-1E+400")), ("history", [Decimal("1.5"), Decimal("2E+308")])):
+        event = ChangeEvent(Op.CREATE, {"id": 1}, None, {"id": 1, column: value}, SOURCE, 1, schema)
+        with pytest.raises(ConverterError, match=rf"column '{column}': decimal .*beyond a double"):
+            converter.serialize_value(event, "c1.ks.t")
+    largest = Decimal("1.7976931348623157E+308")
+    event = ChangeEvent(Op.CREATE, {"id": 1}, None, {"id": 1, "price": largest}, SOURCE, 1, schema)
+    payload = json.loads(converter.serialize_value(event, "c1.ks.t") or b"")["payload"]
+    assert payload["after"]["price"] == float(largest) and payload["after"]["price"] != float("inf")
