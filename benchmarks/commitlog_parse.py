@@ -16,7 +16,7 @@ import time
 import zlib
 from pathlib import Path
 
-from cdcflow.processes import tune_garbage_collector
+from cdcflow.processes import tune_for_the_loop
 from cdcflow.sources.cassandra_commitlog.changes import row_changes
 from cdcflow.sources.cassandra_commitlog.mutation import MutationDecoder
 from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
@@ -75,7 +75,7 @@ def main() -> None:
         probe = MutationDecoder(catalog, 7, lambda table: table.keyspace == "fixture")
         mutations = [m for m in mutations if probe.decode(m).updates]
     data = build_segment(mutations, args.size_mib << 20, args.section_kib << 10)
-    tune_garbage_collector()  # as a worker process does
+    tune_for_the_loop()  # as a worker process does
     megabytes = len(data) / 1e6
     print(
         f"segment: {megabytes:.1f} MB, built from {len(mutations)} distinct mutations ({args.mix}) of a real 5.0 node"

@@ -86,7 +86,7 @@ def main() -> None:
     from cdcflow.contract import PluginContext
     from cdcflow.converters import AvroConverter, AvroConverterConfig
     from cdcflow.native import native_module
-    from cdcflow.processes import tune_garbage_collector
+    from cdcflow.processes import tune_for_the_loop
     from cdcflow.sources.cassandra_commitlog.changes import change_event
     from cdcflow.sources.cassandra_commitlog.schema import SchemaCatalog
     from cdcflow.sources.datagen import DatagenConfig, DatagenSource
@@ -100,7 +100,7 @@ def main() -> None:
             check=True,
         )
     subprocess.run(["bash", str(REPO / "scripts" / "services.sh"), "start", "registry"], check=True)
-    tune_garbage_collector()  # as a worker process does
+    tune_for_the_loop()  # as a worker process does
     segments = sorted(args.segments.glob("CommitLog-*.log"))
     catalog = SchemaCatalog.load(args.segments / "schema.json")
     table_id = json.loads((args.segments / "table.json").read_text())["id"]

@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from cdcflow.config import load_pipeline
 from cdcflow.pipeline import build_runner
 from cdcflow.plugins import PluginRegistry
-from cdcflow.processes import tune_garbage_collector
+from cdcflow.processes import tune_for_the_loop
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -196,7 +196,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cdcflow-bench-eo-"))
-    tune_garbage_collector()
+    tune_for_the_loop()  # as a worker process does
 
     measured: dict[str, list[tuple[float, float]]] = {"at_least_once": [], "exactly_once": [], "peer": []}
     for _ in range(args.repeats):

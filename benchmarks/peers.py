@@ -263,9 +263,9 @@ def _cdcflow_parse(segments: list[Path], catalog: Any, table_id: str, rounds: in
     """Median MB/s (wall-clock, and per CPU-second) of reading the segments to row changes with
     every value decoded, as the source does: in compact batches, or as ``RowChange`` objects."""
     from cdcflow.native import native_module
-    from cdcflow.processes import tune_garbage_collector
+    from cdcflow.processes import tune_for_the_loop
 
-    tune_garbage_collector()  # as a worker process does
+    tune_for_the_loop()  # as a worker process does
     native = native_module()
     wanted = lambda table: table.table_id == table_id  # noqa: E731
     dropped = _dropped_tables(segments, catalog) if compact else set()
