@@ -42,15 +42,21 @@ def _topic_names(bootstrap: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=60).topics)
 
 
-def delete_topics_made_since(bootstrap: str, before: set[str]) -> int:
-    """Deletes the topics that were not there in ``before`` (Kafka's own, named with a leading
-    underscore, are kept); returns how many. Every test names its topics afresh, so without this a
-    broker kept between runs collects thousands of partitions, and one with 13,000 took over two
-    minutes to start."""
+# The prefixes of the topics this session's tests name (``topic_prefix``): what the session
+# deletes at its end. Only those: another session on the same broker (a second
+# pytest, a benchmark) may be using the topics it made meanwhile.
+_SESSION_TOPIC_PREFIXES: list[str] = []
+
+
+def delete_topics_made_since(bootstrap: str, before: set[str], prefixes: list[str]) -> int:
+    """Deletes the topics that were not there in ``before`` and whose names hold one of
+    ``prefixes``; returns how many. Every test names its topics afresh, so without this a broker
+    kept between runs collects thousands of partitions, and one with 13,000 took over two minutes
+    to start."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    made = sorted(name for name in _topic_names(bootstrap) - before if not name.startswith("_"))
+    made = sorted(name for name in _topic_names(bootstrap) - before if any(prefix in name for prefix in prefixes))
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for start in range(0, len(made), 500):
         for future in admin.delete_topics(made[start : start + 500], operation_timeout=60).values():
@@ -68,7 +74,7 @@ def kafka_bootstrap() -> Iterator[str]:
     ensure_service("kafka.sh")
     before = _topic_names(KAFKA_BOOTSTRAP)
     yield KAFKA_BOOTSTRAP
-    delete_topics_made_since(KAFKA_BOOTSTRAP, before)
+    delete_topics_made_since(KAFKA_BOOTSTRAP, before, _SESSION_TOPIC_PREFIXES)
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +99,9 @@ def secure_kafka() -> Any:
 
 @pytest.fixture
 def topic_prefix() -> Iterator[str]:
-    yield f"t{uuid.uuid4().hex[:10]}"
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    _SESSION_TOPIC_PREFIXES.append(prefix)
+    yield prefix
 
 
 CASSANDRA_HOST = os.environ.get("CDCFLOW_CASSANDRA", "127.0.0.1")
