@@ -870,6 +870,31 @@ impl MutationDecoder {
         Ok(ranges)
     }
 
+    /// A range deletion's bounds as the reference's dict: `start`, `start_inclusive`, `end`,
+    /// `end_inclusive` (the event's `cdc.range`).
+    fn range_bounds<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        table: &Table,
+        start: &Marker,
+        end: &Marker,
+    ) -> R<Bound<'py, PyDict>> {
+        let strings = &self.strings;
+        let bounds = PyDict::new(py);
+        bounds.set_item(
+            strings.start.bind(py),
+            self.clustering_dict(py, data, table, start.clustering)?,
+        )?;
+        bounds.set_item(strings.start_inclusive.bind(py), starts_inclusive(start))?;
+        bounds.set_item(
+            strings.end.bind(py),
+            self.clustering_dict(py, data, table, end.clustering)?,
+        )?;
+        bounds.set_item(strings.end_inclusive.bind(py), ends_inclusive(end))?;
+        Ok(bounds)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn range_change<'py>(
         &self,
@@ -882,23 +907,7 @@ impl MutationDecoder {
         deletion: Deletion,
     ) -> R<Bound<'py, PyAny>> {
         let strings = &self.strings;
-        let bounds = PyDict::new(py);
-        bounds.set_item(
-            strings.start.bind(py),
-            self.clustering_dict(py, data, table, start.clustering)?,
-        )?;
-        bounds.set_item(
-            strings.start_inclusive.bind(py),
-            start.kind == INCL_START || start.kind == EXCL_END_INCL_START,
-        )?;
-        bounds.set_item(
-            strings.end.bind(py),
-            self.clustering_dict(py, data, table, end.clustering)?,
-        )?;
-        bounds.set_item(
-            strings.end_inclusive.bind(py),
-            end.kind == INCL_END || end.kind == INCL_END_EXCL_START,
-        )?;
+        let bounds = self.range_bounds(py, data, table, start, end)?;
         self.change(
             py,
             table,
@@ -1288,12 +1297,9 @@ impl MutationDecoder {
         let mut out = Vec::with_capacity(96);
         let mut written = true;
         let inclusive = |flag: bool| if flag { "true" } else { "false" };
-        for (index, (bound, flag)) in [
-            (end, end.kind == INCL_END || end.kind == INCL_END_EXCL_START),
-            (start, start.kind == INCL_START || start.kind == EXCL_END_INCL_START),
-        ]
-        .into_iter()
-        .enumerate()
+        for (index, (bound, flag)) in [(end, ends_inclusive(end)), (start, starts_inclusive(start))]
+            .into_iter()
+            .enumerate()
         {
             // Keys sorted: end, end_inclusive, start, start_inclusive.
             let key = if index == 0 { "end" } else { "start" };
@@ -1327,24 +1333,7 @@ impl MutationDecoder {
         if written {
             return String::from_utf8(out).map_err(|_| Decline("a header that is not UTF-8"));
         }
-        let strings = &self.strings;
-        let bounds = PyDict::new(py);
-        bounds.set_item(
-            strings.start.bind(py),
-            self.clustering_dict(py, data, table, start.clustering)?,
-        )?;
-        bounds.set_item(
-            strings.start_inclusive.bind(py),
-            start.kind == INCL_START || start.kind == EXCL_END_INCL_START,
-        )?;
-        bounds.set_item(
-            strings.end.bind(py),
-            self.clustering_dict(py, data, table, end.clustering)?,
-        )?;
-        bounds.set_item(
-            strings.end_inclusive.bind(py),
-            end.kind == INCL_END || end.kind == INCL_END_EXCL_START,
-        )?;
+        let bounds = self.range_bounds(py, data, table, start, end)?;
         header_json(py, bounds.as_any())
     }
 }
@@ -1488,4 +1477,15 @@ fn split_partition_key(key: Span, data: &[u8], columns: usize) -> R<Vec<Span>> {
         return Err(Decline("bytes after the composite partition key's components"));
     }
     Ok(parts)
+}
+
+/// Whether a range marker that opens a range includes its bound (an inclusive start, or the
+/// boundary `EXCL_END_INCL_START`).
+fn starts_inclusive(marker: &Marker) -> bool {
+    marker.kind == INCL_START || marker.kind == EXCL_END_INCL_START
+}
+
+/// Whether a range marker that closes a range includes its bound.
+fn ends_inclusive(marker: &Marker) -> bool {
+    marker.kind == INCL_END || marker.kind == INCL_END_EXCL_START
 }
