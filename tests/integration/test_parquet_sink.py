@@ -152,6 +152,24 @@ def test_a_batch_writes_about_rows_per_file_rows_a_file(
     assert sorted(read_parquet(tmp_path).column("id").to_pylist()) == list(range(100))
 
 
+def test_a_small_batch_gets_a_write_task_for_each_core(spark: Any, tmp_path: Path) -> None:
+    """A batch that fits one file is still written by as many tasks as Spark runs at once (here 3,
+    its default parallelism), in the grouping first batch and in the one-job batches after it: one
+    task would read every input partition in turn while the other cores wait."""
+    conf = spark.sparkContext._jsc.sc().conf()  # the live conf the local scheduler reads its parallelism from
+    conf.set("spark.default.parallelism", "3")
+    try:
+        out = sink(tmp_path)
+        for batch_id in (1, 2):
+            rows = frame(spark, [event(batch_id * 100 + n, V1) for n in range(100)]).repartition(6)
+            out.write_batch(StreamBatch(rows), batch_id, None)
+            written = list(tmp_path.glob(f"table=*/event_date=*/part-b{batch_id:010d}-*.parquet"))
+            assert len(written) == 3, f"batch {batch_id}"
+    finally:
+        conf.remove("spark.default.parallelism")
+    assert sorted(read_parquet(tmp_path).column("id").to_pylist()) == [*range(100, 200), *range(200, 300)]
+
+
 # --- one destination, several schemas in one batch (issue 16) --------------------------------------
 
 
