@@ -495,7 +495,10 @@ class _HadoopFiles:
         jvm = context._jvm
         self._jvm = jvm
         self._root = root.rstrip("/")
-        self._root_path = jvm.org.apache.hadoop.fs.Path(self._root)
+        # Looked up once: each dotted step of jvm.org.apache... is a call into the JVM.
+        self._path_class = jvm.org.apache.hadoop.fs.Path
+        self._root_path = self._path_class(self._root)
+        self._folders_made: set[str] = set()  # the folders rename made (mkdirs) in this context
         self._fs = self._root_path.getFileSystem(context._jsc.hadoopConfiguration())
         self._prefix = str(self._fs.makeQualified(self._root_path).toString()).rstrip("/")
 
@@ -503,17 +506,21 @@ class _HadoopFiles:
         return f"{self._root}/{relative}"
 
     def _path(self, relative: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(self.uri(relative))
+        return self._path_class(self.uri(relative))
 
     def exists(self, relative: str) -> bool:
         return bool(self._fs.exists(self._path(relative)))
 
     def delete(self, relative: str) -> None:
         self._fs.delete(self._path(relative), True)
+        self._folders_made = {f for f in self._folders_made if f != relative and not f.startswith(f"{relative}/")}
 
     def rename(self, source: str, target: str) -> None:
         target_path = self._path(target)
-        self._fs.mkdirs(target_path.getParent())
+        folder = target.rsplit("/", 1)[0] if "/" in target else ""
+        if folder not in self._folders_made:  # a batch's files go to the folders of the last one
+            self._fs.mkdirs(target_path.getParent())
+            self._folders_made.add(folder)
         if not self._fs.rename(self._path(source), target_path):
             raise OSError(f"cannot rename {self.uri(source)} to {self.uri(target)}")
 
