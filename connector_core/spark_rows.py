@@ -28,7 +28,7 @@ from cdcflow.jsontext import compact_json
 from cdcflow.schemas import spark_ddl_type
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Observation, SparkSession
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 __all__ = [
     "MISFITS_COLUMN",
@@ -36,6 +36,7 @@ __all__ = [
     "STREAM_COLUMNS",
     "STREAM_SCHEMA_DDL",
     "TYPED_IMAGE_TYPES",
+    "ColumnSelection",
     "DecodedBatch",
     "RowTyping",
     "RowsNotTypedError",
@@ -214,17 +215,23 @@ class RowsNotTypedError(ValueError):
 class TypedChangeRows:
     """The typed rows :func:`typed_change_rows` gives, and how many change rows could not be typed.
 
-    Run exactly one Spark action on :attr:`rows` (a write), then ask :meth:`misfits`: 0 means the
-    action's output is exactly what ``from_json`` with the columns' types gives; any other count
-    means a row was of another destination or row schema, or a value did not read exactly as its
-    column's type, and the action's output holds rows of nulls in their place: discard it and type
-    the batch another way."""
+    Run exactly one Spark action on :attr:`rows` (a write), or on a :class:`ColumnSelection` of
+    :attr:`counted` (the same rows with the :data:`MISFITS_COLUMN` the count is taken from), then
+    ask :meth:`misfits`: 0 means the action's output is exactly what ``from_json`` with the columns'
+    types gives; any other count means a row was of another destination or row schema, or a value
+    did not read exactly as its column's type, and the action's output holds rows of nulls in their
+    place: discard it and type the batch another way."""
 
-    __slots__ = ("_observation", "rows")
+    __slots__ = ("_observation", "counted")
 
-    def __init__(self, rows: DataFrame, observation: Observation) -> None:
-        self.rows = rows
+    def __init__(self, counted: DataFrame, observation: Observation) -> None:
+        self.counted = counted
         self._observation = observation
+
+    @property
+    def rows(self) -> DataFrame:
+        """The typed rows, without the :data:`MISFITS_COLUMN`."""
+        return self.counted.drop(MISFITS_COLUMN)
 
     def misfits(self) -> int:
         """How many change rows the action on :attr:`rows` could not type (waits for the action)."""
@@ -266,7 +273,29 @@ def typed_change_rows(
     )
     observation = Observation()
     counted = batch.typed_rows(typing, ddl).observe(observation, F.sum(MISFITS_COLUMN).alias("misfits"))
-    return TypedChangeRows(counted.drop(MISFITS_COLUMN), observation)
+    return TypedChangeRows(counted, observation)
+
+
+class ColumnSelection:
+    """``frame.select(*columns)`` for frame after frame, with the columns sent to the JVM once:
+    pyspark sends a select's columns anew each time (about two calls into the JVM a column, each
+    5-10 ms of a micro-batch on a loaded 2-core machine). ``columns`` must name columns by name
+    (``F.col``), not columns resolved against one frame."""
+
+    __slots__ = ("_java_columns", "columns")
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = list(columns)
+        self._java_columns: Any = None
+
+    def of(self, frame: DataFrame) -> DataFrame:
+        """``frame.select(*columns)``."""
+        from pyspark.sql import DataFrame
+
+        if self._java_columns is None:
+            context = frame.sparkSession.sparkContext
+            self._java_columns = context._jvm.PythonUtils.toSeq([c._jc for c in self.columns])  # type: ignore[union-attr]
+        return DataFrame(frame._jdf.select(self._java_columns), frame.sparkSession)
 
 
 class StreamBatch:
@@ -321,40 +350,51 @@ class DecodedBatch(StreamBatch):
     def typed_rows(self, typing: RowTyping, ddl: str) -> DataFrame:
         # Typed where the rows are decoded: only the typed columns go back to the JVM, not the
         # stream rows with their images.
-        return _map_in_arrow(self._raw, _typed_map(self.decode, typing, ddl))
+        return _typed_map(self.decode, typing, ddl, self._raw).of(self._raw)
 
 
 _TYPED_MAPS_KEPT = 16
-_typed_maps: dict[tuple[int, RowTyping, str], tuple[Callable[..., Iterator[Any]], Any]] = {}
 
 
-def _typed_map(decode: Callable[..., Iterator[Any]], typing: RowTyping, ddl: str) -> Any:
-    """The Python function ``mapInArrow`` makes of ``decode(batches, typing=typing)``, made once
-    for batch after batch with the same typing: ``mapInArrow`` makes a new one and sends it to the
-    JVM on every call (0.02-0.035 s of a batch's planning on the 2-core machine under load)."""
+@dataclass
+class _TypedMap:
+    """``raw.mapInArrow(decode(batches, typing=...), ddl)`` for the raw frames of one native
+    stream, whose columns are the same batch after batch: the Python function and the JVM column
+    applying it to the stream's columns are made once (``mapInArrow`` makes and sends both anew
+    on every call: some 20 calls into the JVM, 0.02-0.035 s of a batch's planning on the 2-core
+    machine under load). What pyspark 4.2's ``DataFrame.mapInArrow`` does, in
+    ``pyspark/sql/pandas/map_ops.py``, with the function made once."""
+
+    decode: Callable[..., Iterator[Any]]
+    applied: Any  # the JVM column: the function applied to the stream's columns by name
+
+    def of(self, raw: DataFrame) -> DataFrame:
+        from pyspark.sql import DataFrame
+
+        return DataFrame(raw._jdf.mapInArrow(self.applied, False, None), raw.sparkSession)
+
+
+_typed_maps: dict[tuple[int, RowTyping, str], _TypedMap] = {}
+
+
+def _typed_map(decode: Callable[..., Iterator[Any]], typing: RowTyping, ddl: str, raw: DataFrame) -> _TypedMap:
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's own idiom
     from pyspark.sql.pandas.functions import pandas_udf
     from pyspark.util import PythonEvalType
 
     key = (id(decode), typing, ddl)
     kept = _typed_maps.get(key)
-    if kept is not None and kept[0] is decode:  # the same function, not one with a reused id
-        return kept[1]
+    if kept is not None and kept.decode is decode:  # the same function, not one with a reused id
+        return kept
     if len(_typed_maps) >= _TYPED_MAPS_KEPT:
         _typed_maps.clear()
     function = pandas_udf(  # type: ignore[call-overload]
         functools.partial(decode, typing=typing), returnType=ddl, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF
     )
-    _typed_maps[key] = (decode, function)
-    return function
-
-
-def _map_in_arrow(frame: DataFrame, function: Any) -> DataFrame:
-    """``frame.mapInArrow`` with a function :func:`_typed_map` made: what pyspark 4.2's
-    ``DataFrame.mapInArrow`` does after making the function (``pyspark/sql/pandas/map_ops.py``)."""
-    from pyspark.sql import DataFrame
-
-    column = function(*[frame[name] for name in frame.columns])
-    return DataFrame(frame._jdf.mapInArrow(column._jc, False, None), frame.sparkSession)
+    # By name, not resolved against this batch's frame: the next batch's frame has the same names.
+    applied = function(*[F.col("`{}`".format(name.replace("`", "``"))) for name in raw.columns])._jc
+    made = _typed_maps[key] = _TypedMap(decode, applied)
+    return made
 
 
 @dataclass(frozen=True)

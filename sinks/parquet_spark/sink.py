@@ -45,7 +45,7 @@ from cdcflow.sinks.spark_columns import (
     native_values,
 )
 from cdcflow.sinks.spark_columns import merge_table_columns as merge_columns
-from cdcflow.spark_rows import StreamBatch, typed_change_rows
+from cdcflow.spark_rows import ColumnSelection, StreamBatch, typed_change_rows
 
 __all__ = ["ENVELOPE_COLUMNS", "ParquetSchemaConflictError", "ParquetSink", "ParquetSinkConfig", "merge_table_columns"]
 
@@ -109,7 +109,7 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         self._last_groups: dict[tuple[str, str], int] = {}
         self._last_tables: list[_DestinationTable] | None = None
         # The output columns of the typed one-job path, for (destination, column names)
-        self._typed_output: tuple[tuple[str, tuple[str, ...]], list[Any]] | None = None
+        self._typed_output: tuple[tuple[str, tuple[str, ...]], ColumnSelection] | None = None
         self._manifests_pruned = False  # by listing, once a run; then one delete a batch
         self._files: _HadoopFiles | None = None  # of the Spark context the last batch ran in
         self._cores = 1  # the tasks the Spark context runs at once (its default parallelism)
@@ -210,7 +210,10 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
         # tasks keeps them, and the plan need not be asked how many it has.)
         tasks = max(-(-table.rows // self.config.rows_per_file), self._cores // side_by_side)
         typed = typed.coalesce(tasks)
-        writer = typed.write.mode("append").option("compression", self.config.compression)
+        # No _SUCCESS marker in the staging folder: nothing reads it, and it is one more file to list.
+        writer = typed.write.mode("append").options(
+            compression=self.config.compression, **{"mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}
+        )
         partition_columns = [c for c in self.config.partition_by if c == "event_date"]
         if partition_columns:
             writer = writer.partitionBy(*partition_columns)
@@ -240,10 +243,10 @@ class ParquetSink(Sink[ParquetSinkConfig], SparkBatchWriter):
             # The images typed beside the Python code that built the rows, not parsed again here.
             key = (table.destination, tuple(c.name for c in columns))
             if self._typed_output is None or self._typed_output[0] != key:
-                # Built once: each Spark column expression costs a call into the JVM.
+                # Built once: each Spark column expression costs calls into the JVM.
                 values = [F.col(f"_c{i}").alias(c.name) for i, c in enumerate(columns)]
-                self._typed_output = (key, _output_columns(values, set(key[1])))
-            self._write_table(typed.rows.select(*self._typed_output[1]), table, files, staging)
+                self._typed_output = (key, ColumnSelection(_output_columns(values, set(key[1]))))
+            self._write_table(self._typed_output[1].of(typed.counted), table, files, staging)
             misfits = typed.misfits()
         else:
             expected = (F.col("destination") == table.destination) & F.col("row_schema").isin(known)
