@@ -271,9 +271,17 @@ def typed_change_rows(
         tuple((name, TYPED_IMAGE_TYPES[kind]) for name, kind in columns),
         mark_misfits=True,
     )
+    global _misfits_sum  # noqa: PLW0603 - one a process, like the JVM it belongs to
+    rows = batch.typed_rows(typing, ddl)
+    jvm = rows.sparkSession.sparkContext._jvm
+    if _misfits_sum is None or _misfits_sum[0] is not jvm:
+        # Made once a JVM: building the sum and its alias is some eight calls into the JVM.
+        _misfits_sum = (jvm, F.sum(MISFITS_COLUMN).alias("misfits"))
     observation = Observation()
-    counted = batch.typed_rows(typing, ddl).observe(observation, F.sum(MISFITS_COLUMN).alias("misfits"))
-    return TypedChangeRows(counted, observation)
+    return TypedChangeRows(rows.observe(observation, _misfits_sum[1]), observation)
+
+
+_misfits_sum: tuple[Any, Column] | None = None  # (the JVM it was made in, the sum of the misfits column)
 
 
 class ColumnSelection:
