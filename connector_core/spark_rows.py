@@ -286,9 +286,10 @@ _misfits_sum: tuple[Any, Column] | None = None  # (the JVM it was made in, the s
 
 class ColumnSelection:
     """``frame.select(*columns)`` for frame after frame, with the columns sent to the JVM once:
-    pyspark sends a select's columns anew each time (about two calls into the JVM a column, each
-    5-10 ms of a micro-batch on a loaded 2-core machine). ``columns`` must name columns by name
-    (``F.col``), not columns resolved against one frame."""
+    pyspark sends a select's columns anew each time (about two calls into the JVM a column: 0.3 ms
+    each on the 2-core machine under a load average of 4, 0.9 ms under 10, all of them on the
+    micro-batch's serial path). ``columns`` must name columns by name (``F.col``), not columns
+    resolved against one frame."""
 
     __slots__ = ("_java_columns", "columns")
 
