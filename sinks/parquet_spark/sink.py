@@ -521,11 +521,17 @@ class _HadoopFiles:
     def rename(self, source: str, target: str) -> None:
         target_path = self._path(target)
         folder = target.rsplit("/", 1)[0] if "/" in target else ""
-        if folder not in self._folders_made:  # a batch's files go to the folders of the last one
+        made_before = folder in self._folders_made  # a batch's files go to the folders of the last one
+        if not made_before:
             self._fs.mkdirs(target_path.getParent())
             self._folders_made.add(folder)
-        if not self._fs.rename(self._path(source), target_path):
-            raise OSError(f"cannot rename {self.uri(source)} to {self.uri(target)}")
+        if self._fs.rename(self._path(source), target_path):
+            return
+        if made_before:  # the folder gone since (removed by hand): HDFS's rename wants the parent
+            self._fs.mkdirs(target_path.getParent())
+            if self._fs.rename(self._path(source), target_path):
+                return
+        raise OSError(f"cannot rename {self.uri(source)} to {self.uri(target)}")
 
     def list_files(self, relative: str, recursive: bool = True) -> list[str]:
         path = self._path(relative)
